@@ -1,0 +1,199 @@
+"""``ParquetSpanExporter``: an OpenTelemetry SpanExporter that writes the span lake."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Sequence
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from .lake import Lake, LakeError
+from .schema import DEFAULT_LIMITS, Limits, Resource, SpanBatch, make_resource
+
+log = logging.getLogger("otel_assay.collect")
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class ParquetSpanExporter(SpanExporter):
+    """Buffer finished spans and write them to the lake as Parquet files.
+
+    A file is written when ``max_rows`` spans are buffered or the oldest buffered span is
+    ``max_age_s`` old (a background thread checks), on ``force_flush()`` and on
+    ``shutdown()``. Works behind a ``BatchSpanProcessor`` or a ``SimpleSpanProcessor``;
+    every method is thread-safe.
+
+    Defaults come from ``OTEL_ASSAY_FLUSH_ROWS`` (100000) and ``OTEL_ASSAY_FLUSH_SECONDS``
+    (5). ``spans_received``, ``spans_written`` and ``spans_rejected`` count what happened,
+    so a gap between spans produced and spans stored can be reported, never silent.
+
+    If a write fails (disk full, permissions) the rows stay buffered and the next flush
+    retries; rows are discarded (and counted in ``spans_lost``) only when ``shutdown``
+    cannot write them.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        *,
+        max_rows: int | None = None,
+        max_age_s: float | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        fsync: bool = True,
+    ):
+        self.lake = Lake(directory)
+        self.lake.ensure_writable()
+        self.max_rows = max_rows or _env_int("OTEL_ASSAY_FLUSH_ROWS", 100_000)
+        self.max_age_s = max_age_s if max_age_s is not None else _env_float("OTEL_ASSAY_FLUSH_SECONDS", 5.0)
+        self.limits = limits
+        self.fsync = fsync
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._batch = SpanBatch(limits)
+        self._oldest: float | None = None
+        self._resources: dict[int, tuple[object, Resource]] = {}
+        self.spans_received = 0
+        self.spans_written = 0
+        self.spans_rejected = 0
+        self.spans_lost = 0
+        self.files_written = 0
+        self.last_error: str | None = None
+        self._shutdown = False
+        self._stop = threading.Event()
+        self._timer = threading.Thread(target=self._age_flusher, name="otel-assay-parquet-flush", daemon=True)
+        self._timer.start()
+
+    # ----------------------------------------------------------- SpanExporter API
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._shutdown:
+            return SpanExportResult.FAILURE
+        with self._lock:
+            batch = self._batch
+            before = batch.rejected
+            for span in spans:
+                self._add(batch, span)
+            self.spans_received += len(spans)
+            self.spans_rejected += batch.rejected - before
+            if self._oldest is None and len(batch):
+                self._oldest = time.monotonic()
+            full = len(batch) >= self.max_rows
+        if full:
+            self._flush()
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._flush()
+
+    def shutdown(self) -> None:
+        if self._shutdown:
+            return
+        self._stop.set()
+        self._timer.join(timeout=5)
+        ok = self._flush()
+        self._shutdown = True
+        if not ok:
+            with self._lock:
+                self.spans_lost += len(self._batch)
+                log.error("otel-assay: %d spans could not be written to %s: %s",
+                          len(self._batch), self.lake.root, self.last_error)
+                self._batch = SpanBatch(self.limits)
+
+    # ----------------------------------------------------------- internals
+    def _resource(self, res) -> Resource:
+        hit = self._resources.get(id(res))
+        if hit is not None and hit[0] is res:
+            return hit[1]
+        prepared = make_resource(res.attributes.items() if res is not None else (), self.limits)
+        if len(self._resources) > 64:
+            self._resources.clear()
+        self._resources[id(res)] = (res, prepared)
+        return prepared
+
+    def _add(self, batch: SpanBatch, span: ReadableSpan) -> None:
+        ctx = span.context
+        parent = span.parent
+        scope = span.instrumentation_scope
+        status = span.status
+        ts = ctx.trace_state
+        batch.add_span(
+            trace_id=format(ctx.trace_id, "032x"),
+            span_id=format(ctx.span_id, "016x"),
+            parent_span_id=format(parent.span_id, "016x") if parent is not None else None,
+            name=span.name,
+            kind=span.kind.value + 1,  # SDK SpanKind is 0-based; OTLP reserves 0 for UNSPECIFIED
+            start_time_unix_nano=span.start_time or 0,
+            end_time_unix_nano=span.end_time or 0,
+            status_code=status.status_code.value,
+            status_message=status.description,
+            trace_state=ts.to_header() if ts else None,
+            scope_name=scope.name if scope else None,
+            scope_version=scope.version if scope else None,
+            resource=self._resource(span.resource),
+            attributes=(span.attributes or {}).items(),
+            events=[(e.timestamp, e.name, (e.attributes or {}).items(), 0) for e in span.events],
+            links=[
+                (format(l.context.trace_id, "032x"), format(l.context.span_id, "016x"),
+                 l.context.trace_state.to_header() if l.context.trace_state else None,
+                 (l.attributes or {}).items(), 0)
+                for l in span.links
+            ],
+            dropped_attributes_count=span.dropped_attributes,
+            dropped_events_count=span.dropped_events,
+            dropped_links_count=span.dropped_links,
+        )
+
+    def _flush(self) -> bool:
+        with self._write_lock:
+            with self._lock:
+                batch = self._batch
+                if not len(batch):
+                    return True
+                self._batch = SpanBatch(self.limits)
+                self._oldest = None
+            try:
+                self.lake.write(batch.tables(), fsync=self.fsync)
+            except (OSError, LakeError) as e:
+                self.last_error = str(e)
+                log.warning("otel-assay: writing %d spans to %s failed (%s); will retry", len(batch), self.lake.root, e)
+                with self._lock:
+                    # put the rows back in front of anything that arrived meanwhile
+                    pending = self._batch
+                    self._batch = batch
+                    if len(pending):
+                        self._merge(pending)
+                    self._oldest = self._oldest or time.monotonic()
+                return False
+            self.spans_written += len(batch)
+            self.files_written += 1
+            return True
+
+    def _merge(self, other: SpanBatch) -> None:
+        # rare path (a failed write raced with new spans): keep both by writing them in turn
+        try:
+            self.lake.write(other.tables(), fsync=self.fsync)
+            self.spans_written += len(other)
+        except (OSError, LakeError):
+            self.spans_lost += len(other)
+
+    def _age_flusher(self) -> None:
+        interval = max(0.05, min(1.0, self.max_age_s / 4))
+        while not self._stop.wait(interval):
+            oldest = self._oldest
+            if oldest is not None and time.monotonic() - oldest >= self.max_age_s:
+                self._flush()

@@ -1,0 +1,256 @@
+"""OTLP trace data (protobuf and JSON) into lake rows.
+
+JSON is mapped straight to rows, not through ``google.protobuf.json_format``: OTLP/JSON
+ids are hex, and the generic protobuf JSON parser would read a 32-digit hex trace id as
+base64 and silently produce a 24-byte garbage id (reference/storage.md §3).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any, Iterator
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from .schema import Limits, Resource, SpanBatch, make_resource
+
+
+class MalformedOTLP(ValueError):
+    """The whole payload is unusable (HTTP 400 / gRPC INVALID_ARGUMENT); message says why."""
+
+
+# --------------------------------------------------------------------------- protobuf
+def _pb_value(v) -> Any:
+    which = v.WhichOneof("value")
+    if which == "string_value":
+        return v.string_value
+    if which == "int_value":
+        return v.int_value
+    if which == "bool_value":
+        return v.bool_value
+    if which == "double_value":
+        return v.double_value
+    if which == "array_value":
+        return [_pb_value(x) for x in v.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: _pb_value(kv.value) for kv in v.kvlist_value.values}
+    if which == "bytes_value":
+        return v.bytes_value
+    return None
+
+
+def _pb_attrs(kvs) -> Iterator[tuple[str, Any]]:
+    for kv in kvs:
+        yield kv.key, _pb_value(kv.value)
+
+
+def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
+    """Parse an ExportTraceServiceRequest (TracesData has the same wire format)."""
+    req = ExportTraceServiceRequest()
+    try:
+        req.ParseFromString(body)
+    except Exception as e:  # protobuf raises DecodeError, or RuntimeError on deep nesting
+        raise MalformedOTLP(f"not a valid OTLP protobuf ExportTraceServiceRequest: {e}") from None
+    return req
+
+
+def add_protobuf(req: ExportTraceServiceRequest, batch: SpanBatch) -> int:
+    """Append every span of ``req`` to ``batch``; return the number of spans seen."""
+    seen = 0
+    limits = batch.limits
+    add = batch.add_span
+    for rs in req.resource_spans:
+        resource = make_resource(_pb_attrs(rs.resource.attributes), limits)
+        for ss in rs.scope_spans:
+            scope_name = ss.scope.name
+            scope_version = ss.scope.version
+            for span in ss.spans:
+                seen += 1
+                add(
+                    trace_id=span.trace_id.hex(),
+                    span_id=span.span_id.hex(),
+                    parent_span_id=span.parent_span_id.hex(),
+                    name=span.name,
+                    kind=span.kind,
+                    start_time_unix_nano=span.start_time_unix_nano,
+                    end_time_unix_nano=span.end_time_unix_nano,
+                    status_code=span.status.code,
+                    status_message=span.status.message,
+                    trace_state=span.trace_state,
+                    scope_name=scope_name,
+                    scope_version=scope_version,
+                    resource=resource,
+                    attributes=_pb_attrs(span.attributes),
+                    events=[
+                        (e.time_unix_nano, e.name, _pb_attrs(e.attributes), e.dropped_attributes_count)
+                        for e in span.events
+                    ],
+                    links=[
+                        (l.trace_id.hex(), l.span_id.hex(), l.trace_state, _pb_attrs(l.attributes),
+                         l.dropped_attributes_count)
+                        for l in span.links
+                    ],
+                    dropped_attributes_count=span.dropped_attributes_count,
+                    dropped_events_count=span.dropped_events_count,
+                    dropped_links_count=span.dropped_links_count,
+                )
+    return seen
+
+
+# --------------------------------------------------------------------------- JSON
+_KIND_NAMES = {
+    "SPAN_KIND_UNSPECIFIED": 0, "SPAN_KIND_INTERNAL": 1, "SPAN_KIND_SERVER": 2,
+    "SPAN_KIND_CLIENT": 3, "SPAN_KIND_PRODUCER": 4, "SPAN_KIND_CONSUMER": 5,
+}
+_STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+
+
+def _json_int(v: Any, what: str) -> int:
+    if isinstance(v, bool):
+        raise ValueError(f"{what} must be an integer, got a boolean")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        return int(v)
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    raise ValueError(f"{what} must be an integer or a decimal string")
+
+
+def _json_enum(v: Any, names: dict[str, int], what: str) -> int:
+    if v is None:
+        return 0
+    if isinstance(v, str) and v in names:  # MessageToDict writes enum names
+        return names[v]
+    return _json_int(v, what)
+
+
+def _json_id(v: Any, nbytes: int) -> str:
+    """Hex as the OTLP/JSON spec says; base64 (protobuf's generic JSON mapping) by length."""
+    if not v:
+        return ""
+    if not isinstance(v, str):
+        raise ValueError("ids must be strings")
+    b64len = 4 * ((nbytes + 2) // 3)
+    if len(v) == b64len and len(v) != 2 * nbytes:
+        try:
+            raw = base64.b64decode(v, validate=True)
+        except binascii.Error:
+            return v
+        if len(raw) == nbytes:
+            return raw.hex()
+    return v
+
+
+def _json_value(v: Any) -> Any:
+    if not isinstance(v, dict) or not v:
+        return None
+    if "stringValue" in v:
+        s = v["stringValue"]
+        return s if isinstance(s, str) else str(s)
+    if "intValue" in v:
+        return _json_int(v["intValue"], "intValue")
+    if "boolValue" in v:
+        return bool(v["boolValue"])
+    if "doubleValue" in v:
+        return float(v["doubleValue"])  # also accepts "NaN", "Infinity" as proto3 JSON writes them
+    if "arrayValue" in v:
+        return [_json_value(x) for x in (v["arrayValue"] or {}).get("values", []) or []]
+    if "kvlistValue" in v:
+        return {str(kv.get("key", "")): _json_value(kv.get("value")) for kv in (v["kvlistValue"] or {}).get("values", []) or []}
+    if "bytesValue" in v:
+        return base64.b64decode(v["bytesValue"])
+    return None
+
+
+def _json_attrs(kvs: Any) -> list[tuple[str, Any]]:
+    if not kvs:
+        return []
+    if not isinstance(kvs, list):
+        raise ValueError("attributes must be a list of {key, value}")
+    return [(str(kv.get("key", "")), _json_value(kv.get("value"))) for kv in kvs]
+
+
+def _json_resource(rs: dict, limits: Limits) -> Resource:
+    res = rs.get("resource") or {}
+    return make_resource(_json_attrs(res.get("attributes")), limits)
+
+
+def add_json(doc: Any, batch: SpanBatch) -> int:
+    """Append every span of an OTLP/JSON ExportTraceServiceRequest or TracesData dict."""
+    if not isinstance(doc, dict):
+        raise MalformedOTLP("OTLP/JSON payload must be an object with a resourceSpans list")
+    resource_spans = doc.get("resourceSpans", doc.get("resource_spans", []))
+    if not isinstance(resource_spans, list):
+        raise MalformedOTLP("resourceSpans must be a list")
+    seen = 0
+    limits = batch.limits
+    for rs in resource_spans:
+        if not isinstance(rs, dict):
+            raise MalformedOTLP("each resourceSpans entry must be an object")
+        try:
+            resource = _json_resource(rs, limits)
+        except (TypeError, ValueError, AttributeError) as e:
+            raise MalformedOTLP(f"malformed resource: {e}") from None
+        scope_spans = rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])) or []
+        if not isinstance(scope_spans, list):
+            raise MalformedOTLP("scopeSpans must be a list")
+        for ss in scope_spans:
+            if not isinstance(ss, dict):
+                raise MalformedOTLP("each scopeSpans entry must be an object")
+            scope = ss.get("scope", ss.get("instrumentationLibrary")) or {}
+            spans = ss.get("spans", []) or []
+            if not isinstance(spans, list):
+                raise MalformedOTLP("spans must be a list")
+            for span in spans:
+                seen += 1
+                try:
+                    status = span.get("status") or {}
+                    batch.add_span(
+                        trace_id=_json_id(span.get("traceId"), 16),
+                        span_id=_json_id(span.get("spanId"), 8),
+                        parent_span_id=_json_id(span.get("parentSpanId"), 8),
+                        name=str(span.get("name", "")),
+                        kind=_json_enum(span.get("kind"), _KIND_NAMES, "kind"),
+                        start_time_unix_nano=_json_int(span.get("startTimeUnixNano", 0), "startTimeUnixNano"),
+                        end_time_unix_nano=_json_int(span.get("endTimeUnixNano", 0), "endTimeUnixNano"),
+                        status_code=_json_enum(status.get("code"), _STATUS_NAMES, "status.code"),
+                        status_message=status.get("message"),
+                        trace_state=span.get("traceState"),
+                        scope_name=scope.get("name"),
+                        scope_version=scope.get("version"),
+                        resource=resource,
+                        attributes=_json_attrs(span.get("attributes")),
+                        events=[
+                            (_json_int(e.get("timeUnixNano", 0), "event timeUnixNano"), str(e.get("name", "")),
+                             _json_attrs(e.get("attributes")), _json_int(e.get("droppedAttributesCount", 0), "droppedAttributesCount"))
+                            for e in span.get("events") or []
+                        ],
+                        links=[
+                            (_json_id(l.get("traceId"), 16), _json_id(l.get("spanId"), 8), l.get("traceState"),
+                             _json_attrs(l.get("attributes")), _json_int(l.get("droppedAttributesCount", 0), "droppedAttributesCount"))
+                            for l in span.get("links") or []
+                        ],
+                        dropped_attributes_count=_json_int(span.get("droppedAttributesCount", 0), "droppedAttributesCount"),
+                        dropped_events_count=_json_int(span.get("droppedEventsCount", 0), "droppedEventsCount"),
+                        dropped_links_count=_json_int(span.get("droppedLinksCount", 0), "droppedLinksCount"),
+                    )
+                except (TypeError, ValueError, AttributeError, binascii.Error, RecursionError) as e:
+                    batch.reject(f"malformed span: {e}")
+    return seen
+
+
+def parse_json(body: bytes | str) -> Any:
+    """Decode an OTLP/JSON document; raise :class:`MalformedOTLP` with the reason."""
+    try:
+        if isinstance(body, bytes):
+            body = body.decode("utf-8")
+        return json.loads(body)
+    except UnicodeDecodeError as e:
+        raise MalformedOTLP(f"OTLP/JSON must be UTF-8: invalid byte at offset {e.start}") from None
+    except json.JSONDecodeError as e:
+        raise MalformedOTLP(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:
+        raise MalformedOTLP("JSON nested too deeply") from None

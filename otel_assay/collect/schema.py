@@ -1,0 +1,420 @@
+"""The span lake's tables and the columnar builder every collector path fills.
+
+One row per span (``spans``), one per span event (``span_events``), one per link
+(``span_links``): reference/storage.md §2. Hot GenAI and ``assay.*`` keys get typed
+columns (``semconv.PROMOTED_SPAN_ATTRIBUTES``); every other attribute lives in a
+``MAP<VARCHAR, VARCHAR>`` with its value turned into a string by :func:`stringify`.
+
+The three collector paths (in-process exporter, OTLP receiver, file import) differ only in
+how they read a span; all of them call :meth:`SpanBatch.add_span`, so validation, limits
+and promotion are the same whichever way a span arrives.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from .. import semconv
+
+SCHEMA_VERSION = "1"
+SCHEMA_METADATA = {b"otel_assay.schema_version": SCHEMA_VERSION.encode()}
+
+STRING_MAP = pa.map_(pa.string(), pa.string())
+
+_PROMOTED_TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
+
+SPANS_SCHEMA = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("parent_span_id", pa.string()),
+        ("trace_state", pa.string()),
+        ("name", pa.string()),
+        ("kind", pa.int8()),
+        ("start_time_unix_nano", pa.int64()),
+        ("duration_ns", pa.int64()),
+        ("status_code", pa.int8()),
+        ("status_message", pa.string()),
+        ("service_name", pa.string()),
+        ("scope_name", pa.string()),
+        ("scope_version", pa.string()),
+    ]
+    + [(col, _PROMOTED_TYPES[t]) for col, _key, t in semconv.PROMOTED_SPAN_ATTRIBUTES]
+    + [
+        ("attributes", STRING_MAP),
+        ("resource_attributes", STRING_MAP),
+        ("dropped_attributes_count", pa.int32()),
+        ("dropped_events_count", pa.int32()),
+        ("dropped_links_count", pa.int32()),
+    ],
+    metadata=SCHEMA_METADATA,
+)
+
+SPAN_EVENTS_SCHEMA = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("time_unix_nano", pa.int64()),
+        ("name", pa.string()),
+        ("attributes", STRING_MAP),
+        ("dropped_attributes_count", pa.int32()),
+    ],
+    metadata=SCHEMA_METADATA,
+)
+
+SPAN_LINKS_SCHEMA = pa.schema(
+    [
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("linked_trace_id", pa.string()),
+        ("linked_span_id", pa.string()),
+        ("trace_state", pa.string()),
+        ("attributes", STRING_MAP),
+        ("dropped_attributes_count", pa.int32()),
+    ],
+    metadata=SCHEMA_METADATA,
+)
+
+TABLES = {"spans": SPANS_SCHEMA, "span_events": SPAN_EVENTS_SCHEMA, "span_links": SPAN_LINKS_SCHEMA}
+
+# Time columns sort and delta-encode well; everything else is dictionary-encoded.
+DELTA_COLUMNS = {"start_time_unix_nano", "duration_ns", "time_unix_nano"}
+
+INT64_MAX = (1 << 63) - 1
+
+# Events and links are partitioned by their span's start time, carried in this column
+# while rows are buffered and dropped by the writer.
+PARTITION_TIME = "_span_start_time_unix_nano"
+
+_PROMOTED = {key: (col, t) for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES}
+_PROMOTED_COLUMNS = [col for col, _key, _t in semconv.PROMOTED_SPAN_ATTRIBUTES]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-span limits that keep one hostile span from exhausting memory or the lake.
+
+    Values over ``max_value_chars`` are truncated and marked; attributes past
+    ``max_attributes`` are dropped and counted in ``dropped_attributes_count`` (the same
+    rule the OTel SDK applies with OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT).
+    """
+
+    max_attributes: int = 1024
+    max_value_chars: int = 256 * 1024
+    max_key_chars: int = 1024
+    max_events: int = 1024
+    max_links: int = 1024
+
+
+DEFAULT_LIMITS = Limits()
+TRUNCATION_MARK = "…[truncated by otel-assay]"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def stringify(value: Any) -> str | None:
+    """An attribute value as stored in the lake's string maps (storage.md §2.1).
+
+    str as is; bool as ``true``/``false``; int and float in canonical decimal
+    (``repr``, shortest round-trip); bytes as base64; arrays and key-value lists as
+    compact JSON. ``None`` (an empty AnyValue) stays NULL.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    return json.dumps(_jsonable(value), separators=(",", ":"), ensure_ascii=False)
+
+
+class SpanRejected(ValueError):
+    """A span that cannot be stored; the message says why (it goes to partial success)."""
+
+
+def _check_hex_id(value: str, length: int, what: str, *, optional: bool = False) -> str | None:
+    if not value:
+        if optional:
+            return None
+        raise SpanRejected(f"{what} is empty")
+    if len(value) != length:
+        raise SpanRejected(f"{what} must be {length // 2} bytes ({length} hex digits), got {len(value)} hex digits")
+    try:
+        int(value, 16)
+    except ValueError:
+        raise SpanRejected(f"{what} is not hexadecimal") from None
+    if value.strip("0") == "":
+        if optional:
+            return None
+        raise SpanRejected(f"{what} is all zeros (invalid per W3C trace context)")
+    return value.lower()
+
+
+@dataclass
+class _Maps:
+    offsets: list[int] = field(default_factory=lambda: [0])
+    keys: list[str] = field(default_factory=list)
+    values: list[str | None] = field(default_factory=list)
+
+    def array(self) -> pa.MapArray:
+        return pa.MapArray.from_arrays(
+            pa.array(self.offsets, pa.int32()),
+            _safe_string_array(self.keys),
+            _safe_string_array(self.values),
+        )
+
+
+def _scrub(s: str | None) -> str | None:
+    # JSON can carry lone surrogates ("\ud800") that are valid Python str but not UTF-8.
+    if s is None:
+        return None
+    return s.encode("utf-8", "replace").decode("utf-8")
+
+
+def _safe_string_array(values: list) -> pa.Array:
+    try:
+        return pa.array(values, pa.string())
+    except (pa.ArrowInvalid, UnicodeEncodeError):
+        return pa.array([_scrub(v) for v in values], pa.string())
+
+
+@dataclass
+class Resource:
+    """A resource (and scope) prepared once per ResourceSpans / ScopeSpans block."""
+
+    service_name: str | None
+    keys: list[str]
+    values: list[str | None]
+
+
+def make_resource(attributes: Iterable[tuple[str, Any]], limits: Limits = DEFAULT_LIMITS) -> Resource:
+    service_name = None
+    keys: list[str] = []
+    values: list[str | None] = []
+    for key, value in attributes:
+        if key == semconv.SERVICE_NAME and isinstance(value, str) and service_name is None:
+            service_name = value[: limits.max_value_chars]
+            continue
+        if len(keys) >= limits.max_attributes or len(key) > limits.max_key_chars:
+            continue
+        keys.append(key)
+        values.append(_limit(stringify(value), limits))
+    return Resource(service_name, keys, values)
+
+
+def _limit(s: str | None, limits: Limits) -> str | None:
+    if s is not None and len(s) > limits.max_value_chars:
+        return s[: limits.max_value_chars] + TRUNCATION_MARK
+    return s
+
+
+class SpanBatch:
+    """Columnar buffers for the three lake tables. Not thread-safe: one per producer."""
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS):
+        self.limits = limits
+        self._span_cols: dict[str, list] = {name: [] for name in SPANS_SCHEMA.names if not name.endswith("attributes")}
+        self._span_attrs = _Maps()
+        self._span_res = _Maps()
+        self._ev_cols: dict[str, list] = {n: [] for n in SPAN_EVENTS_SCHEMA.names if n != "attributes"}
+        self._ev_cols[PARTITION_TIME] = []
+        self._ev_attrs = _Maps()
+        self._ln_cols: dict[str, list] = {n: [] for n in SPAN_LINKS_SCHEMA.names if n != "attributes"}
+        self._ln_cols[PARTITION_TIME] = []
+        self._ln_attrs = _Maps()
+        self.rejected = 0
+        self.reject_reasons: dict[str, int] = {}
+        self.truncated_values = 0
+
+    def __len__(self) -> int:
+        return len(self._span_cols["trace_id"])
+
+    def reject(self, reason: str) -> None:
+        self.rejected += 1
+        self.reject_reasons[reason] = self.reject_reasons.get(reason, 0) + 1
+
+    def _attrs_into(self, maps: _Maps, attributes: Iterable[tuple[str, Any]], promoted: dict | None) -> int:
+        """Append attributes to ``maps``; return how many were dropped by the limits."""
+        limits = self.limits
+        keys, values = maps.keys, maps.values
+        n = 0
+        dropped = 0
+        for key, value in attributes:
+            if promoted is not None:
+                target = _PROMOTED.get(key)
+                if target is not None:
+                    col, t = target
+                    if promoted.get(col) is None and (
+                        (t == "string" and isinstance(value, str))
+                        or (t == "int64" and isinstance(value, int) and not isinstance(value, bool)
+                            and -INT64_MAX - 1 <= value <= INT64_MAX)
+                        or (t == "double" and isinstance(value, float))
+                    ):
+                        if t == "string" and len(value) > limits.max_value_chars:
+                            value = value[: limits.max_value_chars] + TRUNCATION_MARK
+                            self.truncated_values += 1
+                        promoted[col] = value
+                        continue
+            if n >= limits.max_attributes or len(key) > limits.max_key_chars:
+                dropped += 1
+                continue
+            s = stringify(value)
+            if s is not None and len(s) > limits.max_value_chars:
+                s = s[: limits.max_value_chars] + TRUNCATION_MARK
+                self.truncated_values += 1
+            keys.append(key)
+            values.append(s)
+            n += 1
+        maps.offsets.append(len(keys))
+        return dropped
+
+    def add_span(
+        self,
+        *,
+        trace_id: str,
+        span_id: str,
+        parent_span_id: str | None,
+        name: str,
+        kind: int,
+        start_time_unix_nano: int,
+        end_time_unix_nano: int,
+        status_code: int,
+        status_message: str | None,
+        trace_state: str | None,
+        scope_name: str | None,
+        scope_version: str | None,
+        resource: Resource,
+        attributes: Iterable[tuple[str, Any]],
+        events: Iterable[tuple[int, str, Iterable[tuple[str, Any]], int]] = (),
+        links: Iterable[tuple[str, str, str | None, Iterable[tuple[str, Any]], int]] = (),
+        dropped_attributes_count: int = 0,
+        dropped_events_count: int = 0,
+        dropped_links_count: int = 0,
+    ) -> bool:
+        """Validate one span and append it; on a bad span, count the reason and return False.
+
+        Ids are hex strings (any case). ``events`` are (time, name, attributes, dropped);
+        ``links`` are (trace_id, span_id, trace_state, attributes, dropped).
+        """
+        try:
+            trace_id = _check_hex_id(trace_id, 32, "trace_id")
+            span_id = _check_hex_id(span_id, 16, "span_id")
+            parent_span_id = _check_hex_id(parent_span_id or "", 16, "parent_span_id", optional=True)
+            if not 0 < start_time_unix_nano <= INT64_MAX:
+                raise SpanRejected("start_time_unix_nano must be a positive int64 nanosecond timestamp")
+            if not 0 < end_time_unix_nano <= INT64_MAX:
+                raise SpanRejected("end_time_unix_nano must be a positive int64 nanosecond timestamp")
+            if end_time_unix_nano < start_time_unix_nano:
+                raise SpanRejected("end_time_unix_nano is before start_time_unix_nano")
+            if not 0 <= kind <= 5:
+                raise SpanRejected(f"kind {kind} is not a SpanKind (0-5)")
+            if not 0 <= status_code <= 2:
+                raise SpanRejected(f"status.code {status_code} is not a StatusCode (0-2)")
+            events = list(events)
+            links = list(links)
+        except SpanRejected as e:
+            self.reject(str(e))
+            return False
+        except (TypeError, ValueError) as e:
+            self.reject(f"malformed span: {e}")
+            return False
+
+        limits = self.limits
+        cols = self._span_cols
+        promoted: dict[str, Any] = {}
+        dropped = self._attrs_into(self._span_attrs, attributes, promoted)
+        cols["trace_id"].append(trace_id)
+        cols["span_id"].append(span_id)
+        cols["parent_span_id"].append(parent_span_id)
+        cols["trace_state"].append(trace_state or None)
+        cols["name"].append(_limit(name, limits) or "")
+        cols["kind"].append(kind)
+        cols["start_time_unix_nano"].append(start_time_unix_nano)
+        cols["duration_ns"].append(end_time_unix_nano - start_time_unix_nano)
+        cols["status_code"].append(status_code)
+        cols["status_message"].append(_limit(status_message, limits) or None)
+        cols["service_name"].append(resource.service_name)
+        cols["scope_name"].append(scope_name or None)
+        cols["scope_version"].append(scope_version or None)
+        for col in _PROMOTED_COLUMNS:
+            cols[col].append(promoted.get(col))
+        res = self._span_res
+        res.keys.extend(resource.keys)
+        res.values.extend(resource.values)
+        res.offsets.append(len(res.keys))
+
+        if len(events) > limits.max_events:
+            dropped_events_count += len(events) - limits.max_events
+            events = events[: limits.max_events]
+        ev = self._ev_cols
+        for time_unix_nano, ev_name, ev_attrs, ev_dropped in events:
+            ev_dropped += self._attrs_into(self._ev_attrs, ev_attrs, None)
+            ev["trace_id"].append(trace_id)
+            ev["span_id"].append(span_id)
+            ev["time_unix_nano"].append(min(max(int(time_unix_nano), 0), INT64_MAX))
+            ev["name"].append(_limit(ev_name, limits) or "")
+            ev["dropped_attributes_count"].append(ev_dropped)
+            ev[PARTITION_TIME].append(start_time_unix_nano)
+
+        if len(links) > limits.max_links:
+            dropped_links_count += len(links) - limits.max_links
+            links = links[: limits.max_links]
+        ln = self._ln_cols
+        for l_trace, l_span, l_state, l_attrs, l_dropped in links:
+            l_dropped += self._attrs_into(self._ln_attrs, l_attrs, None)
+            ln["trace_id"].append(trace_id)
+            ln["span_id"].append(span_id)
+            ln["linked_trace_id"].append((l_trace or "").lower())
+            ln["linked_span_id"].append((l_span or "").lower())
+            ln["trace_state"].append(l_state or None)
+            ln["dropped_attributes_count"].append(l_dropped)
+            ln[PARTITION_TIME].append(start_time_unix_nano)
+
+        cols["dropped_attributes_count"].append(min(dropped_attributes_count + dropped, 2**31 - 1))
+        cols["dropped_events_count"].append(min(dropped_events_count, 2**31 - 1))
+        cols["dropped_links_count"].append(min(dropped_links_count, 2**31 - 1))
+        return True
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The buffered rows as Arrow tables (unsorted; the writer sorts)."""
+        out = {}
+        for table, schema, cols, maps in (
+            ("spans", SPANS_SCHEMA, self._span_cols, {"attributes": self._span_attrs, "resource_attributes": self._span_res}),
+            ("span_events", SPAN_EVENTS_SCHEMA, self._ev_cols, {"attributes": self._ev_attrs}),
+            ("span_links", SPAN_LINKS_SCHEMA, self._ln_cols, {"attributes": self._ln_attrs}),
+        ):
+            arrays = []
+            for f in schema:
+                if f.name in maps:
+                    arrays.append(maps[f.name].array())
+                elif pa.types.is_string(f.type):
+                    arrays.append(_safe_string_array(cols[f.name]))
+                else:
+                    arrays.append(pa.array(cols[f.name], f.type))
+            t = pa.Table.from_arrays(arrays, schema=schema)
+            if PARTITION_TIME in cols:
+                t = t.append_column(PARTITION_TIME, pa.array(cols[PARTITION_TIME], pa.int64()))
+            out[table] = t
+        return out
+
+
