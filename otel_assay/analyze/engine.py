@@ -22,7 +22,7 @@ from ..collect.schema import TABLES
 
 # Views are created in this order (a view may use the ones before it); any other
 # queries/*.sql file follows in name order.
-VIEW_ORDER = ["spans"]
+VIEW_ORDER = ["spans", "span_events", "span_links"]
 
 
 def query_files() -> dict[str, str]:
@@ -141,7 +141,7 @@ class Engine:
 
     def query(self, sql: str, params: Sequence[Any] | dict | None = None) -> pa.Table:
         """Run SQL over the views and return an Arrow table."""
-        return self.con.execute(sql, params or []).to_arrow_table()
+        return self.con.sql(sql, params=params or None).to_arrow_table()
 
     def close(self) -> None:
         self.con.close()
