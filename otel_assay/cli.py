@@ -25,3 +25,12 @@ def main() -> None:
         cli.main(prog_name="otel-assay", standalone_mode=True)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _register_commands() -> None:
+    from .analyze import commands as analyze_commands
+
+    analyze_commands.register(cli)
+
+
+_register_commands()
