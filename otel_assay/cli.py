@@ -1,12 +1,31 @@
-"""The ``otel-assay`` command line: each command is a thin click shell over a library function."""
+"""The ``otel-assay`` command line: each command is a thin click shell over a library function.
+
+Exit codes (DESIGN §8): 0 deploy/PASS, 1 block/FAIL, 2 manual/INCONCLUSIVE, 3 usage or
+configuration error, 4 data error. Expected errors print one message saying what was wrong
+and what to do, never a traceback.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 
 import click
 
 from . import __version__
+from .errors import EXIT_USAGE, DataError, UsageError
+
+
+def default_lake() -> str:
+    return os.environ.get("OTEL_ASSAY_DIR", "traces")
+
+
+lake_option = click.option(
+    "--dir", "lake_dir", default=default_lake, show_default="$OTEL_ASSAY_DIR or ./traces",
+    type=click.Path(file_okay=False), help="The span lake directory.",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -15,16 +34,212 @@ def cli() -> None:
     """otel-assay: did this change make my agent worse?
 
     Capture agent steps as OpenTelemetry spans, keep them in a Parquet span lake, and
-    judge versions with statistics that hold up. Exit codes: 0 deploy/PASS, 1 block/FAIL,
-    2 manual/INCONCLUSIVE, 3 usage or configuration error, 4 data error.
+    judge versions with statistics that hold up.
+
+    Exit codes: 0 deploy/PASS, 1 block/FAIL, 2 manual/INCONCLUSIVE, 3 usage or
+    configuration error, 4 data error.
     """
 
 
-def main() -> None:
+# ---------------------------------------------------------------------------- collect
+@cli.command()
+@lake_option
+@click.option("--grpc", "grpc_addr", default="127.0.0.1:4317", show_default=True, metavar="HOST:PORT",
+              help="OTLP/gRPC listen address; 'off' disables it.")
+@click.option("--http", "http_addr", default="127.0.0.1:4318", show_default=True, metavar="HOST:PORT",
+              help="OTLP/HTTP listen address (POST /v1/traces); 'off' disables it.")
+@click.option("--token", envvar="OTEL_ASSAY_TOKEN", default=None,
+              help="Bearer token clients must send (Authorization: Bearer TOKEN). Required for a "
+                   "non-loopback address. Also read from $OTEL_ASSAY_TOKEN.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate: serve TLS on both listeners.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key for --tls-cert.")
+@click.option("--max-body-mib", type=click.FloatRange(min=0.001), default=20, show_default=True,
+              help="Largest request accepted, after decompression (larger: HTTP 413 / gRPC RESOURCE_EXHAUSTED).")
+@click.option("--max-buffered-spans", type=click.IntRange(min=1000), default=500_000, show_default=True,
+              help="Spans acknowledged but not yet in Parquet before clients are told to back off "
+                   "(HTTP 503 + Retry-After / gRPC UNAVAILABLE). Bounds the collector's memory.")
+@click.option("--flush-seconds", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
+              help="How often acknowledged spans are turned into Parquet files.")
+@click.option("--fsync/--no-fsync", default=True, show_default=True,
+              help="fsync the write-ahead log before acknowledging. --no-fsync is faster but an OS crash "
+                   "can lose acknowledged spans.")
+def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_mib, max_buffered_spans,
+            flush_seconds, fsync):
+    """Receive OTLP traces (gRPC and HTTP, protobuf and JSON) into the lake at --dir.
+
+    A batch is acknowledged only once it is in the write-ahead log (LAKE/_wal) and fsynced;
+    a background flusher turns the log into Parquet. After a crash the log is replayed at
+    the next start. Retransmitted spans (same trace_id and span_id) are stored once.
+    SIGTERM or SIGINT flushes and exits 0. Prints one line per listener when ready.
+    """
+    from .collect.lake import LakeError
+    from .collect.receiver import Collector, Receiver, is_loopback, parse_hostport
+
+    addrs = {}
+    for proto, value, port in (("grpc", grpc_addr, 4317), ("http", http_addr, 4318)):
+        if value.strip().lower() == "off":
+            addrs[proto] = None
+            continue
+        try:
+            addrs[proto] = parse_hostport(value, port)
+        except ValueError as e:
+            raise UsageError(f"--{proto}: {e}; use HOST:PORT, for example 127.0.0.1:{port}") from None
+    if not any(addrs.values()):
+        raise UsageError("both listeners are off; enable --grpc or --http")
+    exposed = [f"{h}:{p}" for h, p in filter(None, addrs.values()) if not is_loopback(h)]
+    if exposed and not token:
+        raise UsageError(f"listening on non-loopback address {', '.join(exposed)} needs a bearer token: "
+                         "pass --token or set OTEL_ASSAY_TOKEN")
+    if bool(tls_cert) != bool(tls_key):
+        raise UsageError("--tls-cert and --tls-key go together")
     try:
-        cli.main(prog_name="otel-assay", standalone_mode=True)
-    except KeyboardInterrupt:
-        sys.exit(130)
+        collector = Collector(lake_dir, max_buffered_spans=max_buffered_spans, flush_seconds=flush_seconds, fsync=fsync)
+    except LakeError as e:
+        raise DataError(str(e)) from None
+    try:
+        receiver = Receiver(collector, grpc_addr=addrs["grpc"], http_addr=addrs["http"], token=token,
+                            tls_cert=tls_cert, tls_key=tls_key, max_body=int(max_body_mib * (1 << 20)))
+    except (OSError, RuntimeError) as e:
+        collector.close()
+        raise UsageError(f"cannot listen: {e}; pick a free port with --grpc/--http") from None
+    stop = threading.Event()
+
+    def _on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    receiver.start()
+    if collector.replayed_spans:
+        click.echo(f"otel-assay collect: replayed {collector.replayed_spans} spans from the write-ahead log")
+    click.echo(f"otel-assay collect: writing to {os.path.abspath(lake_dir)}")
+    for listener in receiver.listeners:
+        click.echo(f"otel-assay collect: {listener.describe()}")
+    sys.stdout.flush()
+    while not stop.wait(0.5):
+        pass
+    receiver.stop()
+    st = collector.stats
+    click.echo(f"otel-assay collect: stopped; {st.spans_accepted} spans accepted, {st.spans_written} written, "
+               f"{st.spans_duplicate} duplicates dropped, {st.spans_rejected} rejected")
+
+
+# ---------------------------------------------------------------------------- import
+@cli.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@lake_option
+def import_(files, lake_dir):
+    """Import OTLP trace files into the lake at --dir.
+
+    Accepts OTLP JSON Lines (the OpenTelemetry Collector file exporter's default), a single
+    OTLP JSON document, and length-prefixed OTLP protobuf; each may be gzip or zstd
+    compressed. Importing the same file twice stores its spans once. Exits 4 if any file,
+    record or span could not be imported (the rest is still imported).
+    """
+    from .collect.importer import import_files
+    from .collect.lake import LakeError
+
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        raise DataError(f"no such file: {', '.join(missing)}")
+    total = sum(os.path.getsize(f) for f in files)
+    try:
+        if sys.stderr.isatty() and total > 8 << 20:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+            with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                          TimeRemainingColumn(), transient=True) as prog:
+                task = prog.add_task("importing", total=total)
+                result = import_files(list(files), lake_dir, progress=lambda n: prog.advance(task, n))
+        else:
+            result = import_files(list(files), lake_dir)
+    except LakeError as e:
+        raise DataError(str(e)) from None
+    for f in result.files:
+        line = f"{f.path}: {f.format}, {f.spans_imported} spans imported"
+        if f.spans_rejected:
+            line += f", {f.spans_rejected} rejected"
+        click.echo(line)
+        for why, n in sorted(f.reject_reasons.items(), key=lambda kv: -kv[1])[:10]:
+            click.echo(f"  rejected {n}: {why}", err=True)
+        for err in f.errors[:20]:
+            click.echo(f"  error: {err}", err=True)
+        if len(f.errors) > 20:
+            click.echo(f"  ... and {len(f.errors) - 20} more errors", err=True)
+    click.echo(f"imported {result.spans_imported} spans into {lake_dir}"
+               + (f"; {result.spans_rejected} rejected" if result.spans_rejected else ""))
+    if not result.ok:
+        raise DataError("some input could not be imported (see above); fix or remove it and import again — "
+                        "spans already imported are kept and are not duplicated")
+
+
+# ---------------------------------------------------------------------------- compact
+@cli.command()
+@lake_option
+@click.option("--target-mib", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Merge a partition's files into files of about this size (on disk).")
+@click.option("--grace-seconds", type=click.FloatRange(min=0), default=60, show_default=True,
+              help="Keep replaced files this long so readers that listed them can finish.")
+def compact(lake_dir, target_mib, grace_seconds):
+    """Merge the small files of each partition, dropping duplicate spans.
+
+    Safe while a collector writes and readers read: a reader sees either the old files or
+    the merged one, never both. Unreadable files are left alone and reported (exit 4).
+    """
+    from .collect.lake import Lake, LakeError
+
+    if not os.path.isdir(lake_dir):
+        raise DataError(f"lake directory {lake_dir} does not exist")
+    try:
+        r = Lake(lake_dir).compact(target_bytes=target_mib << 20, grace_seconds=grace_seconds)
+    except LakeError as e:
+        raise DataError(str(e)) from None
+    click.echo(f"compacted {r.files_in} files into {r.files_out} ({r.rows_in} rows in, {r.rows_out} out, "
+               f"{r.rows_in - r.rows_out} duplicates dropped); deleted {r.deleted_files} replaced files")
+    if r.skipped:
+        for s in r.skipped:
+            click.echo(f"  skipped {s}", err=True)
+        raise DataError("unreadable files were left in place; move them out of the lake")
+
+
+# ---------------------------------------------------------------------------- sql
+@cli.command()
+@click.argument("lake")
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+def sql(lake, query, fmt):
+    """Run a read-only SQL query over the lake's views.
+
+    LAKE is a lake directory, a Parquet file or a glob. Views: spans, span_events,
+    span_links and the analysis views (see README). The query cannot read or write other
+    files.
+
+    \b
+    Example:
+      otel-assay sql traces "SELECT name, count(*) FROM spans GROUP BY ALL"
+    """
+    import duckdb
+
+    from .analyze.engine import Engine, is_read_only_sql
+    from .collect.lake import LakeError
+    from .report.output import write_table
+
+    if not is_read_only_sql(query):
+        raise UsageError("only read-only queries (SELECT, WITH, DESCRIBE, ...) are allowed")
+    try:
+        eng = Engine(lake)
+    except LakeError as e:
+        raise DataError(str(e)) from None
+    try:
+        eng.lock_down()
+        table = eng.query(query)
+    except duckdb.PermissionException as e:
+        raise UsageError(f"the query may only read the lake's views: {e}") from None
+    except duckdb.Error as e:
+        raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
+    finally:
+        eng.close()
+    write_table(table, fmt)
 
 
 def _register_commands() -> None:
@@ -34,3 +249,21 @@ def _register_commands() -> None:
 
 
 _register_commands()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: click with usage errors mapped to exit 3 (click's own default is 2)."""
+    try:
+        rv = cli.main(args=argv, prog_name="otel-assay", standalone_mode=False)
+    except click.exceptions.UsageError as e:  # includes BadParameter, NoSuchOption
+        e.show()
+        sys.exit(EXIT_USAGE)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)

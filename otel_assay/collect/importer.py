@@ -1,0 +1,250 @@
+"""``otel-assay import``: OTLP trace files into the lake.
+
+Reads what the OpenTelemetry Collector's file exporter and the SDK's OTLP JSON file
+exporter write (reference/storage.md §3): JSON Lines (one ExportTraceServiceRequest or
+TracesData per line), a single JSON document, or length-prefixed protobuf (4-byte
+big-endian length before each message); any of them gzip- or zstd-compressed (detected by
+magic bytes, not by the file name).
+
+Import is idempotent: files written for an input are named after the input's content
+hash, so importing the same file twice leaves the lake as importing it once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator
+
+from .lake import Lake
+from .otlp import MalformedOTLP, add_json, add_protobuf, parse_protobuf
+from .schema import DEFAULT_LIMITS, Limits, SpanBatch
+
+CHUNK_SPANS = 200_000
+MAX_RECORD = 256 << 20
+_GZIP = b"\x1f\x8b"
+_ZSTD = b"\x28\xb5\x2f\xfd"
+
+
+@dataclass
+class FileReport:
+    path: str
+    format: str = "?"
+    spans_seen: int = 0
+    spans_imported: int = 0
+    spans_rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+    reject_reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class ImportResult:
+    files: list[FileReport] = field(default_factory=list)
+
+    @property
+    def spans_imported(self) -> int:
+        return sum(f.spans_imported for f in self.files)
+
+    @property
+    def spans_rejected(self) -> int:
+        return sum(f.spans_rejected for f in self.files)
+
+    @property
+    def ok(self) -> bool:
+        return all(not f.errors and not f.spans_rejected for f in self.files)
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:20]
+
+
+class _Counting(io.RawIOBase):
+    """Reports bytes read from the file on disk (compressed), for the progress bar."""
+
+    def __init__(self, f: BinaryIO, tick: Callable[[int], None] | None):
+        self.f, self.tick = f, tick
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self.f.readinto(b)
+        if self.tick and n:
+            self.tick(n)
+        return n
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
+
+def _open_decompressed(path: Path, progress) -> tuple[io.BufferedReader, str]:
+    f = open(path, "rb", buffering=0)
+    head = f.read(4)
+    f.seek(0)
+    raw = io.BufferedReader(_Counting(f, progress), 1 << 20)
+    if head[:2] == _GZIP:
+        return io.BufferedReader(gzip.GzipFile(fileobj=raw), 1 << 20), "gzip"
+    if head == _ZSTD:
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+        return io.BufferedReader(reader, 1 << 20), "zstd"
+    return raw, ""
+
+
+def _protobuf_records(stream: BinaryIO) -> Iterator[bytes]:
+    while True:
+        head = stream.read(4)
+        if not head:
+            return
+        if len(head) < 4:
+            raise MalformedOTLP("truncated length prefix at end of file")
+        (n,) = struct.unpack(">I", head)
+        if n > MAX_RECORD:
+            raise MalformedOTLP(f"record length {n} is implausible; not a length-prefixed OTLP protobuf file")
+        body = stream.read(n)
+        if len(body) < n:
+            raise MalformedOTLP("truncated record at end of file")
+        yield body
+
+
+def import_files(
+    paths: list[str | Path],
+    lake_dir: str | Path,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
+    """Import OTLP trace files into the lake at ``lake_dir``; bad records are reported, good ones kept."""
+    lake = Lake(lake_dir)
+    lake.ensure_writable()
+    result = ImportResult()
+    for p in paths:
+        path = Path(p)
+        report = FileReport(str(path))
+        result.files.append(report)
+        try:
+            _import_one(path, lake, limits, report, progress)
+        except OSError as e:
+            report.errors.append(f"cannot read: {e.strerror or e}")
+        except EOFError as e:
+            report.errors.append(f"truncated compressed data: {e}")
+        except Exception as e:  # a corrupt compressed stream raises library-specific errors
+            if type(e).__module__.startswith(("zstd", "zlib", "gzip")) or "zstd" in type(e).__name__.lower():
+                report.errors.append(f"corrupt compressed data: {e}")
+            else:
+                raise
+    return result
+
+
+def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, progress) -> None:
+    digest = _digest(path)
+    stream, compression = _open_decompressed(path, progress)
+    chunk = 0
+    batch = SpanBatch(limits)
+
+    def flush() -> None:
+        nonlocal chunk, batch
+        if len(batch):
+            lake.write(batch.tables(), token=f"import-{digest}-{chunk:05d}")
+            report.spans_imported += len(batch)
+            chunk += 1
+        for why, n in batch.reject_reasons.items():
+            report.reject_reasons[why] = report.reject_reasons.get(why, 0) + n
+        report.spans_rejected += batch.rejected
+        batch = SpanBatch(limits)
+
+    try:
+        first = stream.peek(64)[:64]
+        looks_json = first.lstrip()[:1] in (b"{", b"[")
+        if looks_json:
+            report.format = "json" + (f"+{compression}" if compression else "")
+            _import_json(stream, batch_ref=lambda: batch, flush=flush, report=report)
+        elif first:
+            report.format = "protobuf" + (f"+{compression}" if compression else "")
+            try:
+                for n, record in enumerate(_protobuf_records(stream), 1):
+                    try:
+                        report.spans_seen += add_protobuf(parse_protobuf(record), batch)
+                    except MalformedOTLP as e:
+                        report.errors.append(f"record {n}: {e}")
+                    if len(batch) >= CHUNK_SPANS:
+                        flush()
+            except MalformedOTLP as e:
+                report.errors.append(str(e))
+        else:
+            report.errors.append("empty file")
+        flush()
+    finally:
+        stream.close()
+
+
+def _import_json(stream: BinaryIO, *, batch_ref, flush, report: FileReport) -> None:
+    lines = iter(stream)
+    first_line = next(lines, b"")
+    try:
+        first_doc = json.loads(first_line)
+        single = False
+    except ValueError:
+        single = True
+    if single:
+        # one (pretty-printed) document, not JSON Lines
+        text = first_line + stream.read()
+        try:
+            doc = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            report.errors.append(f"not valid JSON: {e}")
+            return
+        for d in doc if isinstance(doc, list) else [doc]:
+            try:
+                report.spans_seen += add_json(d, batch_ref())
+            except MalformedOTLP as e:
+                report.errors.append(str(e))
+        return
+    docs = _chain_first(first_doc, lines)
+    for lineno, item in enumerate(docs, 1):
+        if item is _BLANK:
+            continue
+        if isinstance(item, _BadLine):
+            if len(report.errors) < 100:
+                report.errors.append(f"line {lineno}: {item.why}")
+            continue
+        try:
+            report.spans_seen += add_json(item, batch_ref())
+        except MalformedOTLP as e:
+            if len(report.errors) < 100:
+                report.errors.append(f"line {lineno}: {e}")
+        if len(batch_ref()) >= CHUNK_SPANS:
+            flush()
+
+
+_BLANK = object()
+
+
+@dataclass
+class _BadLine:
+    why: str
+
+
+def _chain_first(first_doc, lines) -> Iterator:
+    yield first_doc
+    for line in lines:
+        if not line.strip():
+            yield _BLANK
+            continue
+        try:
+            yield json.loads(line)
+        except UnicodeDecodeError:
+            yield _BadLine("not UTF-8")
+        except (ValueError, RecursionError) as e:
+            yield _BadLine(f"not valid JSON ({e})")

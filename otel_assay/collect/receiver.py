@@ -1,0 +1,607 @@
+"""The OTLP receiver behind ``otel-assay collect``: gRPC TraceService and HTTP /v1/traces.
+
+Both listeners hand batches to one :class:`Collector`, which validates spans, drops
+retransmitted ones, appends the batch to the write-ahead log (acknowledging only after
+fsync), and lets a background flusher turn the log into Parquet. Status codes, partial
+success, throttling and error bodies follow the OTLP specification
+(reference/storage.md §3).
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import ipaddress
+import json
+import logging
+import socket
+import ssl
+import threading
+import time
+import zlib
+from concurrent import futures
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .lake import Lake, check_lake_file
+from .otlp import MalformedOTLP, add_json, add_protobuf, parse_json, parse_protobuf
+from .schema import DEFAULT_LIMITS, Limits, SpanBatch
+from .wal import WALError, WriteAheadLog, decode, read_segment
+
+log = logging.getLogger("otel_assay.collect")
+
+DEFAULT_MAX_BODY = 20 << 20  # decompressed request size limit (the Collector's default)
+
+
+class Overloaded(Exception):
+    """Too much is buffered; the client should retry after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: int, why: str):
+        super().__init__(why)
+        self.retry_after = retry_after
+
+
+@dataclass
+class IngestResult:
+    received: int = 0
+    accepted: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    error_message: str = ""
+
+
+@dataclass
+class CollectorStats:
+    requests: int = 0
+    spans_received: int = 0
+    spans_accepted: int = 0
+    spans_duplicate: int = 0
+    spans_rejected: int = 0
+    spans_written: int = 0
+    throttled: int = 0
+    malformed: int = 0
+    files_written: int = 0
+    flush_errors: int = 0
+    reject_reasons: dict[str, int] = field(default_factory=dict)
+
+
+class _RecentKeys:
+    """The (trace_id, span_id) keys of the last ``capacity`` accepted spans.
+
+    Keys are 64-bit hashes (a false match needs a hash collision among the window's keys:
+    ~3e-8 at one million); a window, not the whole lake, because retransmissions follow
+    a lost acknowledgement within seconds. ``compact`` removes any older duplicate.
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._set: set[int] = set()
+        self._fifo: collections.deque[int] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self._set)
+
+    def add_new(self, keys: list[int]) -> list[bool]:
+        """Mark which keys are new and remember them (a key repeated within ``keys`` counts once)."""
+        s, fifo = self._set, self._fifo
+        fresh = []
+        for k in keys:
+            if k in s:
+                fresh.append(False)
+            else:
+                s.add(k)
+                fifo.append(k)
+                fresh.append(True)
+        while len(fifo) > self.capacity:
+            s.discard(fifo.popleft())
+        return fresh
+
+    def forget(self, keys: list[int]) -> None:
+        for k in keys:
+            self._set.discard(k)
+
+
+def _span_keys(trace_ids: list[str], span_ids: list[str]) -> list[int]:
+    return [hash(t + s) for t, s in zip(trace_ids, span_ids)]
+
+
+def _filter_tables(tables: dict[str, pa.Table], keep: list[bool]) -> dict[str, pa.Table]:
+    spans = tables["spans"]
+    mask = pa.array(keep, pa.bool_())
+    kept = spans.filter(mask)
+    keys = pc.binary_join_element_wise(kept.column("trace_id"), kept.column("span_id"), "")
+    out = {"spans": kept}
+    for name in ("span_events", "span_links"):
+        t = tables[name]
+        if t.num_rows:
+            tk = pc.binary_join_element_wise(t.column("trace_id"), t.column("span_id"), "")
+            t = t.filter(pc.is_in(tk, value_set=keys))
+        out[name] = t
+    return out
+
+
+class Collector:
+    """Durable, deduplicating ingest into a lake; shared by the gRPC and HTTP listeners."""
+
+    def __init__(
+        self,
+        lake_dir: str | Path,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        max_buffered_spans: int = 500_000,
+        flush_rows: int = 200_000,
+        flush_seconds: float = 2.0,
+        dedupe_window: int = 1_000_000,
+        fsync: bool = True,
+    ):
+        self.lake = Lake(lake_dir)
+        self.lake.ensure_writable()
+        self.limits = limits
+        self.max_buffered_spans = max_buffered_spans
+        self.flush_rows = flush_rows
+        self.flush_seconds = flush_seconds
+        self.fsync = fsync
+        self.stats = CollectorStats()
+        self._recent = _RecentKeys(dedupe_window)
+        self._dedupe_lock = threading.Lock()
+        self._stats_lock = threading.Lock()
+        self._flushing_rows = 0
+        self._flush_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._last_flush = time.monotonic()
+        self.wal = WriteAheadLog(self.lake.wal_dir, fsync=fsync)
+        self.replayed_spans = self._replay()
+        self._seed_recent_keys()
+        self._flusher = threading.Thread(target=self._flush_loop, name="otel-assay-flusher", daemon=True)
+        self._flusher.start()
+
+    # ------------------------------------------------------------------ startup
+    def _replay(self) -> int:
+        """Turn log segments left by an earlier run (a crash) into Parquet."""
+        n = 0
+        for seg in self.wal.existing_segments():
+            parts = [decode(p) for p in read_segment(seg)]
+            if parts:
+                tables = {name: pa.concat_tables([p[name] for p in parts]) for name in parts[0]}
+                self.lake.write(tables, token=seg.stem, fsync=self.fsync)
+                n += tables["spans"].num_rows
+                spans = tables["spans"]
+                self._recent.add_new(_span_keys(spans.column("trace_id").to_pylist(), spans.column("span_id").to_pylist()))
+            seg.unlink()
+        if n:
+            log.info("replayed %d spans from the write-ahead log", n)
+        return n
+
+    def _seed_recent_keys(self) -> None:
+        """Remember the newest files' span keys, so a batch retransmitted across a restart is still caught."""
+        files = sorted(self.lake.live_files("spans"), key=lambda p: p.stat().st_mtime, reverse=True)
+        budget = self._recent.capacity - len(self._recent)
+        for f in files:
+            if budget <= 0:
+                break
+            if check_lake_file(f, "spans"):
+                continue
+            try:
+                t = pq.read_table(f, columns=["trace_id", "span_id"])
+            except (OSError, pa.ArrowException):
+                continue
+            self._recent.add_new(_span_keys(t.column("trace_id").to_pylist(), t.column("span_id").to_pylist()))
+            budget -= t.num_rows
+
+    # ------------------------------------------------------------------ ingest
+    @property
+    def buffered_spans(self) -> int:
+        return self.wal.buffered_rows + self._flushing_rows
+
+    def check_capacity(self) -> None:
+        """Raise :class:`Overloaded` before any decoding work when the buffer is full."""
+        if self._stop.is_set():
+            raise Overloaded(5, "collector is shutting down")
+        if self.buffered_spans >= self.max_buffered_spans:
+            with self._stats_lock:
+                self.stats.throttled += 1
+            self._wake.set()
+            raise Overloaded(1, f"{self.buffered_spans} spans waiting to be written; retry shortly")
+
+    def submit_protobuf(self, body: bytes) -> IngestResult:
+        self.check_capacity()
+        req = parse_protobuf(body)
+        return self.submit_request(req)
+
+    def submit_request(self, req) -> IngestResult:
+        batch = SpanBatch(self.limits)
+        received = add_protobuf(req, batch)
+        return self._commit(batch, received)
+
+    def submit_json(self, body: bytes) -> IngestResult:
+        self.check_capacity()
+        doc = parse_json(body)
+        batch = SpanBatch(self.limits)
+        received = add_json(doc, batch)
+        return self._commit(batch, received)
+
+    def _commit(self, batch: SpanBatch, received: int) -> IngestResult:
+        result = IngestResult(received=received, rejected=batch.rejected)
+        tables = batch.tables()
+        spans = tables["spans"]
+        keys = _span_keys(spans.column("trace_id").to_pylist(), spans.column("span_id").to_pylist()) if spans.num_rows else []
+        with self._dedupe_lock:
+            fresh = self._recent.add_new(keys)
+        new_keys = [k for k, f in zip(keys, fresh) if f]
+        result.duplicates = len(keys) - len(new_keys)
+        if result.duplicates:
+            tables = _filter_tables(tables, fresh)
+        result.accepted = tables["spans"].num_rows
+        if result.accepted:
+            try:
+                self.wal.append(tables, result.accepted)
+            except WALError:
+                with self._dedupe_lock:
+                    self._recent.forget(new_keys)  # not stored: a retry must not be taken for a duplicate
+                raise
+        if batch.rejected:
+            reasons = sorted(batch.reject_reasons.items(), key=lambda kv: -kv[1])
+            result.error_message = "; ".join(f"{n} span(s): {why}" for why, n in reasons[:5])
+        with self._stats_lock:
+            st = self.stats
+            st.requests += 1
+            st.spans_received += received
+            st.spans_accepted += result.accepted
+            st.spans_duplicate += result.duplicates
+            st.spans_rejected += batch.rejected
+            for why, n in batch.reject_reasons.items():
+                if len(st.reject_reasons) < 100 or why in st.reject_reasons:
+                    st.reject_reasons[why] = st.reject_reasons.get(why, 0) + n
+        if self.wal.buffered_rows >= self.flush_rows:
+            self._wake.set()
+        return result
+
+    def note_malformed(self) -> None:
+        with self._stats_lock:
+            self.stats.malformed += 1
+
+    # ------------------------------------------------------------------ flushing
+    def flush(self) -> int:
+        """Write everything acknowledged so far to Parquet; return the spans written."""
+        with self._flush_lock:
+            segment = self.wal.seal()
+            self._flushing_rows = segment.rows
+            try:
+                if segment.tables:
+                    names = segment.tables[0].keys()
+                    tables = {n: pa.concat_tables([t[n] for t in segment.tables]) for n in names}
+                    self.lake.write(tables, token=segment.token, fsync=self.fsync)
+                    with self._stats_lock:
+                        self.stats.spans_written += segment.rows
+                        self.stats.files_written += 1
+                segment.path.unlink(missing_ok=True)
+            except OSError as e:
+                # the segment stays on disk and is replayed at the next start
+                with self._stats_lock:
+                    self.stats.flush_errors += 1
+                log.error("writing Parquet to %s failed: %s; the write-ahead log keeps the spans", self.lake.root, e)
+            finally:
+                self._flushing_rows = 0
+                self._last_flush = time.monotonic()
+            return segment.rows
+
+    def _flush_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(timeout=min(0.25, self.flush_seconds))
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            due = time.monotonic() - self._last_flush >= self.flush_seconds
+            if self.wal.buffered_rows and (due or self.wal.buffered_rows >= self.flush_rows):
+                self.flush()
+
+    def close(self) -> None:
+        """Stop the flusher, write what is buffered, close the log."""
+        self._stop.set()
+        self._wake.set()
+        self._flusher.join(timeout=30)
+        self.flush()
+        self.wal.close()
+        # the segment opened by the last seal is empty
+        for seg in self.lake.wal_dir.glob("seg-*.wal"):
+            if seg.stat().st_size == 0:
+                seg.unlink()
+
+
+# ====================================================================== HTTP
+def _status_json(code: int, message: str) -> bytes:
+    return json.dumps({"code": code, "message": message}).encode()
+
+
+def _status_proto(code: int, message: str) -> bytes:
+    from google.rpc import status_pb2
+
+    return status_pb2.Status(code=code, message=message).SerializeToString()
+
+
+def _read_gzip(body: bytes, limit: int) -> bytes:
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(body, limit + 1)
+    except zlib.error as e:
+        raise MalformedOTLP(f"invalid gzip body: {e}") from None
+    if len(out) > limit:
+        raise _TooLarge(limit)
+    if not d.eof:
+        raise MalformedOTLP("truncated gzip body")
+    return out
+
+
+class _TooLarge(Exception):
+    def __init__(self, limit: int):
+        super().__init__(f"request body exceeds {limit} bytes after decompression")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "otel-assay"
+    collector: Collector
+    token: str | None
+    max_body: int
+
+    def log_message(self, fmt, *args):  # the collector reports through logging, not stderr noise
+        log.debug("%s - " + fmt, self.address_string(), *args)
+
+    def _send(self, code: int, body: bytes, ctype: str, headers: dict | None = None) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, code: int, grpc_code: int, message: str, is_json: bool, headers: dict | None = None) -> None:
+        if is_json:
+            self._send(code, _status_json(grpc_code, message), "application/json", headers)
+        else:
+            self._send(code, _status_proto(grpc_code, message), "application/x-protobuf", headers)
+
+    def do_GET(self):
+        if self.path.rstrip("/") in ("", "/health", "/healthz"):
+            body = json.dumps({"status": "ok", "buffered_spans": self.collector.buffered_spans}).encode()
+            self._send(200, body, "application/json")
+        else:
+            self._error(404, 5, "not found; OTLP traces are POSTed to /v1/traces", True)
+
+    def do_POST(self):
+        ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        is_json = ctype == "application/json"
+        length_header = self.headers.get("Content-Length")
+        if self.path.split("?")[0] != "/v1/traces":
+            self.close_connection = True
+            return self._error(404, 5, f"no such path {self.path!r}; OTLP traces are POSTed to /v1/traces", is_json)
+        if self.token is not None:
+            auth = self.headers.get("Authorization") or ""
+            if not hmac.compare_digest(auth.encode(), f"Bearer {self.token}".encode()):
+                self.close_connection = True
+                return self._error(401, 16, "missing or wrong bearer token (Authorization: Bearer ...)", is_json,
+                                   {"WWW-Authenticate": "Bearer"})
+        if ctype not in ("application/x-protobuf", "application/json"):
+            self.close_connection = True
+            return self._error(415, 3, f"unsupported Content-Type {ctype!r}; use application/x-protobuf or application/json", True)
+        if length_header is None:
+            self.close_connection = True
+            return self._error(411, 3, "Content-Length required", is_json)
+        try:
+            length = int(length_header)
+            if length < 0:
+                raise ValueError
+        except ValueError:
+            self.close_connection = True
+            return self._error(400, 3, "invalid Content-Length", is_json)
+        if length > self.max_body:
+            self.close_connection = True  # the unread body must not be parsed as the next request
+            return self._error(413, 8, f"request body of {length} bytes exceeds the {self.max_body}-byte limit", is_json)
+        try:
+            self.collector.check_capacity()
+        except Overloaded as e:
+            self.close_connection = True
+            return self._error(503, 14, str(e), is_json, {"Retry-After": str(e.retry_after)})
+        body = self.rfile.read(length)
+        if len(body) < length:
+            self.close_connection = True
+            return
+        encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
+        try:
+            if encoding == "gzip":
+                body = _read_gzip(body, self.max_body)
+            elif encoding not in ("identity", ""):
+                return self._error(415, 3, f"unsupported Content-Encoding {encoding!r}; use gzip or none", is_json)
+            result = self.collector.submit_json(body) if is_json else self.collector.submit_protobuf(body)
+        except _TooLarge as e:
+            return self._error(413, 8, str(e), is_json)
+        except MalformedOTLP as e:
+            self.collector.note_malformed()
+            return self._error(400, 3, str(e), is_json)
+        except Overloaded as e:
+            return self._error(503, 14, str(e), is_json, {"Retry-After": str(e.retry_after)})
+        except WALError as e:
+            return self._error(503, 14, f"cannot make the batch durable: {e}", is_json, {"Retry-After": "5"})
+        rejected = result.rejected
+        if is_json:
+            doc = {}
+            if rejected or result.error_message:
+                doc["partialSuccess"] = {"rejectedSpans": str(rejected), "errorMessage": result.error_message}
+            self._send(200, json.dumps(doc).encode(), "application/json")
+        else:
+            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+            resp = ExportTraceServiceResponse()
+            if rejected or result.error_message:
+                resp.partial_success.rejected_spans = rejected
+                resp.partial_success.error_message = result.error_message
+            self._send(200, resp.SerializeToString(), "application/x-protobuf")
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, addr, handler, family):
+        self.address_family = family
+        super().__init__(addr, handler)
+
+
+# ====================================================================== gRPC
+def _grpc_servicer(collector: Collector, token: str | None):
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as pb_grpc
+
+    def _retry_trailer(seconds: int):
+        from google.protobuf import duration_pb2
+        from google.protobuf.any_pb2 import Any
+        from google.rpc import error_details_pb2, status_pb2
+
+        detail = Any()
+        detail.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=seconds)))
+        st = status_pb2.Status(code=grpc.StatusCode.UNAVAILABLE.value[0], message="overloaded", details=[detail])
+        return (("grpc-status-details-bin", st.SerializeToString()),)
+
+    class TraceService(pb_grpc.TraceServiceServicer):
+        def Export(self, request, context):
+            if token is not None:
+                md = dict(context.invocation_metadata())
+                if not hmac.compare_digest((md.get("authorization") or "").encode(), f"Bearer {token}".encode()):
+                    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (authorization: Bearer ...)")
+            try:
+                collector.check_capacity()
+                result = collector.submit_request(request)
+            except Overloaded as e:
+                context.set_trailing_metadata(_retry_trailer(e.retry_after))
+                context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+            except WALError as e:
+                context.set_trailing_metadata(_retry_trailer(5))
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot make the batch durable: {e}")
+            resp = pb.ExportTraceServiceResponse()
+            if result.rejected or result.error_message:
+                resp.partial_success.rejected_spans = result.rejected
+                resp.partial_success.error_message = result.error_message
+            return resp
+
+    return pb_grpc, TraceService()
+
+
+# ====================================================================== serving
+def parse_hostport(value: str, default_port: int) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT``, ``[::1]:PORT`` or ``HOST`` → (host, port)."""
+    value = value.strip()
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest.lstrip(":") or str(default_port)
+    elif value.count(":") == 1:
+        host, port = value.split(":")
+    elif value.count(":") > 1:  # bare IPv6
+        host, port = value, str(default_port)
+    else:
+        host, port = value, str(default_port)
+    host = host or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"invalid port in {value!r}")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class Listener:
+    protocol: str
+    host: str
+    port: int
+    tls: bool
+
+    def describe(self) -> str:
+        if self.protocol == "http":
+            scheme = "https" if self.tls else "http"
+            host = f"[{self.host}]" if ":" in self.host else self.host
+            return f"OTLP/HTTP listening on {scheme}://{host}:{self.port}/v1/traces"
+        return f"OTLP/gRPC listening on {self.host}:{self.port}" + (" (TLS)" if self.tls else "")
+
+
+class Receiver:
+    """The gRPC and HTTP listeners around one :class:`Collector`."""
+
+    def __init__(
+        self,
+        collector: Collector,
+        *,
+        grpc_addr: tuple[str, int] | None = ("127.0.0.1", 4317),
+        http_addr: tuple[str, int] | None = ("127.0.0.1", 4318),
+        token: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+        grpc_workers: int = 4,
+    ):
+        self.collector = collector
+        self.listeners: list[Listener] = []
+        self._http = None
+        self._http_thread = None
+        self._grpc = None
+        tls = bool(tls_cert and tls_key)
+        if http_addr is not None:
+            host, port = http_addr
+            handler = type("Handler", (_Handler,), {"collector": collector, "token": token, "max_body": max_body})
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            self._http = _HTTPServer((host, port), handler, family)
+            if tls:
+                ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+                ctx.load_cert_chain(tls_cert, tls_key)
+                self._http.socket = ctx.wrap_socket(self._http.socket, server_side=True)
+            self.listeners.append(Listener("http", host, self._http.server_address[1], tls))
+        if grpc_addr is not None:
+            import grpc
+
+            host, port = grpc_addr
+            pb_grpc, servicer = _grpc_servicer(collector, token)
+            self._grpc = grpc.server(
+                futures.ThreadPoolExecutor(max_workers=grpc_workers, thread_name_prefix="otel-assay-grpc"),
+                options=[("grpc.max_receive_message_length", max_body), ("grpc.so_reuseport", 0)],
+                maximum_concurrent_rpcs=grpc_workers * 4,
+            )
+            pb_grpc.add_TraceServiceServicer_to_server(servicer, self._grpc)
+            target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            if tls:
+                creds = grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
+                bound = self._grpc.add_secure_port(target, creds)
+            else:
+                bound = self._grpc.add_insecure_port(target)
+            if bound == 0:
+                raise OSError(f"cannot bind gRPC listener to {target} (address in use?)")
+            self.listeners.append(Listener("grpc", host, bound, tls))
+
+    def start(self) -> None:
+        if self._grpc is not None:
+            self._grpc.start()
+        if self._http is not None:
+            self._http_thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.2},
+                                                 name="otel-assay-http", daemon=True)
+            self._http_thread.start()
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting, let in-flight requests finish, then flush and close the collector."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+        if self._grpc is not None:
+            self._grpc.stop(grace).wait(grace + 1)
+        self.collector.close()

@@ -1,0 +1,86 @@
+"""Writing query results as a table, CSV or JSON (used by ``sql`` and the analysis commands)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from typing import Any, TextIO
+
+import pyarrow as pa
+
+FORMATS = ("table", "csv", "json")
+
+
+def _cell(value: Any) -> Any:
+    """A value as plain JSON data: bytes become hex, NaN becomes null."""
+    if isinstance(value, list):
+        return [_cell(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _cell(v) for k, v in value.items()}
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+def _text(value: Any) -> str:
+    value = _cell(value)
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def write_table(table: pa.Table, fmt: str = "table", out: TextIO | None = None, *, max_width: int = 60) -> None:
+    """Write ``table`` to ``out`` (stdout by default) as ``table``, ``csv`` or ``json``.
+
+    ``table`` uses rich on a terminal and plain aligned text otherwise, so piping the
+    output into a file or a CI log gives readable text without box-drawing escapes.
+    """
+    out = out or sys.stdout
+    names = table.column_names
+    columns = []
+    for col in table.columns:
+        values = col.to_pylist()
+        if pa.types.is_map(col.type):  # Arrow gives a MAP as a list of (key, value) pairs
+            values = [dict(v) if v is not None else None for v in values]
+        columns.append(values)
+    rows = [dict(zip(names, r)) for r in zip(*columns)] if columns else []
+    if fmt == "json":
+        json.dump([{k: _cell(v) for k, v in r.items()} for r in rows], out, ensure_ascii=False, default=str)
+        out.write("\n")
+        return
+    if fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(names)
+        for r in rows:
+            w.writerow([_text(r[n]) for n in names])
+        return
+    if fmt != "table":
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    cells = [[_text(r[n]) for n in names] for r in rows]
+    if out.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(*names, show_lines=False)
+        for c in cells:
+            t.add_row(*c)
+        Console(file=out).print(t)
+        return
+
+    def clip(s: str) -> str:
+        return s if len(s) <= max_width else s[: max_width - 1] + "…"
+
+    cells = [[clip(c) for c in row] for row in cells]
+    widths = [max([len(n)] + [len(row[i]) for row in cells]) for i, n in enumerate(names)]
+    out.write("  ".join(n.ljust(w) for n, w in zip(names, widths)).rstrip() + "\n")
+    out.write("  ".join("-" * w for w in widths) + "\n")
+    for row in cells:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
+    out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")

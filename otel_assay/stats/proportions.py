@@ -1,0 +1,161 @@
+"""Confidence intervals for a pass rate and the three-valued verdict (paper Def. 3.6)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import betaincinv, ndtri
+
+from ._common import Verdict, check_alternative, check_open_unit, check_trials
+
+_ALTERNATIVES = ("two-sided", "less", "greater")
+
+
+@dataclass(frozen=True)
+class ProportionCI:
+    """A confidence interval for a binomial proportion.
+
+    ``alternative`` follows scipy: ``"greater"`` is a one-sided lower bound (high = 1),
+    ``"less"`` a one-sided upper bound (low = 0).
+    """
+
+    estimate: float
+    low: float
+    high: float
+    successes: int
+    n: int
+    confidence_level: float
+    alternative: str
+    method: str
+
+
+@dataclass(frozen=True)
+class VerdictResult:
+    """Outcome of :func:`verdict`: PASS / FAIL / INCONCLUSIVE with the interval behind it."""
+
+    verdict: Verdict
+    estimate: float
+    ci: ProportionCI
+    threshold: float
+    alpha: float
+    successes: int
+    n: int
+    method: str
+
+
+def _z(alpha: float, alternative: str) -> float:
+    return float(ndtri(1.0 - alpha / 2.0) if alternative == "two-sided" else ndtri(1.0 - alpha))
+
+
+def wilson_bounds(successes, n, z, continuity_correction: bool = False):
+    """Vectorised Wilson score bounds (paper Eq. 3) for arrays of counts at quantile ``z``.
+
+    ``continuity_correction=True`` gives the continuity-corrected Wilson interval (Newcombe 1998,
+    method 4), as scipy's ``"wilsoncc"``. Exact 0 and 1 at k = 0 and k = n, where the closed
+    form only reaches them up to rounding (as scipy). No validation: callers validate.
+    """
+    k = np.asarray(successes, dtype=float)
+    n = np.asarray(n, dtype=float)
+    p = k / n
+    q = 1.0 - p
+    denom = 2.0 * (n + z * z)
+    center = (2.0 * n * p + z * z) / denom
+    if continuity_correction:
+        # the radicands are negative only at k = 0 (low) / k = n (high), which are overridden
+        half_lo = (1.0 + z * np.sqrt(np.maximum(z * z - 2.0 - 1.0 / n + 4.0 * p * (n * q + 1.0), 0.0))) / denom
+        half_hi = (1.0 + z * np.sqrt(np.maximum(z * z + 2.0 - 1.0 / n + 4.0 * p * (n * q - 1.0), 0.0))) / denom
+    else:
+        half_lo = half_hi = z / denom * np.sqrt(4.0 * n * p * q + z * z)
+    low = np.where(k == 0, 0.0, np.maximum(center - half_lo, 0.0))
+    high = np.where(k == n, 1.0, np.minimum(center + half_hi, 1.0))
+    return low, high
+
+
+def wilson_interval(
+    successes: int, n: int, alpha: float = 0.05, alternative: str = "two-sided",
+    continuity_correction: bool = False,
+) -> ProportionCI:
+    """Wilson score interval for ``successes`` out of ``n`` at level 1 - alpha (paper Eq. 3).
+
+    Two-sided uses z = z_{1-alpha/2}; one-sided (``"greater"`` lower bound, ``"less"``
+    upper bound) uses z = z_{1-alpha}. Identical to
+    ``scipy.stats.binomtest(successes, n).proportion_ci(1 - alpha, "wilson")`` (``"wilsoncc"``
+    with ``continuity_correction=True``).
+    """
+    successes, n = check_trials(successes, n)
+    alpha = check_open_unit("alpha", alpha)
+    check_alternative(alternative, _ALTERNATIVES)
+    low, high = wilson_bounds(successes, n, _z(alpha, alternative), continuity_correction)
+    low, high = float(low), float(high)
+    if alternative == "less":
+        low = 0.0
+    elif alternative == "greater":
+        high = 1.0
+    return ProportionCI(successes / n, low, high, successes, n, 1.0 - alpha, alternative,
+                       "wilsoncc" if continuity_correction else "wilson")
+
+
+def clopper_pearson_interval(
+    successes: int, n: int, alpha: float = 0.05, alternative: str = "two-sided"
+) -> ProportionCI:
+    """Clopper-Pearson ("exact") interval from Beta quantiles.
+
+    Guarantees coverage >= 1 - alpha for every true p (Wilson only approximately), at the
+    price of width. Matches ``scipy.stats.binomtest(...).proportion_ci(1 - alpha, "exact")``.
+    """
+    successes, n = check_trials(successes, n)
+    alpha = check_open_unit("alpha", alpha)
+    check_alternative(alternative, _ALTERNATIVES)
+    tail = alpha / 2.0 if alternative == "two-sided" else alpha
+    low = 0.0 if successes == 0 or alternative == "less" else float(betaincinv(successes, n - successes + 1, tail))
+    high = 1.0 if successes == n or alternative == "greater" else float(betaincinv(successes + 1, n - successes, 1.0 - tail))
+    return ProportionCI(successes / n, low, high, successes, n, 1.0 - alpha, alternative, "clopper-pearson")
+
+
+_INTERVALS = {"wilson": wilson_interval, "clopper-pearson": clopper_pearson_interval}
+
+
+def verdict(successes: int, n: int, threshold: float, alpha: float = 0.05, method: str = "wilson") -> VerdictResult:
+    """Three-valued pass-rate verdict (paper Def. 3.6, Eq. 4).
+
+    With the two-sided 1 - alpha interval [L, U] for the pass rate: PASS if L >= threshold,
+    FAIL if U < threshold, INCONCLUSIVE otherwise. Each decision is a one-sided alpha/2 claim,
+    so with ``method="clopper-pearson"`` P(PASS | p < threshold) <= alpha/2 for every p. With
+    Wilson (the paper's default) P(PASS | p < threshold) <= alpha holds for the thresholds
+    agents are held to (threshold >= 0.6 with alpha <= 0.05: checked exactly for every
+    n <= 1000) but not everywhere, so paper Thm 3.1(1) is only a theorem for Clopper-Pearson:
+    1/1 at threshold 0.1 PASSes with probability -> 0.1 > alpha = 0.05 as p -> 0.1, and 5/5
+    at threshold 0.64 with alpha = 0.1 PASSes with probability 0.107.
+
+    Example 3.1 of the paper: 45/50 at threshold 0.85 is INCONCLUSIVE (95 % Wilson interval
+    [0.786, 0.957]), 90/100 too, 180/200 PASSes.
+    """
+    threshold = check_open_unit("threshold", threshold)
+    alpha = check_open_unit("alpha", alpha)
+    if method not in _INTERVALS:
+        raise ValueError(f"method must be one of {tuple(_INTERVALS)}, got {method!r}")
+    ci = _INTERVALS[method](successes, n, alpha)
+    if ci.low >= threshold:
+        v = Verdict.PASS
+    elif ci.high < threshold:
+        v = Verdict.FAIL
+    else:
+        v = Verdict.INCONCLUSIVE
+    return VerdictResult(v, ci.estimate, ci, threshold, alpha, ci.successes, ci.n, method)
+
+
+def sample_size_threshold(pass_rate: float, delta: float, alpha: float = 0.05, beta: float = 0.2) -> int:
+    """Trials for the single-version threshold test, paper Eq. (1).
+
+    n* = ceil((z_{1-alpha/2} + z_{1-beta})^2 * 2 p (1 - p) / delta^2), with the two-sided
+    quantile the paper specifies for this test (its Remark after Eq. 1). For Example 3.2
+    (p = 0.9, delta = 0.1, alpha = 0.05, beta = 0.1) this is 190, not the paper's "~109".
+    """
+    pass_rate = check_open_unit("pass_rate", pass_rate)
+    delta = check_open_unit("delta", delta)
+    alpha = check_open_unit("alpha", alpha)
+    beta = check_open_unit("beta", beta)
+    z = ndtri(1.0 - alpha / 2.0) + ndtri(1.0 - beta)
+    return int(math.ceil(z * z * 2.0 * pass_rate * (1.0 - pass_rate) / (delta * delta) - 1e-9))
