@@ -73,3 +73,30 @@ PROMOTED_SPAN_ATTRIBUTES: tuple[tuple[str, str, str], ...] = (
     ("score", ASSAY_TRIAL_SCORE, "double"),
     ("error_class", ASSAY_ERROR_CLASS, "string"),
 )
+
+# --- added by the capture layer (otel_assay/capture) ------------------------------------
+GEN_AI_AGENT_DESCRIPTION = "gen_ai.agent.description"
+GEN_AI_TOOL_DESCRIPTION = "gen_ai.tool.description"
+GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+GEN_AI_EVALUATION_RESULT = "gen_ai.evaluation.result"  # event name
+GEN_AI_EVALUATION_NAME = "gen_ai.evaluation.name"
+GEN_AI_EVALUATION_SCORE_VALUE = "gen_ai.evaluation.score.value"
+GEN_AI_EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
+OP_TEXT_COMPLETION = "text_completion"
+OP_RETRIEVAL = "retrieval"
+
+# The step kind otel-assay's own adapters assign (llm/tool/agent/reason/respond/workflow/
+# other), so the `steps` view need not guess: e.g. a smolagents `final_answer` tool call is
+# an execute_tool span with assay.step.kind=respond, a planning step is `plan` / reason.
+ASSAY_STEP_KIND = "assay.step.kind"
+ASSAY_FRAMEWORK = "assay.framework"  # which adapter emitted the span (langgraph, crewai, ...)
+ASSAY_TRIAL_IMPLICIT = "assay.trial.implicit"  # true on trials opened by OTEL_ASSAY_SCENARIO
+ASSAY_GRAPH_NODE = "assay.graph.node"  # LangGraph node a step ran in
+ASSAY_HANDOFF_FROM = "assay.handoff.from_agent"
+ASSAY_HANDOFF_TO = "assay.handoff.to_agent"
+ASSAY_GUARDRAIL_NAME = "assay.guardrail.name"
+ASSAY_GUARDRAIL_TRIGGERED = "assay.guardrail.triggered"
+# the keys the trial copies onto every span inside it (baggage + span processor)
+ASSAY_PROPAGATED = (ASSAY_SCENARIO, ASSAY_AGENT_VERSION, ASSAY_RUN_ID, ASSAY_TRIAL_INDEX)

@@ -1,0 +1,333 @@
+"""The capture pipeline: tracer provider policy, the assay.* span processor, export, flush.
+
+Policy (DESIGN §2/§4):
+
+* If the application already set an SDK ``TracerProvider`` as the global provider, our
+  processors are *added* to it; it is never replaced, so the application's own exporters
+  keep receiving every span (ours included).
+* Otherwise we install an SDK ``TracerProvider`` (resource from ``OTEL_SERVICE_NAME`` /
+  ``OTEL_RESOURCE_ATTRIBUTES``, plus ``service.version`` from ``OTEL_ASSAY_VERSION``).
+* The pipeline is installed lazily, the first time a trial or an adapter needs a tracer,
+  so ``import otel_assay.auto`` may come before or after the application configures its
+  own provider. It is installed once per process (idempotent, thread-safe).
+
+Export: to the Parquet lake (``OTEL_ASSAY_DIR``, default ``./traces``) through a
+processor that hands each finished span straight to ``ParquetSpanExporter`` (which only
+buffers; files are written by its own flush thread), so a burst can never be dropped; or,
+with ``OTEL_ASSAY_EXPORTER=otlp`` (or ``OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT`` set and
+``OTEL_ASSAY_DIR`` unset), to an OTLP endpoint behind a BatchSpanProcessor whose queue is
+sized for bursts. Spans produced and spans written are counted; a gap is logged at flush.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import os
+import threading
+import uuid
+from typing import Any
+
+from opentelemetry import baggage as otel_baggage
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+
+from .. import semconv
+
+log = logging.getLogger("otel_assay.capture")
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def disabled() -> bool:
+    return os.environ.get("OTEL_ASSAY_DISABLED", "").strip().lower() in _TRUE
+
+
+def capture_content() -> bool:
+    """Message content (prompts, tool arguments/results, outputs) is on unless
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=NO_CONTENT`` (or false/0)."""
+    v = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "").strip().lower()
+    return v not in {"no_content", "false", "0", "no", "off"}
+
+
+# ---------------------------------------------------------------- run id / trial registry
+_RUN_ID = os.environ.get("OTEL_ASSAY_RUN_ID") or uuid.uuid4().hex
+
+
+def run_id() -> str:
+    """One id per process (or ``OTEL_ASSAY_RUN_ID``)."""
+    return _RUN_ID
+
+
+# trace_id -> assay.* attributes of the trial that owns the trace. The span processor
+# looks spans up here first (a dict lookup), then in baggage (spans in other processes or
+# in contexts that carry baggage but whose trace started elsewhere).
+_ACTIVE_TRACES: dict[int, dict[str, Any]] = {}
+
+
+def register_trace(trace_id: int, attrs: dict[str, Any]) -> None:
+    _ACTIVE_TRACES[trace_id] = attrs
+
+
+def unregister_trace(trace_id: int) -> None:
+    _ACTIVE_TRACES.pop(trace_id, None)
+
+
+def active_trace_attrs(trace_id: int) -> dict[str, Any] | None:
+    return _ACTIVE_TRACES.get(trace_id)
+
+
+# ---------------------------------------------------------------- processors
+class AssayAttributesProcessor(SpanProcessor):
+    """Copies the trial's assay.* attributes onto every span that starts inside it,
+    including spans of other instrumentation (processors are provider-wide). Also counts
+    spans produced, so a gap to spans written can be reported."""
+
+    def __init__(self) -> None:
+        self._ended = itertools.count()  # next() on a C counter is atomic under the GIL
+
+    def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
+        attrs = _ACTIVE_TRACES.get(span.context.trace_id)
+        if attrs is None:
+            bag = otel_baggage.get_all(parent_context)
+            if bag:
+                attrs = {}
+                for key in semconv.ASSAY_PROPAGATED:
+                    v = bag.get(key)
+                    if v is not None:
+                        attrs[key] = int(v) if key == semconv.ASSAY_TRIAL_INDEX and str(v).isdigit() else v
+        if attrs:
+            span.set_attributes(attrs)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        next(self._ended)
+
+    @property
+    def spans_ended(self) -> int:
+        return int(repr(self._ended)[6:-1])  # "count(N)": read without consuming
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+class DirectExportProcessor(SpanProcessor):
+    """Hands each sampled, finished span to the exporter on the calling thread.
+
+    For ``ParquetSpanExporter`` ``export`` only appends to an in-memory columnar batch
+    (files are written by the exporter's flush thread or when ``max_rows`` is reached), so
+    this never drops a span, whatever the burst, and costs less than a queue hand-off.
+    """
+
+    def __init__(self, exporter) -> None:
+        self.exporter = exporter
+        self._done = False
+
+    def on_start(self, span, parent_context=None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self._done or not span.context.trace_flags.sampled:
+            return
+        try:
+            self.exporter.export((span,))
+        except Exception:  # never let export break the agent
+            log.exception("otel-assay: exporting a span failed")
+
+    def shutdown(self) -> None:
+        if not self._done:
+            self._done = True
+            self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
+
+
+# ---------------------------------------------------------------- the pipeline
+class Pipeline:
+    def __init__(self, provider: TracerProvider, owned: bool, exporter, export_processor,
+                 attrs_processor: AssayAttributesProcessor, kind: str, target: str | None):
+        self.provider = provider
+        self.owned = owned  # True if we created the provider
+        self.exporter = exporter
+        self.export_processor = export_processor
+        self.attrs_processor = attrs_processor
+        self.kind = kind  # "parquet" | "otlp"
+        self.target = target
+        self._tracers: dict[str, trace.Tracer] = {}
+
+    def tracer(self, name: str = "otel_assay") -> trace.Tracer:
+        t = self._tracers.get(name)
+        if t is None:
+            from .. import __version__
+            t = self._tracers[name] = self.provider.get_tracer(name, __version__)
+        return t
+
+    def stats(self) -> dict[str, Any]:
+        ex = self.exporter
+        out = {"exporter": self.kind, "target": self.target,
+               "spans_produced": self.attrs_processor.spans_ended}
+        for k in ("spans_received", "spans_written", "spans_rejected", "spans_lost"):
+            if hasattr(ex, k):
+                out[k] = getattr(ex, k)
+        return out
+
+
+_LOCK = threading.RLock()
+_PIPELINE: Pipeline | None = None
+_ATEXIT_REGISTERED = False
+_NOOP_TRACER = trace.NoOpTracer()
+
+
+def exporter_kind() -> str:
+    kind = os.environ.get("OTEL_ASSAY_EXPORTER", "").strip().lower()
+    if kind in ("parquet", "otlp"):
+        return kind
+    if kind:
+        log.warning("otel-assay: OTEL_ASSAY_EXPORTER=%r is not 'parquet' or 'otlp'; using parquet", kind)
+        return "parquet"
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if endpoint and not os.environ.get("OTEL_ASSAY_DIR"):
+        return "otlp"
+    return "parquet"
+
+
+def lake_dir() -> str:
+    return os.environ.get("OTEL_ASSAY_DIR") or "./traces"
+
+
+def _make_export(kind: str):
+    if kind == "otlp":
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                    or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip().lower()
+        try:
+            if protocol == "grpc":
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+            else:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError as e:  # pragma: no cover - depends on the environment
+            raise RuntimeError(
+                "otel-assay: OTEL_ASSAY_EXPORTER=otlp needs the OTLP exporter: "
+                "pip install opentelemetry-exporter-otlp") from e
+        exporter = OTLPSpanExporter()
+        queue = int(os.environ.get("OTEL_BSP_MAX_QUEUE_SIZE", "0") or 0) or 262144
+        processor = BatchSpanProcessor(exporter, max_queue_size=queue,
+                                       max_export_batch_size=min(queue, 4096), schedule_delay_millis=1000)
+        target = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                  or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "(default endpoint)")
+        return exporter, processor, target
+    from ..collect.exporter import ParquetSpanExporter
+    directory = lake_dir()
+    exporter = ParquetSpanExporter(directory)
+    return exporter, DirectExportProcessor(exporter), os.path.abspath(directory)
+
+
+def _new_provider() -> TracerProvider:
+    from opentelemetry.sdk.resources import Resource
+    attrs: dict[str, Any] = {}
+    version = os.environ.get("OTEL_ASSAY_VERSION")
+    if version:
+        attrs[semconv.SERVICE_VERSION] = version
+    # Resource.create merges OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME
+    return TracerProvider(resource=Resource.create(attrs))
+
+
+def pipeline() -> Pipeline | None:
+    """The installed pipeline, installing it on first use; None when disabled."""
+    p = _PIPELINE
+    if p is not None:
+        return p
+    if disabled():
+        return None
+    return _install()
+
+
+def _install() -> Pipeline | None:
+    global _PIPELINE, _ATEXIT_REGISTERED
+    with _LOCK:
+        if _PIPELINE is not None:
+            return _PIPELINE
+        current = trace.get_tracer_provider()
+        owned = False
+        if isinstance(current, TracerProvider):
+            provider = current
+        else:
+            provider = _new_provider()
+            trace.set_tracer_provider(provider)
+            if trace.get_tracer_provider() is not provider:
+                # someone set a non-SDK provider we cannot attach to: keep ours private
+                log.warning("otel-assay: the global tracer provider (%s) is not an SDK TracerProvider; "
+                            "otel-assay records only its own spans", type(current).__name__)
+            owned = True
+        kind = exporter_kind()
+        exporter, export_processor, target = _make_export(kind)
+        attrs_processor = AssayAttributesProcessor()
+        provider.add_span_processor(attrs_processor)
+        provider.add_span_processor(export_processor)
+        _PIPELINE = Pipeline(provider, owned, exporter, export_processor, attrs_processor, kind, target)
+        if not _ATEXIT_REGISTERED:
+            atexit.register(_at_exit)
+            _ATEXIT_REGISTERED = True
+        log.debug("otel-assay: capturing to %s (%s, provider %s)", target, kind, "ours" if owned else "the application's")
+        return _PIPELINE
+
+
+def tracer(name: str = "otel_assay") -> trace.Tracer:
+    p = pipeline()
+    return p.tracer(name) if p is not None else _NOOP_TRACER
+
+
+# callbacks run before a flush (e.g. CrewAI's event bus must deliver pending events first)
+_PRE_FLUSH: list = []
+
+
+def add_pre_flush(fn) -> None:
+    if fn not in _PRE_FLUSH:
+        _PRE_FLUSH.append(fn)
+
+
+def flush(timeout_s: float = 30.0) -> bool:
+    """Write everything captured so far (adapters' pending work, then the exporter).
+
+    Returns True when every span produced so far was written (or sent)."""
+    for fn in list(_PRE_FLUSH):
+        try:
+            fn(timeout_s)
+        except Exception:
+            log.exception("otel-assay: pre-flush hook failed")
+    p = _PIPELINE
+    if p is None:
+        return True
+    ok = p.export_processor.force_flush(int(timeout_s * 1000))
+    s = p.stats()
+    if "spans_written" in s:
+        gap = s["spans_produced"] - s["spans_written"] - s.get("spans_rejected", 0)
+        if gap > 0:
+            log.warning("otel-assay: %d spans produced but not written to %s (written %d, rejected %d)%s",
+                        gap, p.target, s["spans_written"], s.get("spans_rejected", 0),
+                        f": {p.exporter.last_error}" if getattr(p.exporter, "last_error", None) else "")
+            ok = False
+    return bool(ok)
+
+
+def stats() -> dict[str, Any]:
+    """Counters of the capture pipeline: spans produced, received, written, rejected."""
+    p = _PIPELINE
+    return p.stats() if p is not None else {"exporter": None, "spans_produced": 0}
+
+
+def _at_exit() -> None:
+    try:
+        flush()
+    except Exception:  # pragma: no cover
+        log.exception("otel-assay: flush at exit failed")
+
+
+def _reset_for_tests() -> None:  # pragma: no cover - only used by in-process unit tests
+    global _PIPELINE
+    _PIPELINE = None

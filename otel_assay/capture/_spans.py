@@ -1,0 +1,150 @@
+"""Small helpers every adapter uses to emit DESIGN §2 spans."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable, Mapping
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from .. import semconv
+from . import _runtime
+
+INTERNAL = SpanKind.INTERNAL
+CLIENT = SpanKind.CLIENT
+
+
+def _default(o: Any) -> Any:
+    for attr in ("model_dump", "dict", "to_dict"):
+        fn = getattr(o, attr, None)
+        if callable(fn):
+            try:
+                return fn()
+            except Exception:
+                pass
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    if isinstance(o, bytes):
+        return o.decode("utf-8", "replace")
+    return str(o)
+
+
+def to_json(obj: Any) -> str:
+    """Canonical-ish JSON (sorted keys) for tool arguments, results and message lists.
+    A string that already holds JSON is kept as it is."""
+    if isinstance(obj, str):
+        return obj
+    try:
+        return json.dumps(obj, default=_default, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return json.dumps(str(obj), ensure_ascii=False)
+
+
+def args_json(obj: Any) -> str:
+    """Tool arguments as JSON; a string holding JSON or a Python literal is parsed first so
+    the same call always serialises the same way."""
+    if isinstance(obj, str):
+        s = obj.strip()
+        if s[:1] in "{[":
+            try:
+                return to_json(json.loads(s))
+            except ValueError:
+                try:
+                    import ast
+                    return to_json(ast.literal_eval(s))
+                except (ValueError, SyntaxError):
+                    return obj
+        return obj
+    return to_json(obj)
+
+
+def result_text(obj: Any) -> str:
+    if obj is None:
+        return ""
+    if isinstance(obj, str):
+        return obj
+    return to_json(obj)
+
+
+def error_type(exc: BaseException | type) -> str:
+    cls = exc if isinstance(exc, type) else type(exc)
+    mod = getattr(cls, "__module__", "builtins")
+    return cls.__qualname__ if mod in ("builtins", "__main__") else f"{mod}.{cls.__qualname__}"
+
+
+def clean(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop None values and coerce types the SDK would reject."""
+    out: dict[str, Any] = {}
+    for k, v in attrs.items():
+        if v is None:
+            continue
+        if isinstance(v, (str, bool, int)):
+            out[k] = v
+        elif isinstance(v, float):
+            out[k] = v if math.isfinite(v) else repr(v)
+        elif isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
+            out[k] = list(v)
+        else:
+            out[k] = to_json(v)
+    return out
+
+
+def start_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL,
+               parent: Any = None, start_time: int | None = None, links=None,
+               tracer_name: str = "otel_assay") -> trace.Span:
+    """Start a span. ``parent``: a Span, a Context, or None for the current context."""
+    if isinstance(parent, trace.Span):
+        ctx = trace.set_span_in_context(parent)
+    else:
+        ctx = parent
+    return _runtime.tracer(tracer_name).start_span(
+        name, context=ctx, kind=kind, attributes=clean(attrs), start_time=start_time, links=links)
+
+
+def fail(span: trace.Span, exc: BaseException | None = None, *, type_name: str | None = None,
+         message: str | None = None, end_time: int | None = None, end: bool = True) -> None:
+    """Mark a span as an error (status ERROR + error.type + exception event) and end it."""
+    et = type_name or (error_type(exc) if exc is not None else "_OTHER")
+    msg = message if message is not None else (str(exc) if exc is not None else "")
+    span.set_attribute(semconv.ERROR_TYPE, et)
+    if exc is not None:
+        span.record_exception(exc, timestamp=end_time)
+    else:
+        span.add_event("exception", {"exception.type": et, "exception.message": msg}, timestamp=end_time)
+    span.set_status(Status(StatusCode.ERROR, msg[:1024]))
+    if end:
+        span.end(end_time=end_time)
+
+
+def text_parts(role: str, content: Any) -> dict[str, Any]:
+    if isinstance(content, list):
+        parts = []
+        for c in content:
+            if isinstance(c, dict) and c.get("type") == "text":
+                parts.append({"type": "text", "content": c.get("text", "")})
+            elif isinstance(c, str):
+                parts.append({"type": "text", "content": c})
+            else:
+                parts.append({"type": "text", "content": to_json(c)})
+        return {"role": role, "parts": parts}
+    return {"role": role, "parts": [{"type": "text", "content": "" if content is None else str(content)}]}
+
+
+def tool_call_part(call_id: Any, name: str, arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            pass
+    return {"type": "tool_call", "id": call_id, "name": name, "arguments": arguments}
+
+
+def current_context() -> otel_context.Context:
+    return otel_context.get_current()
+
+
+def names(items: Iterable[Any]) -> list[str]:
+    return [str(x) for x in items]

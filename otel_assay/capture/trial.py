@@ -1,0 +1,287 @@
+"""``otel_assay.trial``: mark one run of the agent on one scenario as a trial (one trace).
+
+>>> with otel_assay.trial("refund-request", version="v2") as t:
+...     out = app.invoke({"messages": [...]})
+...     t.outcome(passed="refund" in out["messages"][-1].content)
+
+The trial is the root span ``assay.trial {scenario}``. Its ``assay.*`` attributes
+(scenario, agent version, run id, trial index) are copied onto every span that starts
+inside it, by any instrumentation, in any thread or task that inherits the context (the
+span processor looks the trace up; baggage carries them across process boundaries).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import os
+import threading
+from typing import Any
+
+from opentelemetry import baggage as otel_baggage
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, Status, StatusCode
+
+from .. import semconv
+from . import _runtime
+from ._spans import error_type
+
+_CURRENT: contextvars.ContextVar["Trial | None"] = contextvars.ContextVar("otel_assay_trial", default=None)
+
+_INDEX_LOCK = threading.Lock()
+_NEXT_INDEX: dict[tuple[str, str | None], int] = {}
+
+_TIMEOUT_NAMES = {"TimeoutError", "Timeout", "ReadTimeout", "ConnectTimeout", "APITimeoutError",
+                  "CancelledError", "TimeoutException"}
+_INFRA_NAMES = {"ConnectionError", "APIConnectionError", "RateLimitError", "InternalServerError",
+                "ServiceUnavailableError", "APIStatusError", "ConnectError", "RemoteProtocolError",
+                "BrokenPipeError", "ConnectionResetError", "ConnectionRefusedError"}
+
+
+def classify_error(exc: BaseException) -> str:
+    """assay.error.class for an exception that escaped a trial: ``timeout``,
+    ``infrastructure`` (network, rate limit, provider 5xx) or ``exception``."""
+    mro = {c.__name__ for c in type(exc).__mro__}
+    if mro & _TIMEOUT_NAMES:
+        return "timeout"
+    if mro & _INFRA_NAMES:
+        return "infrastructure"
+    return "exception"
+
+
+def _next_index(scenario: str, version: str | None, explicit: int | None) -> int:
+    key = (scenario, version)
+    with _INDEX_LOCK:
+        nxt = _NEXT_INDEX.get(key, 0)
+        if explicit is None:
+            _NEXT_INDEX[key] = nxt + 1
+            return nxt
+        _NEXT_INDEX[key] = max(nxt, explicit + 1)
+        return explicit
+
+
+def current_trial() -> "Trial | None":
+    """The trial the current context runs in (None outside any trial)."""
+    t = _CURRENT.get()
+    if t is not None:
+        return t
+    span = trace.get_current_span()
+    ctx = span.get_span_context()
+    if ctx.is_valid and _runtime.active_trace_attrs(ctx.trace_id) is not None:
+        return _BY_TRACE.get(ctx.trace_id)
+    return None
+
+
+_BY_TRACE: dict[int, "Trial"] = {}
+
+
+class Trial:
+    """One trial. Use through :func:`trial` as a (sync or async) context manager."""
+
+    def __init__(self, scenario: str, *, version: str | None = None, run_id: str | None = None,
+                 index: int | None = None, attributes: dict[str, Any] | None = None,
+                 implicit: bool = False):
+        if not isinstance(scenario, str) or not scenario:
+            raise ValueError("otel_assay.trial: scenario must be a non-empty string")
+        self.scenario = scenario
+        self.version = version if version is not None else (os.environ.get("OTEL_ASSAY_VERSION") or None)
+        self.run_id = run_id or _runtime.run_id()
+        self._explicit_index = index
+        self.index: int | None = None
+        self.extra = dict(attributes or {})
+        self.implicit = implicit
+        self.passed: bool | None = None
+        self.score: float | None = None
+        self.error_class: str | None = None
+        self.span: trace.Span | None = None
+        self.trace_id: str | None = None
+        self._token = None
+        self._var_token = None
+        self._ended = False
+
+    # ------------------------------------------------------------------ outcome
+    def outcome(self, passed: bool | None = None, score: float | None = None, *,
+                error_class: str | None = None) -> "Trial":
+        """Record the trial's outcome: ``passed`` (pass/fail), an optional ``score`` and an
+        optional ``error_class`` (``infrastructure``, ``pre-validation``, ``empty-run``,
+        ``timeout``...; classes the analyzers may exclude from pass rates)."""
+        if passed is not None:
+            self.passed = bool(passed)
+        if score is not None:
+            score = float(score)
+            if score != score:
+                raise ValueError("otel_assay: trial score must not be NaN")
+            self.score = score
+        if error_class is not None:
+            self.error_class = str(error_class)
+        return self
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """The assay.* attributes copied onto every span of the trial."""
+        a: dict[str, Any] = {semconv.ASSAY_SCENARIO: self.scenario, semconv.ASSAY_RUN_ID: self.run_id}
+        if self.version is not None:
+            a[semconv.ASSAY_AGENT_VERSION] = self.version
+        if self.index is not None:
+            a[semconv.ASSAY_TRIAL_INDEX] = self.index
+        return a
+
+    def start(self, *, attach: bool = True) -> "Trial":
+        """Open the trial span. ``attach=False`` (used by adapters for implicit trials)
+        does not make it the current context; children then pass it as parent."""
+        self.index = _next_index(self.scenario, self.version, self._explicit_index)
+        attrs = self.attributes
+        span_attrs = dict(attrs)
+        span_attrs.update({k: v for k, v in self.extra.items() if v is not None})
+        if self.implicit:
+            span_attrs[semconv.ASSAY_TRIAL_IMPLICIT] = True
+        outer = trace.get_current_span().get_span_context()
+        links = [Link(outer)] if outer.is_valid else None
+        # a trial is one trace: a new root, linked to whatever span was current
+        self.span = _runtime.tracer().start_span(
+            f"assay.trial {self.scenario}", context=otel_context.Context(), attributes=span_attrs, links=links)
+        sc = self.span.get_span_context()
+        if sc.is_valid:
+            self.trace_id = format(sc.trace_id, "032x")
+            _runtime.register_trace(sc.trace_id, attrs)
+            _BY_TRACE[sc.trace_id] = self
+        if attach:
+            ctx = trace.set_span_in_context(self.span)
+            for k, v in attrs.items():
+                ctx = otel_baggage.set_baggage(k, str(v), ctx)
+            self._token = otel_context.attach(ctx)
+            self._var_token = _CURRENT.set(self)
+        return self
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        span = self.span
+        try:
+            if span is not None:
+                if exc is not None:
+                    self.passed = False
+                    if self.error_class is None:
+                        self.error_class = classify_error(exc)
+                    span.set_attribute(semconv.ERROR_TYPE, error_type(exc))
+                    span.record_exception(exc)
+                    span.set_status(Status(StatusCode.ERROR, str(exc)[:1024]))
+                elif self.implicit and self.passed is None:
+                    self.passed = True  # an implicit trial passes when the invocation completes
+                if self.passed is not None:
+                    span.set_attribute(semconv.ASSAY_TRIAL_OUTCOME, "pass" if self.passed else "fail")
+                if self.score is not None:
+                    span.set_attribute(semconv.ASSAY_TRIAL_SCORE, self.score)
+                if self.error_class is not None:
+                    span.set_attribute(semconv.ASSAY_ERROR_CLASS, self.error_class)
+                if self.passed is not None or self.score is not None:
+                    ev = {semconv.GEN_AI_EVALUATION_NAME: "assay.trial"}
+                    if self.passed is not None:
+                        ev[semconv.GEN_AI_EVALUATION_SCORE_LABEL] = "pass" if self.passed else "fail"
+                    if self.score is not None:
+                        ev[semconv.GEN_AI_EVALUATION_SCORE_VALUE] = self.score
+                    span.add_event(semconv.GEN_AI_EVALUATION_RESULT, ev)
+                span.end()
+        finally:
+            if span is not None:
+                sc = span.get_span_context()
+                _runtime.unregister_trace(sc.trace_id)
+                _BY_TRACE.pop(sc.trace_id, None)
+            if self._var_token is not None:
+                try:
+                    _CURRENT.reset(self._var_token)
+                except ValueError:  # reset from another context
+                    pass
+                self._var_token = None
+            if self._token is not None:
+                otel_context.detach(self._token)
+                self._token = None
+
+    def __enter__(self) -> "Trial":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self.finish(exc if exc is not None and not isinstance(exc, GeneratorExit) else None)
+        return False  # re-raise
+
+    async def __aenter__(self) -> "Trial":
+        return self.start()
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        return self.__exit__(exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        return (f"Trial(scenario={self.scenario!r}, version={self.version!r}, index={self.index}, "
+                f"run_id={self.run_id!r}, trace_id={self.trace_id!r})")
+
+
+def trial(scenario: str, *, version: str | None = None, run_id: str | None = None,
+          index: int | None = None, attributes: dict[str, Any] | None = None) -> Trial:
+    """A context manager (``with`` or ``async with``) that makes its block one trial.
+
+    ``version`` defaults to ``OTEL_ASSAY_VERSION``; ``run_id`` to one id per process
+    (``OTEL_ASSAY_RUN_ID`` if set); ``index`` auto-increments per (scenario, version) in
+    the process. ``attributes`` adds extra attributes to the trial span only. An exception
+    escaping the block marks the trial failed, sets ``assay.error.class`` and re-raises.
+    """
+    return Trial(scenario, version=version, run_id=run_id, index=index, attributes=attributes)
+
+
+def implicit_trial(name: str | None = None) -> Trial | None:
+    """For adapters at a top-level agent invocation: when ``OTEL_ASSAY_SCENARIO`` is set and
+    no trial is active, open one (not attached to the context) and return it."""
+    scenario = os.environ.get("OTEL_ASSAY_SCENARIO")
+    if not scenario or _runtime.disabled() or current_trial() is not None:
+        return None
+    if trace.get_current_span().get_span_context().is_valid:
+        return None  # inside someone else's trace: not a top-level invocation
+    t = Trial(scenario, implicit=True, attributes={semconv.GEN_AI_AGENT_NAME: name} if name else None)
+    return t.start(attach=False)
+
+
+# ---------------------------------------------------------------- threads
+_THREADS_PATCHED = False
+
+
+def patch_threads() -> None:
+    """Threads started (or executor jobs submitted) inside a trial inherit its context, so
+    the spans they create belong to the trial. Frameworks that copy contexts themselves
+    (asyncio tasks, LangGraph's executor) need nothing; plain ``threading.Thread`` and
+    ``concurrent.futures.ThreadPoolExecutor`` do not copy it, so we do."""
+    global _THREADS_PATCHED
+    if _THREADS_PATCHED:
+        return
+    _THREADS_PATCHED = True
+    import concurrent.futures.thread as cft
+
+    orig_start = threading.Thread.start
+    orig_submit = cft.ThreadPoolExecutor.submit
+
+    def start(self, *a, **kw):
+        if current_trial() is not None:
+            ctx = contextvars.copy_context()
+            run = self.run
+            self.run = lambda: ctx.run(run)  # instance attribute: works for subclasses too
+        return orig_start(self, *a, **kw)
+
+    def submit(self, fn, /, *args, **kwargs):
+        if current_trial() is not None:
+            return orig_submit(self, contextvars.copy_context().run, fn, *args, **kwargs)
+        return orig_submit(self, fn, *args, **kwargs)
+
+    threading.Thread.start = start
+    cft.ThreadPoolExecutor.submit = submit
+    patch_threads._orig = (orig_start, orig_submit)
+
+
+def unpatch_threads() -> None:
+    global _THREADS_PATCHED
+    orig = getattr(patch_threads, "_orig", None)
+    if not _THREADS_PATCHED or orig is None:
+        return
+    import concurrent.futures.thread as cft
+    threading.Thread.start, cft.ThreadPoolExecutor.submit = orig
+    _THREADS_PATCHED = False

@@ -1,0 +1,195 @@
+-- span_kinds: one row per span, every instrumentation dialect mapped onto the canonical
+-- step fields (reference/instrumentation.md §7). No dedupe and no tree here: `steps`
+-- builds on this.
+--
+-- step_kind is one of llm / tool / agent / reason / workflow / other, or 'structural' for
+-- spans that are not agent steps (LangGraph plumbing, Traceloop tasks, OpenInference and
+-- LangSmith chains below the root, AutoGen runtime messaging, our own trial root, plain
+-- spans with no GenAI markers). Structural spans stay in the tree so parentage can skip
+-- them. `respond` is not decided per span: steps.sql derives it from the whole trial.
+--
+-- Detection order (§7.3 rule 1): a standard gen_ai.operation.name decides; else
+-- openinference.span.kind; else traceloop.span.kind / llm.request.type; else
+-- langsmith.span.kind; else an LLM-looking legacy span (gen_ai.system with a model);
+-- else structural. Dual-emitting instrumentations (OpenInference with
+-- OPENINFERENCE_ENABLE_GENAI_SEMCONV, Traceloop >= 0.5) agree between their dialects.
+--
+-- Values come from typed columns first (the lake promotes gen_ai.* keys of the current
+-- convention), then from the map for every older or foreign key. Lookups sit inside
+-- CASE branches so a span only pays for the keys of its own kind.
+CREATE OR REPLACE VIEW span_kinds AS
+WITH marked AS (
+    SELECT
+        s.*,
+        coalesce(s.op, s.attributes['gen_ai.operation.name']) AS op_name,
+        s.attributes['openinference.span.kind'] AS oi_kind,
+        coalesce(s.attributes['traceloop.span.kind'],
+                 CASE WHEN s.attributes['llm.request.type'] IS NOT NULL THEN 'llm:' || s.attributes['llm.request.type'] END) AS tl_kind,
+        s.attributes['langsmith.span.kind'] AS ls_kind,
+        s.attributes['gen_ai.system'] AS legacy_system
+    FROM spans s
+),
+classified AS (
+    SELECT
+        m.*,
+        CASE
+            WHEN scope_name ILIKE 'otel_assay%' OR scope_name ILIKE 'otel-assay%' THEN 'otel_assay'
+            WHEN oi_kind IS NOT NULL OR scope_name ILIKE 'openinference%' THEN 'openinference'
+            WHEN tl_kind IS NOT NULL
+              OR scope_name IN ('opentelemetry.instrumentation.langchain', 'opentelemetry.instrumentation.crewai',
+                                'opentelemetry.instrumentation.openai_agents', 'opentelemetry.instrumentation.openai',
+                                'opentelemetry.instrumentation.anthropic', 'opentelemetry.instrumentation.langgraph')
+              THEN 'openllmetry'
+            WHEN ls_kind IS NOT NULL OR scope_name = 'langsmith' THEN 'langsmith'
+            WHEN scope_name = 'crewai' OR scope_name ILIKE 'crewai.%' THEN 'crewai_native'
+            WHEN scope_name ILIKE 'autogen%' THEN 'autogen_native'
+            WHEN op_name IS NOT NULL OR legacy_system IS NOT NULL OR provider IS NOT NULL THEN 'otel_genai'
+            ELSE 'none'
+        END AS source_convention,
+        CASE
+            WHEN op_name IN ('chat', 'text_completion', 'generate_content') THEN 'llm'
+            WHEN op_name = 'execute_tool' THEN 'tool'
+            WHEN op_name = 'invoke_agent' THEN 'agent'
+            WHEN op_name = 'invoke_workflow' THEN 'workflow'
+            WHEN op_name = 'plan' THEN 'reason'
+            -- CrewAI native names its reasoning span, it has no standard operation
+            WHEN name = 'agent reasoning' AND scope_name ILIKE 'crewai%' THEN 'reason'
+            WHEN op_name IN ('create_agent', 'embeddings', 'retrieval', 'create_memory_store', 'search_memory',
+                             'create_memory', 'update_memory', 'upsert_memory', 'delete_memory',
+                             'delete_memory_store') THEN 'other'
+            WHEN oi_kind IN ('LLM', 'DECISION') THEN 'llm'
+            WHEN oi_kind = 'TOOL' THEN 'tool'
+            WHEN oi_kind = 'AGENT' THEN 'agent'
+            -- a CHAIN is plumbing, except the root chain, which is the whole run
+            WHEN oi_kind = 'CHAIN' THEN CASE WHEN parent_span_id IS NULL THEN 'workflow' ELSE 'structural' END
+            WHEN oi_kind IN ('RETRIEVER', 'EMBEDDING', 'RERANKER', 'GUARDRAIL', 'EVALUATOR', 'PROMPT') THEN 'other'
+            WHEN oi_kind IS NOT NULL THEN 'structural'
+            WHEN tl_kind = 'tool' THEN 'tool'
+            WHEN tl_kind = 'agent' THEN 'agent'
+            WHEN tl_kind = 'workflow' THEN 'workflow'
+            WHEN tl_kind IN ('llm:chat', 'llm:completion') THEN 'llm'
+            WHEN tl_kind LIKE 'llm:%' THEN 'other'
+            WHEN tl_kind IS NOT NULL THEN 'structural'
+            WHEN ls_kind = 'llm' THEN 'llm'
+            WHEN ls_kind = 'tool' THEN 'tool'
+            WHEN ls_kind = 'chain' THEN CASE WHEN parent_span_id IS NULL THEN 'workflow' ELSE 'structural' END
+            WHEN ls_kind IN ('retriever', 'prompt', 'parser', 'embedding') THEN 'other'
+            WHEN ls_kind IS NOT NULL THEN 'structural'
+            -- pre-operation-name GenAI spans: a provider plus a model is an LLM call
+            WHEN op_name IS NULL AND coalesce(provider, legacy_system) IS NOT NULL
+                 AND coalesce(model, attributes['gen_ai.response.model']) IS NOT NULL THEN 'llm'
+            ELSE 'structural'
+        END AS step_kind
+    FROM marked m
+)
+SELECT
+    trace_id,
+    span_id,
+    parent_span_id,
+    name,
+    scope_name,
+    start_time_unix_nano,
+    duration_ns,
+    step_kind,
+    source_convention,
+    CASE WHEN step_kind <> 'structural' THEN
+        coalesce(
+            -- CrewAI native puts a key hash in gen_ai.agent.name; the role is the name people know
+            CASE WHEN source_convention = 'crewai_native' THEN attributes['crewai.agent.role'] END,
+            agent_name,
+            attributes['agent.name'],
+            CASE WHEN oi_kind = 'AGENT' THEN coalesce(attributes['graph.node.id'], name) END,
+            CASE WHEN tl_kind = 'agent' THEN attributes['traceloop.entity.name'] END,
+            attributes['crewai.agent.role'],
+            CASE WHEN ls_kind = 'chain' AND parent_span_id IS NULL THEN attributes['langsmith.trace.name'] END)
+    END AS agent_name,
+    CASE WHEN step_kind = 'tool' THEN
+        coalesce(tool_name, attributes['tool.name'],
+                 CASE WHEN tl_kind = 'tool' THEN attributes['traceloop.entity.name'] END)
+    END AS tool_name,
+    CASE WHEN step_kind = 'tool' THEN coalesce(tool_call_id, attributes['tool.id'], attributes['tool_call.id']) END
+        AS tool_call_id,
+    CASE WHEN step_kind = 'tool' THEN
+        coalesce(
+            attributes['gen_ai.tool.call.arguments'],
+            CASE WHEN oi_kind = 'TOOL' THEN coalesce(
+                attributes['input.value'],
+                -- autogen-agentchat's OpenInference instrumentor puts the arguments here;
+                -- elsewhere tool.parameters is the JSON schema, recognisable by "properties"
+                CASE WHEN attributes['tool.parameters'] NOT LIKE '%"properties"%' THEN attributes['tool.parameters'] END) END,
+            attributes['traceloop.entity.input'],
+            CASE WHEN ls_kind = 'tool' OR source_convention = 'langsmith' THEN attributes['gen_ai.prompt'] END)
+    END AS tool_args_raw,
+    CASE WHEN step_kind = 'llm' THEN
+        coalesce(model, attributes['llm.request.model_name'], attributes['llm.model_name'],
+                 attributes['langsmith.metadata.ls_model_name'], attributes['gen_ai.response.model'],
+                 attributes['llm.response.model_name'])
+    END AS model,
+    CASE WHEN step_kind = 'llm' THEN
+        coalesce(attributes['gen_ai.response.model'], attributes['llm.response.model_name'])
+    END AS response_model,
+    -- the framework name (autogen, langchain, ...) shows up in gen_ai.system on framework
+    -- spans; it is not a model provider
+    CASE WHEN step_kind = 'llm' THEN
+        nullif(nullif(nullif(nullif(lower(coalesce(
+            provider, attributes['llm.provider'], attributes['langsmith.metadata.ls_provider'],
+            attributes['llm.system'], legacy_system)), 'langchain'), 'langgraph'), 'autogen'), 'crewai')
+    END AS provider,
+    CASE WHEN step_kind = 'llm' THEN
+        coalesce(input_tokens, TRY_CAST(attributes['gen_ai.usage.input_tokens'] AS BIGINT),
+                 TRY_CAST(attributes['llm.token_count.prompt'] AS BIGINT),
+                 TRY_CAST(attributes['gen_ai.usage.prompt_tokens'] AS BIGINT))
+    END AS input_tokens,
+    CASE WHEN step_kind = 'llm' THEN
+        coalesce(output_tokens, TRY_CAST(attributes['gen_ai.usage.output_tokens'] AS BIGINT),
+                 TRY_CAST(attributes['llm.token_count.completion'] AS BIGINT),
+                 TRY_CAST(attributes['gen_ai.usage.completion_tokens'] AS BIGINT))
+    END AS output_tokens,
+    CASE WHEN step_kind = 'llm' THEN
+        coalesce(TRY_CAST(attributes['llm.cost.total'] AS DOUBLE),
+                 TRY_CAST(attributes['llm.cost.prompt'] AS DOUBLE) + TRY_CAST(attributes['llm.cost.completion'] AS DOUBLE))
+    END AS cost_attr_usd,
+    CASE WHEN status_code = 2 OR attributes['gen_ai.task.status'] = 'failure' THEN 'error' ELSE 'ok' END AS status,
+    coalesce(error_type, CASE WHEN status_code = 2 THEN nullif(status_message, '') END) AS error_type,
+    CASE WHEN step_kind = 'llm' THEN
+        coalesce(attributes['gen_ai.response.finish_reasons'], attributes['llm.finish_reason'],
+                 attributes['gen_ai.completion.0.finish_reason'])
+    END AS finish_reasons,
+    -- the assistant's final text part, in whichever layout the dialect uses
+    CASE
+        WHEN step_kind IN ('llm', 'agent', 'workflow') THEN coalesce(
+            CASE WHEN json_valid(attributes['gen_ai.output.messages']) THEN
+                list_filter(CAST(json_extract(attributes['gen_ai.output.messages'], '$[*].parts[*]') AS JSON[]),
+                            p -> p->>'type' = 'text')[-1]->>'content' END,
+            attributes['gen_ai.completion.0.content'],
+            attributes['llm.output_messages.0.message.content'],
+            CASE WHEN json_valid(attributes['gen_ai.completion']) THEN coalesce(
+                attributes['gen_ai.completion']->>'$.content',
+                attributes['gen_ai.completion']->>'$.generations[0][0].text',
+                attributes['gen_ai.completion']->>'$.choices[0].message.content')
+            ELSE attributes['gen_ai.completion'] END,
+            CASE WHEN step_kind <> 'llm' THEN attributes['output.value'] END)
+        WHEN step_kind = 'tool' THEN coalesce(
+            attributes['gen_ai.tool.call.result'], attributes['output.value'], attributes['traceloop.entity.output'],
+            CASE WHEN source_convention = 'langsmith' THEN attributes['gen_ai.completion'] END)
+    END AS output_text,
+    -- did the LLM ask for tools? NULL when the span does not say
+    CASE WHEN step_kind = 'llm' THEN coalesce(
+        CASE WHEN json_valid(attributes['gen_ai.output.messages']) THEN
+            len(list_filter(CAST(json_extract(attributes['gen_ai.output.messages'], '$[*].parts[*]') AS JSON[]),
+                            p -> p->>'type' = 'tool_call')) > 0 END,
+        CASE WHEN attributes['gen_ai.completion.0.tool_calls.0.name'] IS NOT NULL
+               OR attributes['llm.output_messages.0.message.tool_calls.0.tool_call.function.name'] IS NOT NULL
+             THEN true END,
+        CASE WHEN coalesce(attributes['gen_ai.response.finish_reasons'], attributes['llm.finish_reason'],
+                           attributes['gen_ai.completion.0.finish_reason']) SIMILAR TO '.*(tool_call|function_call|tool_use).*'
+             THEN true END,
+        CASE WHEN attributes['gen_ai.output.messages'] IS NOT NULL
+               OR attributes['gen_ai.completion.0.content'] IS NOT NULL
+               OR attributes['llm.output_messages.0.message.content'] IS NOT NULL
+               OR coalesce(attributes['gen_ai.response.finish_reasons'], attributes['llm.finish_reason']) IS NOT NULL
+             THEN false END)
+    END AS requested_tools,
+    -- tool definitions the LLM was offered (coverage: tools available)
+    CASE WHEN step_kind IN ('llm', 'agent') THEN attributes['gen_ai.tool.definitions'] END AS tool_definitions
+FROM classified;

@@ -1,0 +1,155 @@
+"""The OTLP receiver, driven by the official OTLP exporters and raw HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import urllib.error
+import urllib.request
+
+import grpc
+import pytest
+from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans as encode_json
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as encode_proto
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from .conftest import expected_view, lake_view, recorded_trials
+
+
+def post(url, body: bytes, ctype="application/x-protobuf", headers=None):
+    req = urllib.request.Request(url, data=body, method="POST",
+                                 headers={"Content-Type": ctype, **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def test_grpc_and_http_exporters_round_trip_every_span(tmp_path, collector_factory):
+    spans = recorded_trials(6)
+    c = collector_factory(tmp_path / "lake")
+    g = GrpcExporter(endpoint=c.grpc_endpoint, insecure=True)
+    h = HttpExporter(endpoint=c.http_url, compression=Compression.Gzip)
+    half = len(spans) // 2
+    assert g.export(spans[:half]) == SpanExportResult.SUCCESS
+    assert h.export(spans[half:]) == SpanExportResult.SUCCESS
+    g.shutdown(), h.shutdown()
+    code, out, err = c.terminate()
+    assert code == 0, err
+    assert f"{len(spans)} spans accepted, {len(spans)} written" in out
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_http_json_round_trip_and_hex_ids(tmp_path, collector_factory):
+    spans = recorded_trials(3)
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    body = json.dumps(encode_json(spans).to_dict()).encode()
+    status, headers, resp = post(c.http_url, body, "application/json")
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    assert json.loads(resp) == {}
+    assert c.terminate()[0] == 0
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_retransmitted_batch_is_stored_once(tmp_path, collector_factory):
+    spans = recorded_trials(4)
+    c = collector_factory(tmp_path / "lake")
+    body = encode_proto(spans).SerializeToString()
+    for _ in range(3):
+        assert post(c.http_url, body)[0] == 200
+    g = GrpcExporter(endpoint=c.grpc_endpoint, insecure=True)
+    assert g.export(spans) == SpanExportResult.SUCCESS
+    code, out, _ = c.terminate()
+    assert f"{len(spans)} spans accepted" in out and f"{3 * len(spans)} duplicates dropped" in out
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_partial_success_reports_rejected_spans(tmp_path, collector_factory):
+    spans = recorded_trials(1)
+    req = encode_proto(spans)
+    bad = req.resource_spans[0].scope_spans[0].spans
+    bad[0].trace_id = b"\x01" * 5                       # wrong length
+    bad[1].end_time_unix_nano = bad[1].start_time_unix_nano - 1  # ends before it starts
+    c = collector_factory(tmp_path / "lake")
+    status, _, resp_body = post(c.http_url, req.SerializeToString())
+    assert status == 200
+    resp = pb.ExportTraceServiceResponse.FromString(resp_body)
+    assert resp.partial_success.rejected_spans == 2
+    assert "trace_id must be 16 bytes" in resp.partial_success.error_message
+    assert "before start" in resp.partial_success.error_message
+    # the same over gRPC
+    stub = __import__("opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc",
+                      fromlist=["x"]).TraceServiceStub(grpc.insecure_channel(c.grpc_endpoint))
+    r = stub.Export(req, timeout=10)
+    assert r.partial_success.rejected_spans == 2
+    c.terminate()
+    assert len(lake_view(tmp_path / "lake")) == len(spans) - 2
+
+
+@pytest.mark.parametrize("case", ["garbage-proto", "garbage-json", "json-not-object", "truncated-gzip",
+                                  "invalid-utf8-json", "wrong-ctype", "too-large", "gzip-bomb", "wrong-path"])
+def test_bad_requests_get_the_spec_status_and_the_server_keeps_serving(tmp_path, collector_factory, case):
+    c = collector_factory(tmp_path / "lake", "--max-body-mib", "1", grpc=False)
+    spans = recorded_trials(1)
+    good = encode_proto(spans).SerializeToString()
+    url, headers, ctype = c.http_url, {}, "application/x-protobuf"
+    if case == "garbage-proto":
+        body, want = b"\xff\xff\xff\x0f garbage", 400
+    elif case == "garbage-json":
+        body, ctype, want = b'{"resourceSpans": [', "application/json", 400
+    elif case == "json-not-object":
+        body, ctype, want = b"[1, 2]", "application/json", 400
+    elif case == "truncated-gzip":
+        body, headers, want = gzip.compress(good)[:-12], {"Content-Encoding": "gzip"}, 400
+    elif case == "invalid-utf8-json":
+        body, ctype, want = b'{"resourceSpans": "\xff\xfe"}', "application/json", 400
+    elif case == "wrong-ctype":
+        body, ctype, want = good, "text/plain", 415
+    elif case == "too-large":
+        body, want = b"\x00" * (2 << 20), 413
+    elif case == "gzip-bomb":
+        body, headers, want = gzip.compress(b"\x00" * (50 << 20)), {"Content-Encoding": "gzip"}, 413
+    else:
+        url, body, want = url.replace("/v1/traces", "/v1/logs"), good, 404
+    status, hdrs, resp = post(url, body, ctype, headers)
+    assert status == want, resp
+    if ctype == "application/json" or want == 415:
+        assert "message" in json.loads(resp)
+    else:
+        from google.rpc import status_pb2
+        assert status_pb2.Status.FromString(resp).message
+    assert post(c.http_url, good)[0] == 200  # still serving, earlier data intact
+    code, out, _ = c.terminate()
+    assert code == 0 and "spans accepted" in out
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_overload_pushes_back_with_retry_after(tmp_path, collector_factory):
+    spans = recorded_trials(200)  # more spans than --max-buffered-spans
+    assert len(spans) > 1000
+    c = collector_factory(tmp_path / "lake", "--max-buffered-spans", "1000", "--flush-seconds", "30", grpc=False)
+    assert post(c.http_url, encode_proto(spans).SerializeToString())[0] == 200
+    status, headers, _ = post(c.http_url, encode_proto(recorded_trials(1)).SerializeToString())
+    assert status == 503 and int(headers["Retry-After"]) >= 1
+    c.terminate()
+    assert len(lake_view(tmp_path / "lake")) == len(spans)
+
+
+def test_token_required_and_checked(tmp_path, collector_factory):
+    c = collector_factory(tmp_path / "lake", "--token", "s3cret")
+    first, second = recorded_trials(1), recorded_trials(1)
+    body = encode_proto(first).SerializeToString()
+    assert post(c.http_url, body)[0] == 401
+    assert post(c.http_url, body, headers={"Authorization": "Bearer wrong"})[0] == 401
+    assert post(c.http_url, body, headers={"Authorization": "Bearer s3cret"})[0] == 200
+    g = GrpcExporter(endpoint=c.grpc_endpoint, insecure=True)
+    assert g.export(second) == SpanExportResult.FAILURE
+    g = GrpcExporter(endpoint=c.grpc_endpoint, insecure=True, headers={"authorization": "Bearer s3cret"})
+    assert g.export(second) == SpanExportResult.SUCCESS
+    c.terminate()
+    assert lake_view(tmp_path / "lake") == expected_view(list(first) + list(second))
