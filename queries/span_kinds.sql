@@ -160,7 +160,7 @@ SELECT
         WHEN step_kind IN ('llm', 'agent', 'workflow') THEN coalesce(
             CASE WHEN json_valid(attributes['gen_ai.output.messages']) THEN
                 list_filter(CAST(json_extract(attributes['gen_ai.output.messages'], '$[*].parts[*]') AS JSON[]),
-                            p -> p->>'type' = 'text')[-1]->>'content' END,
+                            lambda p: p->>'type' = 'text')[-1]->>'content' END,
             attributes['gen_ai.completion.0.content'],
             attributes['llm.output_messages.0.message.content'],
             CASE WHEN json_valid(attributes['gen_ai.completion']) THEN coalesce(
@@ -177,7 +177,7 @@ SELECT
     CASE WHEN step_kind = 'llm' THEN coalesce(
         CASE WHEN json_valid(attributes['gen_ai.output.messages']) THEN
             len(list_filter(CAST(json_extract(attributes['gen_ai.output.messages'], '$[*].parts[*]') AS JSON[]),
-                            p -> p->>'type' = 'tool_call')) > 0 END,
+                            lambda p: p->>'type' = 'tool_call')) > 0 END,
         CASE WHEN attributes['gen_ai.completion.0.tool_calls.0.name'] IS NOT NULL
                OR attributes['llm.output_messages.0.message.tool_calls.0.tool_call.function.name'] IS NOT NULL
              THEN true END,
@@ -189,7 +189,5 @@ SELECT
                OR attributes['llm.output_messages.0.message.content'] IS NOT NULL
                OR coalesce(attributes['gen_ai.response.finish_reasons'], attributes['llm.finish_reason']) IS NOT NULL
              THEN false END)
-    END AS requested_tools,
-    -- tool definitions the LLM was offered (coverage: tools available)
-    CASE WHEN step_kind IN ('llm', 'agent') THEN attributes['gen_ai.tool.definitions'] END AS tool_definitions
+    END AS requested_tools
 FROM classified;

@@ -19,10 +19,26 @@ import pyarrow as pa
 
 from ..collect.lake import Lake, LakeError, check_lake_file
 from ..collect.schema import TABLES
+from .canonical import canonical_json_arrow
+from .labels import LABELS_SCHEMA, label_files
 
 # Views are created in this order (a view may use the ones before it); any other
 # queries/*.sql file follows in name order.
-VIEW_ORDER = ["spans", "span_events", "span_links"]
+VIEW_ORDER = [
+    "spans", "span_events", "span_links",
+    "model_prices", "span_kinds", "steps",
+    "trial_labels", "trials", "pass_rates",
+    "fingerprint_tools", "fingerprints",
+    "decision_paths", "abstract_states", "tool_definitions", "tool_arguments", "models_used",
+    "stability", "stability_summary",
+]
+
+# Views whose result the analysis commands reuse many times: `Engine.materialize` computes
+# each once into a temporary table (steps walks the span tree; doing that per query would
+# re-read the lake each time).
+CACHED_VIEWS = ["steps"]
+
+PRICES_ENV = "OTEL_ASSAY_PRICES"
 
 
 def query_files() -> dict[str, str]:
@@ -47,6 +63,7 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
     else:
         sources = list(source)
     files: dict[str, list[Path]] = {t: [] for t in TABLES}
+    files["labels"] = []
     for src in sources:
         p = Path(src)
         if p.is_dir():
@@ -56,6 +73,7 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
                                 "point at the directory given to `otel-assay collect --dir` or OTEL_ASSAY_DIR")
             for t in TABLES:
                 files[t].extend(lake.live_files(t))
+            files["labels"].extend(label_files(p))
         elif p.is_file():
             files["spans"].append(p)
         elif any(ch in str(src) for ch in "*?["):
@@ -75,7 +93,8 @@ class Engine:
     ...     eng.query("SELECT count(*) FROM spans").to_pylist()
     """
 
-    def __init__(self, source, *, threads: int | None = None, memory_limit: str | None = None):
+    def __init__(self, source, *, threads: int | None = None, memory_limit: str | None = None,
+                 prices: str | os.PathLike | None = None):
         self.files = resolve_sources(source)
         self.con = duckdb.connect()
         if threads:
@@ -85,15 +104,23 @@ class Engine:
         self._check_files()
         for table, schema in TABLES.items():
             self._bind_table(table, schema)
+        self._bind_labels()
+        self.con.create_function("canonical_json", canonical_json_arrow, ["VARCHAR"], "VARCHAR",
+                                 type="arrow", side_effects=False)
+        self.materialized: set[str] = set()
         for view, sql in query_files().items():
             try:
                 self.con.execute(sql)
             except duckdb.Error as e:
                 raise RuntimeError(f"queries/{view}.sql failed to bind: {e}") from e
+            if view == "model_prices":
+                self._bind_prices(prices if prices is not None else os.environ.get(PRICES_ENV) or None)
 
     def _check_files(self) -> None:
         bad = []
         for table, paths in self.files.items():
+            if table not in TABLES:
+                continue
             for p in paths:
                 problem = check_lake_file(p, table)
                 if problem:
@@ -122,6 +149,50 @@ class Engine:
             empty = schema.empty_table().append_column("dt", pa.array([], pa.date32()))
             self.con.register(f"_{name}_empty", empty)
             self.con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _{name}_empty")
+
+    def _bind_labels(self) -> None:
+        paths = self.files.get("labels", [])
+        if paths:
+            self.con.execute(
+                f"CREATE OR REPLACE VIEW lake_labels AS SELECT * FROM read_parquet({_sql_list(paths)}, "
+                "union_by_name = true, filename = true)"
+            )
+        else:
+            self.con.register("_lake_labels_empty", LABELS_SCHEMA.empty_table().append_column(
+                "filename", pa.array([], pa.string())))
+            self.con.execute("CREATE OR REPLACE VIEW lake_labels AS SELECT * FROM _lake_labels_empty")
+
+    def _bind_prices(self, path: str | os.PathLike | None) -> None:
+        """Replace the shipped price table by a user's CSV (same columns as model_prices)."""
+        if path is None:
+            return
+        p = Path(path)
+        if not p.is_file():
+            raise LakeError(f"price table {p} does not exist (set by --prices or {PRICES_ENV})")
+        try:
+            self.con.execute(
+                "CREATE OR REPLACE TEMP TABLE _model_prices AS SELECT CAST(provider AS VARCHAR) AS provider, "
+                "CAST(model AS VARCHAR) AS model, CAST(input_usd_per_mtok AS DOUBLE) AS input_usd_per_mtok, "
+                "CAST(output_usd_per_mtok AS DOUBLE) AS output_usd_per_mtok, NULL::VARCHAR AS vendor "
+                "FROM read_csv(?, header = true, all_varchar = true)", [str(p)])
+        except duckdb.Error as e:
+            raise LakeError(f"price table {p} is not usable: {str(e).splitlines()[0]}; it needs a header "
+                            "provider,model,input_usd_per_mtok,output_usd_per_mtok (provider may be empty)") from None
+        self.con.execute("CREATE OR REPLACE VIEW model_prices AS SELECT * FROM _model_prices")
+
+    def materialize(self, views: Sequence[str] = CACHED_VIEWS) -> None:
+        """Compute ``views`` once into temporary tables that later queries read.
+
+        The view keeps its name and columns; views built on it now read the table. Spans
+        that arrive in the lake afterwards are not seen (the file list was fixed at open
+        anyway).
+        """
+        for view in views:
+            if view in self.materialized:
+                continue
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _cached_{view} AS SELECT * FROM {view}")
+            self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _cached_{view}")
+            self.materialized.add(view)
 
     def lock_down(self) -> None:
         """Forbid file access beyond the bound lake files, for running a user's SQL.

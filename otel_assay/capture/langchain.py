@@ -1,0 +1,304 @@
+"""LangGraph / LangChain adapter: a callback handler injected into every callback manager.
+
+Injection: ``langchain_core.tracers.context.register_configure_hook`` with a ContextVar
+whose *default* is our handler, so it is present in sync, async, streaming and thread
+runs without touching user code (reference/instrumentation.md §6.1, §9).
+
+Spans (DESIGN §2):
+
+* the root run (a compiled graph, an agent from ``create_agent``, any top-level chain) ->
+  ``invoke_agent {name}``; a LangGraph subgraph -> a nested ``invoke_agent {name}``;
+* chat model calls -> ``chat {model}`` (CLIENT) with request/response model, provider,
+  token usage, finish reasons, tool definitions, input/output messages;
+* tool runs -> ``execute_tool {tool}`` with call id, arguments and result; raised and
+  handled (``ToolNode(handle_tool_errors=True)``) tool errors both mark the span ERROR;
+* plumbing chains (nodes, ``tools_condition``, ``RunnableSequence``...) get no span:
+  their children attach to the nearest span above; the LangGraph node a step ran in is
+  recorded as ``assay.graph.node``.
+"""
+
+from __future__ import annotations
+
+import time
+from contextvars import ContextVar
+from typing import Any
+from uuid import UUID
+
+from opentelemetry import trace
+
+from .. import semconv
+from . import _runtime
+from ._spans import (CLIENT, INTERNAL, args_json, clean, fail, result_text, start_span, text_parts,
+                     to_json, tool_call_part)
+from .trial import implicit_trial
+
+FRAMEWORK = "langgraph"
+_CONTROL_FLOW = {"GraphInterrupt", "NodeInterrupt", "ParentCommand", "GraphBubbleUp", "Interrupt"}
+
+_VAR: ContextVar | None = None
+_HOOK_ENTRY = None
+
+
+def _role(msg: Any) -> str:
+    t = getattr(msg, "type", None)
+    return {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}.get(t, t or "user")
+
+
+def _message_json(msg: Any) -> dict[str, Any]:
+    role = _role(msg)
+    if role == "tool":
+        return {"role": "tool", "parts": [{"type": "tool_call_response", "id": getattr(msg, "tool_call_id", None),
+                                           "result": result_text(getattr(msg, "content", None))}]}
+    m = text_parts(role, getattr(msg, "content", None))
+    calls = getattr(msg, "tool_calls", None) or []
+    if calls:
+        m["parts"] = [p for p in m["parts"] if p.get("content")] + [
+            tool_call_part(c.get("id"), c.get("name"), c.get("args")) for c in calls]
+    return m
+
+
+class _Run:
+    __slots__ = ("span", "parent", "trial", "kind", "node")
+
+    def __init__(self, span, parent, trial=None, kind="", node=None):
+        self.span = span        # our span for this run, or None for plumbing
+        self.parent = parent    # nearest span at or above this run (what children attach to)
+        self.trial = trial      # implicit trial opened at this (root) run
+        self.kind = kind
+        self.node = node
+
+
+try:
+    from langchain_core.callbacks import BaseCallbackHandler as _Base
+except ImportError:  # pragma: no cover - the module is only imported when langchain_core is
+    _Base = object
+
+
+class AssayCallbackHandler(_Base):
+    """LangChain callback handler that emits DESIGN §2 spans."""
+
+    run_inline = True          # no executor hop for this sync handler inside async runs
+    raise_error = False
+    name = "otel_assay"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._runs: dict[UUID, _Run] = {}
+
+    # ---------------------------------------------------------------- helpers
+    def _parent(self, parent_run_id: UUID | None):
+        if parent_run_id is not None:
+            r = self._runs.get(parent_run_id)
+            if r is not None:
+                return r.parent
+        return None  # -> current context
+
+    # ---------------------------------------------------------------- chains
+    def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, tags=None, metadata=None, **kw):
+        parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        md = metadata or {}
+        if parent_run is not None:
+            ns = md.get("checkpoint_ns")
+            if ns and md.get("langgraph_checkpoint_ns") == ns:  # a subgraph run
+                name = kw.get("name") or "subgraph"
+                span = start_span(f"invoke_agent {name}", {
+                    semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT, semconv.GEN_AI_AGENT_NAME: name,
+                    semconv.ASSAY_STEP_KIND: "agent", semconv.ASSAY_FRAMEWORK: FRAMEWORK,
+                    semconv.ASSAY_GRAPH_NODE: md.get("langgraph_node")}, parent=parent_run.parent)
+                self._runs[run_id] = _Run(span, span, kind="agent")
+            else:
+                self._runs[run_id] = _Run(None, parent_run.parent)
+            return
+        if parent_run_id is not None:  # parent unknown (handler added mid-run): plumbing
+            self._runs[run_id] = _Run(None, None)
+            return
+        # a root run: the agent / graph invocation
+        name = kw.get("name") or (serialized or {}).get("name") or "LangGraph"
+        t = implicit_trial(name)
+        attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT, semconv.GEN_AI_AGENT_NAME: name,
+                 semconv.ASSAY_STEP_KIND: "agent", semconv.ASSAY_FRAMEWORK: FRAMEWORK}
+        if _runtime.capture_content() and isinstance(inputs, dict) and isinstance(inputs.get("messages"), list):
+            try:
+                attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json([_message_json(m) for m in inputs["messages"]
+                                                                if hasattr(m, "content")])
+            except Exception:
+                pass
+        span = start_span(f"invoke_agent {name}", attrs, parent=t.span if t else None)
+        self._runs[run_id] = _Run(span, span, trial=t, kind="agent")
+
+    def on_chain_end(self, outputs, *, run_id, **kw):
+        r = self._runs.pop(run_id, None)
+        if r is None or r.span is None:
+            return
+        if r.trial is not None or r.kind == "agent":
+            if _runtime.capture_content() and isinstance(outputs, dict):
+                msgs = outputs.get("messages")
+                if isinstance(msgs, list) and msgs and hasattr(msgs[-1], "content"):
+                    try:
+                        r.span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json([_message_json(msgs[-1])]))
+                    except Exception:
+                        pass
+        r.span.end()
+        if r.trial is not None:
+            r.trial.finish()
+
+    def on_chain_error(self, error, *, run_id, **kw):
+        r = self._runs.pop(run_id, None)
+        if r is None or r.span is None:
+            return
+        if type(error).__name__ in _CONTROL_FLOW:  # interrupts / Command(graph=PARENT): not failures
+            r.span.end()
+        else:
+            fail(r.span, error)
+        if r.trial is not None:
+            r.trial.finish(None if type(error).__name__ in _CONTROL_FLOW else error)
+
+    # ---------------------------------------------------------------- models
+    def _llm_start(self, op, serialized, messages, run_id, parent_run_id, metadata, kw):
+        md = metadata or {}
+        params = kw.get("invocation_params") or {}
+        model = (params.get("model") or params.get("model_name") or params.get("model_id")
+                 or md.get("ls_model_name"))
+        provider = md.get("ls_provider")
+        attrs = {semconv.GEN_AI_OPERATION_NAME: op, semconv.GEN_AI_REQUEST_MODEL: model,
+                 semconv.GEN_AI_PROVIDER_NAME: provider, semconv.ASSAY_STEP_KIND: "llm",
+                 semconv.ASSAY_FRAMEWORK: FRAMEWORK, semconv.ASSAY_GRAPH_NODE: md.get("langgraph_node")}
+        tools = params.get("tools") or params.get("functions")
+        if tools:
+            attrs[semconv.GEN_AI_TOOL_DEFINITIONS] = to_json(tools)
+        if _runtime.capture_content() and messages is not None:
+            try:
+                attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(messages)
+            except Exception:
+                pass
+        parent = self._parent(parent_run_id)
+        span = start_span(f"{op} {model}" if model else op, attrs, kind=CLIENT, parent=parent)
+        self._runs[run_id] = _Run(span, span, kind="llm" if model else "llm?")
+
+    def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, tags=None,
+                            metadata=None, **kw):
+        msgs = None
+        if _runtime.capture_content():
+            msgs = [_message_json(m) for m in (messages[0] if messages else [])]
+        self._llm_start(semconv.OP_CHAT, serialized, msgs, run_id, parent_run_id, metadata, kw)
+
+    def on_llm_start(self, serialized, prompts, *, run_id, parent_run_id=None, tags=None, metadata=None, **kw):
+        msgs = [text_parts("user", p) for p in prompts] if _runtime.capture_content() else None
+        self._llm_start(semconv.OP_TEXT_COMPLETION, serialized, msgs, run_id, parent_run_id, metadata, kw)
+
+    def on_llm_end(self, response, *, run_id, **kw):
+        r = self._runs.pop(run_id, None)
+        if r is None:
+            return
+        span = r.span
+        gen = None
+        try:
+            gen = response.generations[0][0]
+        except (IndexError, AttributeError, TypeError):
+            pass
+        msg = getattr(gen, "message", None)
+        usage = getattr(msg, "usage_metadata", None) or {}
+        llm_out = getattr(response, "llm_output", None) or {}
+        tu = llm_out.get("token_usage") or llm_out.get("usage") or {}
+        rmeta = getattr(msg, "response_metadata", None) or {}
+        ginfo = getattr(gen, "generation_info", None) or {}
+        in_tok = usage.get("input_tokens", tu.get("prompt_tokens", tu.get("input_tokens")))
+        out_tok = usage.get("output_tokens", tu.get("completion_tokens", tu.get("output_tokens")))
+        resp_model = rmeta.get("model_name") or rmeta.get("model") or llm_out.get("model_name")
+        finish = rmeta.get("finish_reason") or rmeta.get("stop_reason") or ginfo.get("finish_reason")
+        calls = getattr(msg, "tool_calls", None) or []
+        if not finish:
+            finish = "tool_calls" if calls else "stop"
+        attrs = {semconv.GEN_AI_USAGE_INPUT_TOKENS: in_tok, semconv.GEN_AI_USAGE_OUTPUT_TOKENS: out_tok,
+                 semconv.GEN_AI_RESPONSE_MODEL: resp_model, semconv.GEN_AI_RESPONSE_FINISH_REASONS: [str(finish)],
+                 semconv.GEN_AI_RESPONSE_ID: getattr(msg, "id", None) if getattr(msg, "id", None) and
+                 not str(msg.id).startswith(("run-", "lc_run")) else None}
+        if r.kind == "llm?" and resp_model:
+            # the request named no model (fakes, some wrappers): name the span by the response model
+            attrs[semconv.GEN_AI_REQUEST_MODEL] = resp_model
+            span.update_name(f"{span.name} {resp_model}")
+        if _runtime.capture_content():
+            try:
+                if msg is not None:
+                    out = _message_json(msg)
+                else:
+                    out = text_parts("assistant", getattr(gen, "text", ""))
+                out["finish_reason"] = str(finish)
+                attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json([out])
+            except Exception:
+                pass
+        span.set_attributes(clean(attrs))
+        span.end()
+
+    def on_llm_error(self, error, *, run_id, **kw):
+        r = self._runs.pop(run_id, None)
+        if r is not None:
+            fail(r.span, error)
+
+    # ---------------------------------------------------------------- tools
+    def on_tool_start(self, serialized, input_str, *, run_id, parent_run_id=None, tags=None, metadata=None,
+                      inputs=None, **kw):
+        md = metadata or {}
+        ser = serialized or {}
+        name = kw.get("name") or ser.get("name") or "tool"
+        attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_EXECUTE_TOOL, semconv.GEN_AI_TOOL_NAME: name,
+                 semconv.GEN_AI_TOOL_CALL_ID: kw.get("tool_call_id"), semconv.GEN_AI_TOOL_TYPE: "function",
+                 semconv.GEN_AI_TOOL_DESCRIPTION: ser.get("description"), semconv.ASSAY_STEP_KIND: "tool",
+                 semconv.ASSAY_FRAMEWORK: FRAMEWORK, semconv.ASSAY_GRAPH_NODE: md.get("langgraph_node")}
+        if _runtime.capture_content():
+            attrs[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = args_json(inputs if inputs is not None else input_str)
+        span = start_span(f"execute_tool {name}", attrs, parent=self._parent(parent_run_id))
+        self._runs[run_id] = _Run(span, span, kind="tool")
+
+    def on_tool_end(self, output, *, run_id, **kw):
+        r = self._runs.pop(run_id, None)
+        if r is None:
+            return
+        span = r.span
+        content = getattr(output, "content", output)
+        if getattr(output, "tool_call_id", None) and not span.attributes.get(semconv.GEN_AI_TOOL_CALL_ID):
+            span.set_attribute(semconv.GEN_AI_TOOL_CALL_ID, output.tool_call_id)
+        if _runtime.capture_content():
+            span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, result_text(content))
+        if getattr(output, "status", None) == "error":
+            fail(span, type_name="ToolError", message=result_text(content))
+        else:
+            span.end()
+
+    def on_tool_error(self, error, *, run_id, **kw):
+        r = self._runs.pop(run_id, None)
+        if r is not None:
+            fail(r.span, error)
+
+
+# ---------------------------------------------------------------- instrument
+_HANDLER: AssayCallbackHandler | None = None
+
+
+def handler() -> AssayCallbackHandler:
+    global _HANDLER
+    if _HANDLER is None:
+        _HANDLER = AssayCallbackHandler()
+    return _HANDLER
+
+
+def instrument(module=None) -> bool:
+    global _VAR, _HOOK_ENTRY
+    from langchain_core.tracers import context as lc_context
+    if _HOOK_ENTRY is not None:
+        return True
+    _VAR = ContextVar("otel_assay_langchain", default=handler())
+    lc_context.register_configure_hook(_VAR, inheritable=True)
+    _HOOK_ENTRY = lc_context._configure_hooks[-1]
+    return True
+
+
+def uninstrument() -> None:
+    global _HOOK_ENTRY
+    from langchain_core.tracers import context as lc_context
+    if _HOOK_ENTRY is not None:
+        try:
+            lc_context._configure_hooks.remove(_HOOK_ENTRY)
+        except ValueError:
+            pass
+        _HOOK_ENTRY = None

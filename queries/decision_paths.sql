@@ -1,0 +1,13 @@
+-- decision_paths: one row per trial, its decision path (paper Def. 4.3): the ordered
+-- sequence of (step kind, tool) pairs, written `kind[:tool] > kind[:tool] > ...` in seq
+-- order ('' for a trial with no steps). Grouping trials by path gives the frequencies
+-- Chao1 needs (f1 = paths seen once, f2 = seen twice).
+CREATE OR REPLACE VIEW decision_paths AS
+SELECT t.trace_id, coalesce(p.path, '') AS path, coalesce(p.n_steps, 0) AS n_steps
+FROM trials t
+LEFT JOIN (
+    SELECT trace_id,
+        string_agg(step_kind || coalesce(':' || tool_name, ''), ' > ' ORDER BY seq) AS path,
+        count(*) AS n_steps
+    FROM steps GROUP BY trace_id
+) p USING (trace_id);

@@ -1,0 +1,91 @@
+-- fingerprints: one behavioural vector per trial (paper Def. 7.1, DESIGN §7), the input of
+-- the Hotelling T² shift test. Every feature is a DOUBLE; a trial with no steps gets 0s.
+-- The per-tool frequencies u are in fingerprint_tools (they depend on the vocabulary of
+-- the trials being compared).
+--
+--   n_steps            L: number of steps (count). The trial's length.
+--   max_depth          D: deepest step nesting (steps; 1 = top level, 0 = no steps).
+--                      Delegation or nested agents show up here.
+--   n_branches         B: root-to-leaf paths of the step tree = steps with no child
+--                      step (count). Fan-out and parallel calls raise it.
+--   output_tokens      ℓ: output tokens of the final response (the respond step; 0 when
+--                      there is none). Verbosity of the answer.
+--   output_complexity  κ in [0, 1]: Flesch-Kincaid grade of the final response text / 18
+--                      (a graduate-level ceiling), clamped; syllables are estimated as
+--                      vowel groups; 0 without text. Style drift of the answer.
+--   frac_llm, frac_tool, frac_agent, frac_reason, frac_respond, frac_workflow, frac_other
+--                      w: share of steps of each kind (fraction of n_steps). How the agent
+--                      spends its steps.
+--   error_flag         e: 1 if any step ended in error, else 0.
+--   recovery_rate      ρ in [0, 1]: share of error steps after which a later step of the
+--                      same kind (and tool) succeeded; 1 when nothing failed. Whether the
+--                      agent recovers or gives up.
+--   total_tokens       input + output tokens of all LLM calls (tokens). Spend.
+--   tokens_per_step    total_tokens / n_steps (tokens per step). Spend per unit of work.
+--   cost_usd           C: cost of all LLM calls (USD); NULL when a call could not be priced.
+--   cost_per_step      c̄ = cost_usd / n_steps (USD per step); NULL like cost_usd.
+--   latency_s          wall-clock duration of the trial, first span start to last span end
+--                      (seconds).
+CREATE OR REPLACE VIEW fingerprints AS
+WITH marked AS (
+    SELECT s.*,
+        CASE WHEN llm_call THEN 'llm' ELSE step_kind END AS retry_kind,
+        max(seq) FILTER (WHERE status = 'ok')
+            OVER (PARTITION BY trace_id, CASE WHEN llm_call THEN 'llm' ELSE step_kind END, tool_name) AS last_ok_seq
+    FROM steps s
+),
+parents AS (SELECT DISTINCT trace_id, step_parent_id AS span_id FROM steps WHERE step_parent_id IS NOT NULL),
+shape AS (
+    SELECT m.trace_id,
+        count(*) AS n_steps,
+        max(m.depth) AS max_depth,
+        count(*) FILTER (WHERE p.span_id IS NULL) AS n_branches,
+        count(*) FILTER (WHERE m.step_kind = 'llm') AS n_llm,
+        count(*) FILTER (WHERE m.step_kind = 'tool') AS n_tool,
+        count(*) FILTER (WHERE m.step_kind = 'agent') AS n_agent,
+        count(*) FILTER (WHERE m.step_kind = 'reason') AS n_reason,
+        count(*) FILTER (WHERE m.step_kind = 'respond') AS n_respond,
+        count(*) FILTER (WHERE m.step_kind = 'workflow') AS n_workflow,
+        count(*) FILTER (WHERE m.step_kind = 'other') AS n_other,
+        count(*) FILTER (WHERE m.status = 'error') AS n_error_steps,
+        count(*) FILTER (WHERE m.status = 'error' AND m.last_ok_seq > m.seq) AS n_recovered,
+        arg_max(m.output_tokens, m.seq) FILTER (WHERE m.step_kind = 'respond') AS final_output_tokens,
+        arg_max(m.output_text, m.seq) FILTER (WHERE m.step_kind = 'respond') AS final_text
+    FROM marked m
+    LEFT JOIN parents p ON p.trace_id = m.trace_id AND p.span_id = m.span_id
+    GROUP BY m.trace_id
+),
+readability AS (
+    SELECT trace_id, n_words, n_sentences, greatest(n_syllables, n_words) AS n_syllables
+    FROM (SELECT trace_id,
+              len(regexp_extract_all(final_text, '[A-Za-z0-9]+')) AS n_words,
+              greatest(1, len(regexp_extract_all(final_text, '[.!?]+'))) AS n_sentences,
+              len(regexp_extract_all(lower(final_text), '[aeiouy]+')) AS n_syllables
+          FROM shape WHERE final_text IS NOT NULL)
+)
+SELECT
+    t.trace_id, t.scenario, t.version, t.run_id,
+    coalesce(h.n_steps, 0)::DOUBLE AS n_steps,
+    coalesce(h.max_depth, 0)::DOUBLE AS max_depth,
+    coalesce(h.n_branches, 0)::DOUBLE AS n_branches,
+    coalesce(h.final_output_tokens, 0)::DOUBLE AS output_tokens,
+    CASE WHEN r.n_words > 0 THEN
+        greatest(0.0, least(1.0, (0.39 * r.n_words / r.n_sentences + 11.8 * r.n_syllables / r.n_words - 15.59) / 18.0))
+    ELSE 0.0 END AS output_complexity,
+    coalesce(h.n_llm / h.n_steps, 0.0) AS frac_llm,
+    coalesce(h.n_tool / h.n_steps, 0.0) AS frac_tool,
+    coalesce(h.n_agent / h.n_steps, 0.0) AS frac_agent,
+    coalesce(h.n_reason / h.n_steps, 0.0) AS frac_reason,
+    coalesce(h.n_respond / h.n_steps, 0.0) AS frac_respond,
+    coalesce(h.n_workflow / h.n_steps, 0.0) AS frac_workflow,
+    coalesce(h.n_other / h.n_steps, 0.0) AS frac_other,
+    CASE WHEN coalesce(h.n_error_steps, 0) > 0 THEN 1.0 ELSE 0.0 END AS error_flag,
+    CASE WHEN coalesce(h.n_error_steps, 0) = 0 THEN 1.0 ELSE h.n_recovered / h.n_error_steps END AS recovery_rate,
+    coalesce(t.input_tokens + t.output_tokens, 0)::DOUBLE AS total_tokens,
+    coalesce((t.input_tokens + t.output_tokens) / h.n_steps, 0.0) AS tokens_per_step,
+    t.cost_usd::DOUBLE AS cost_usd,
+    CASE WHEN h.n_steps > 0 THEN t.cost_usd / h.n_steps ELSE t.cost_usd END AS cost_per_step,
+    t.duration_ns / 1e9 AS latency_s
+FROM trials t
+LEFT JOIN shape h USING (trace_id)
+LEFT JOIN readability r USING (trace_id);

@@ -1,0 +1,31 @@
+-- trial_labels: one row per labelled trace, from the label files `otel-assay label`
+-- writes into LAKE/labels/ (bound by the engine as lake_labels; see analyze/labels.py).
+--
+-- A label keys a trace by trace_id, or by gen_ai.conversation.id / session.id on any of
+-- its spans (OpenInference and LangSmith call it a session), so traces recorded later in
+-- the same conversation pick the label up too. The newest label per key wins; a trace
+-- matched by several keys takes its trace_id label first. The conversation / session
+-- lookups read span attributes, so they only run when such labels exist.
+CREATE OR REPLACE VIEW trial_labels AS
+WITH latest AS (
+    SELECT * FROM lake_labels
+    QUALIFY row_number() OVER (PARTITION BY key_kind, key ORDER BY labelled_at_unix_nano DESC, filename DESC) = 1
+),
+by_attribute AS (
+    SELECT DISTINCT s.trace_id, l.key_kind, l.key
+    FROM spans s
+    JOIN latest l
+      ON (l.key_kind = 'conversation_id' AND l.key = s.attributes['gen_ai.conversation.id'])
+      OR (l.key_kind = 'session_id' AND l.key IN (s.attributes['session.id'], s.attributes['langsmith.trace.session_id'],
+                                                  s.attributes['traceloop.association.properties.session_id']))
+    WHERE EXISTS (SELECT 1 FROM latest WHERE key_kind <> 'trace_id')
+),
+matched AS (
+    SELECT l.key AS trace_id, 1 AS preference, l.* EXCLUDE (key_kind, key) FROM latest l WHERE l.key_kind = 'trace_id'
+    UNION ALL
+    SELECT b.trace_id, CASE l.key_kind WHEN 'conversation_id' THEN 2 ELSE 3 END, l.* EXCLUDE (key_kind, key)
+    FROM by_attribute b JOIN latest l USING (key_kind, key)
+)
+SELECT trace_id, scenario, version, outcome, run_id, score
+FROM matched
+QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY preference, labelled_at_unix_nano DESC) = 1;

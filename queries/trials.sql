@@ -1,0 +1,112 @@
+-- trials: one row per trace (a trial is one trace, DESIGN §2), steps rolled up.
+--
+--   trace_id, run_id, scenario, version, trial_index
+--       from the assay.* attributes (on every span of a trial; the earliest span that has
+--       one, normally the trial root, wins); version falls back to the resource's
+--       service.version. A label (trial_labels) overrides them. Traces without assay.*
+--       and without a label are still trials, with these columns NULL.
+--   models          distinct models of the trial's LLM calls, sorted
+--   outcome         'pass' / 'fail' / NULL (unknown), score (assay.trial.score)
+--   error_class     sprt-wilson-ci-blog error classes: the explicit assay.error.class
+--                   (normalised: infrastructure, pre-validation, empty-run, timeout), else
+--                   'timeout' when a root span failed with a timeout, else 'empty-run'
+--                   when the trial has no LLM call and no tool step
+--   counted         whether the trial counts in per-protocol pass rates: infrastructure,
+--                   pre-validation and empty runs do not; a timeout counts (as a failure)
+--                   only if a tool was called before it, otherwise it is excluded as a
+--                   no-op
+--   passed          the success indicator the rates use: outcome = 'pass', except that a
+--                   counted timeout is a failure; NULL when the outcome is unknown
+--   started_at, start_time_unix_nano, duration_ns   first span start to last span end
+--   n_spans, n_steps, n_llm (LLM calls: llm + respond steps), n_tool, n_errors (steps
+--   with status error)
+--   input_tokens, output_tokens   summed over LLM calls only (0 without LLM calls;
+--                   NULL when the LLM calls report no usage)
+--   cost_usd        summed over LLM calls; NULL if any LLM call could not be priced, so
+--                   an unknown model never looks free
+CREATE OR REPLACE VIEW trials AS
+WITH span_facts AS (
+    SELECT
+        trace_id,
+        min(start_time_unix_nano) AS start_time_unix_nano,
+        max(start_time_unix_nano + duration_ns) AS end_time_unix_nano,
+        count(*) AS n_spans,
+        arg_min(scenario, start_time_unix_nano) FILTER (WHERE scenario IS NOT NULL) AS scenario,
+        arg_min(version, start_time_unix_nano) FILTER (WHERE version IS NOT NULL) AS version,
+        arg_min(run_id, start_time_unix_nano) FILTER (WHERE run_id IS NOT NULL) AS run_id,
+        arg_min(trial_index, start_time_unix_nano) FILTER (WHERE trial_index IS NOT NULL) AS trial_index,
+        arg_min(outcome, start_time_unix_nano) FILTER (WHERE outcome IS NOT NULL) AS outcome,
+        arg_min(score, start_time_unix_nano) FILTER (WHERE score IS NOT NULL) AS score,
+        arg_min(error_class, start_time_unix_nano) FILTER (WHERE error_class IS NOT NULL) AS error_class,
+        arg_min(resource_attributes['service.version'], start_time_unix_nano)
+            FILTER (WHERE parent_span_id IS NULL) AS service_version,
+        bool_or(parent_span_id IS NULL AND status_code = 2
+                AND (error_type ILIKE '%timeout%' OR status_message ILIKE '%timeout%')) AS root_timed_out
+    FROM spans
+    GROUP BY trace_id
+),
+step_facts AS (
+    SELECT
+        trace_id,
+        count(*) AS n_steps,
+        count(*) FILTER (WHERE llm_call) AS n_llm,
+        count(*) FILTER (WHERE step_kind = 'tool') AS n_tool,
+        count(*) FILTER (WHERE status = 'error') AS n_errors,
+        list(DISTINCT model ORDER BY model) FILTER (WHERE llm_call AND model IS NOT NULL) AS models,
+        sum(input_tokens) FILTER (WHERE llm_call) AS input_tokens,
+        sum(output_tokens) FILTER (WHERE llm_call) AS output_tokens,
+        sum(cost_usd) FILTER (WHERE llm_call) AS cost_usd,
+        count(*) FILTER (WHERE llm_call AND cost_usd IS NULL) AS n_unpriced
+    FROM steps
+    GROUP BY trace_id
+),
+joined AS (
+    SELECT
+        f.trace_id,
+        coalesce(l.run_id, f.run_id) AS run_id,
+        coalesce(l.scenario, f.scenario) AS scenario,
+        coalesce(l.version, f.version, f.service_version) AS version,
+        f.trial_index,
+        coalesce(st.models, []::VARCHAR[]) AS models,
+        lower(coalesce(l.outcome, f.outcome)) AS outcome,
+        coalesce(l.score, f.score) AS score,
+        CASE replace(lower(trim(f.error_class)), '_', '-')
+            WHEN 'infra' THEN 'infrastructure'
+            WHEN 'prevalidation' THEN 'pre-validation'
+            WHEN 'empty' THEN 'empty-run'
+            ELSE replace(lower(trim(f.error_class)), '_', '-') END AS explicit_class,
+        f.root_timed_out,
+        make_timestamp_ns(f.start_time_unix_nano) AS started_at,
+        f.start_time_unix_nano,
+        f.end_time_unix_nano - f.start_time_unix_nano AS duration_ns,
+        f.n_spans,
+        coalesce(st.n_steps, 0) AS n_steps,
+        coalesce(st.n_llm, 0) AS n_llm,
+        coalesce(st.n_tool, 0) AS n_tool,
+        coalesce(st.n_errors, 0) AS n_errors,
+        CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0 ELSE st.input_tokens END AS input_tokens,
+        CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0 ELSE st.output_tokens END AS output_tokens,
+        CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0.0 WHEN st.n_unpriced > 0 THEN NULL ELSE st.cost_usd END AS cost_usd,
+        l.trace_id IS NOT NULL AS labelled
+    FROM span_facts f
+    LEFT JOIN step_facts st USING (trace_id)
+    LEFT JOIN trial_labels l USING (trace_id)
+),
+classified AS (
+    SELECT *,
+        coalesce(explicit_class,
+                 CASE WHEN root_timed_out THEN 'timeout'
+                      WHEN n_llm = 0 AND n_tool = 0 THEN 'empty-run' END) AS error_class
+    FROM joined
+)
+SELECT
+    trace_id, run_id, scenario, version, trial_index, models, outcome, score, error_class,
+    CASE WHEN error_class IN ('infrastructure', 'pre-validation', 'empty-run') THEN false
+         WHEN error_class = 'timeout' THEN n_tool > 0
+         ELSE true END AS counted,
+    CASE WHEN error_class = 'timeout' AND n_tool > 0 THEN false
+         WHEN outcome = 'pass' THEN true
+         WHEN outcome = 'fail' THEN false END AS passed,
+    started_at, start_time_unix_nano, duration_ns,
+    n_spans, n_steps, n_llm, n_tool, n_errors, input_tokens, output_tokens, cost_usd, labelled
+FROM classified;

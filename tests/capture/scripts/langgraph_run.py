@@ -1,0 +1,178 @@
+"""Runs real LangGraph / LangChain agents with a scripted offline chat model, inside
+otel_assay trials; the test reads the lake afterwards. Usage: langgraph_run.py [order]
+where order is "auto-first" (import otel_assay.auto before langgraph, default) or
+"auto-last" (after)."""
+
+import sys
+
+ORDER = sys.argv[1] if len(sys.argv) > 1 else "auto-first"
+if ORDER == "auto-first":
+    import otel_assay.auto  # noqa: F401
+
+import asyncio
+import threading
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+
+if ORDER == "auto-last":
+    import otel_assay.auto  # noqa: F401,E402
+
+import otel_assay  # noqa: E402
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two ints."""
+    return a + b
+
+
+@tool
+def lookup_order(order_id: str) -> str:
+    """Look up an order."""
+    return f"order {order_id}: 2 items, paid"
+
+
+@tool
+def refund(order_id: str) -> str:
+    """Refund an order."""
+    raise RuntimeError(f"refund service down for {order_id}")
+
+
+class ScriptedChat(GenericFakeChatModel):
+    def bind_tools(self, tools, **kw):
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools])
+
+
+def call(name, args, cid, it=11, ot=7):
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": cid, "type": "tool_call"}],
+                     usage_metadata={"input_tokens": it, "output_tokens": ot, "total_tokens": it + ot},
+                     response_metadata={"model_name": "scripted-1", "finish_reason": "tool_calls"})
+
+
+def text(t, it=20, ot=5):
+    return AIMessage(content=t, usage_metadata={"input_tokens": it, "output_tokens": ot, "total_tokens": it + ot},
+                     response_metadata={"model_name": "scripted-1", "finish_reason": "stop"})
+
+
+def react_graph(turns, tools, name, handle_errors=True):
+    model = ScriptedChat(messages=iter(turns)).bind_tools(tools)
+    g = StateGraph(MessagesState)
+    g.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+    g.add_node("tools", ToolNode(tools, handle_tool_errors=handle_errors))
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", tools_condition)
+    g.add_edge("tools", "agent")
+    return g.compile(name=name)
+
+
+def q(s):
+    return {"messages": [HumanMessage(s)]}
+
+
+# 1. multi-step tool use
+app = react_graph([call("add", {"a": 2, "b": 3}, "call_1"), call("add", {"a": 5, "b": 10}, "call_2", 30, 9),
+                   text("The answer is 15")], [add], "calc")
+with otel_assay.trial("multi-step", version="v1") as t:
+    out = app.invoke(q("what is 2+3+10?"))
+    t.outcome(passed="15" in out["messages"][-1].content, score=1.0)
+
+# 2. a tool error handled by ToolNode (the agent recovers)
+app = react_graph([call("lookup_order", {"order_id": "A1"}, "c1"), call("refund", {"order_id": "A1"}, "c2"),
+                   text("Sorry, refunds are down")], [lookup_order, refund], "support")
+with otel_assay.trial("tool-error-handled", version="v1") as t:
+    out = app.invoke(q("refund A1"))
+    t.outcome(passed="refund" in out["messages"][-1].content.lower())
+
+# 3. a tool error raised through the graph: the trial fails and the error re-raises
+app = react_graph([call("refund", {"order_id": "B2"}, "c9")], [refund], "support", handle_errors=False)
+try:
+    with otel_assay.trial("tool-error-raised", version="v1"):
+        app.invoke(q("refund B2"))
+except RuntimeError as e:
+    print("re-raised:", e)
+else:
+    raise SystemExit("the trial swallowed the exception")
+
+# 4. multi-agent: a supervisor graph with two worker subgraphs
+researcher = react_graph([call("lookup_order", {"order_id": "C3"}, "r1"), text("C3 is paid")],
+                         [lookup_order], "researcher")
+calculator = react_graph([call("add", {"a": 1, "b": 1}, "k1"), text("2")], [add], "calculator")
+sup = StateGraph(MessagesState)
+sup.add_node("research", researcher)
+sup.add_node("calculate", calculator)
+sup.add_edge(START, "research")
+sup.add_edge("research", "calculate")
+supervisor = sup.compile(name="supervisor")
+with otel_assay.trial("multi-agent", version="v1") as t:
+    out = supervisor.invoke(q("check C3 and add 1+1"))
+    t.outcome(passed=out["messages"][-1].content == "2")
+
+# 5. async (ainvoke) and streaming
+app = react_graph([call("add", {"a": 1, "b": 2}, "a1"), text("3")], [add], "calc")
+
+
+async def run_async():
+    async with otel_assay.trial("async", version="v1") as t:
+        out = await app.ainvoke(q("1+2"))
+        t.outcome(passed=out["messages"][-1].content == "3")
+
+
+asyncio.run(run_async())
+
+app = react_graph([call("add", {"a": 4, "b": 4}, "s1"), text("8")], [add], "calc")
+with otel_assay.trial("stream", version="v1") as t:
+    chunks = list(app.stream(q("4+4"), stream_mode="updates"))
+    t.outcome(passed=len(chunks) == 3)
+
+# 6. the agent runs in a thread the application starts inside the trial; a tool fans out to
+#    a thread pool where "foreign" instrumentation (another tracer) creates a span
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
+from opentelemetry import trace  # noqa: E402
+
+_pool = ThreadPoolExecutor(2)
+
+
+def _http_get(url):
+    with trace.get_tracer("foreign.http").start_as_current_span(f"GET {url}"):
+        return "200"
+
+
+@tool
+def fetch(url: str) -> str:
+    """Fetch a URL."""
+    return _pool.submit(_http_get, url).result()
+
+
+app = react_graph([call("fetch", {"url": "/status"}, "t1"), text("ok")], [fetch], "fetcher")
+with otel_assay.trial("thread", version="v1") as t:
+    box = {}
+    th = threading.Thread(target=lambda: box.update(out=app.invoke(q("status?"))))
+    th.start()
+    th.join()
+    t.outcome(passed=box["out"]["messages"][-1].content == "ok")
+
+# 7. index auto-increments per (scenario, version); an explicit run id
+for i in range(3):
+    app = react_graph([text(f"hello {i}")], [add], "greeter")
+    with otel_assay.trial("repeat", version="v2", run_id="run-fixed") as t:
+        app.invoke(q("hi"))
+        t.outcome(passed=i != 1)
+
+# 8. langchain.agents.create_agent (the prebuilt agent) also works
+from langchain.agents import create_agent  # noqa: E402
+
+agent = create_agent(ScriptedChat(messages=iter([call("add", {"a": 20, "b": 22}, "p1"), text("42")])),
+                     tools=[add], name="prebuilt")
+with otel_assay.trial("create-agent", version="v1") as t:
+    out = agent.invoke(q("20+22"))
+    t.outcome(passed=out["messages"][-1].content == "42")
+
+print("stats", otel_assay.capture._runtime.stats() if hasattr(otel_assay, "capture") else None)
+assert otel_assay.flush()
+print("done")

@@ -1,0 +1,139 @@
+"""LangGraph / LangChain adapter: real graphs, scripted offline model, real lake, real DuckDB."""
+
+import json
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from ._helpers import jload, parent_of, root, run_script, spans, steps, trial_spans  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    lake = tmp_path_factory.mktemp("lg") / "lake"
+    p = run_script("langgraph_run.py", lake, "auto-first")
+    assert "re-raised: refund service down for B2" in p.stdout
+    return lake
+
+
+def one(lake, scenario):
+    traces = trial_spans(lake, scenario)
+    assert len(traces) == 1
+    return traces[0]
+
+
+def test_multi_step_sequence_tokens_and_args(lake):
+    tr = one(lake, "multi-step")
+    assert steps(tr) == [
+        ("invoke_agent calc", "assay.trial multi-step"),
+        ("chat scripted-1", "invoke_agent calc"),
+        ("execute_tool add", "invoke_agent calc"),
+        ("chat scripted-1", "invoke_agent calc"),
+        ("execute_tool add", "invoke_agent calc"),
+        ("chat scripted-1", "invoke_agent calc"),
+    ]
+    r = root(tr)
+    assert (r["scenario"], r["version"], r["trial_index"], r["outcome"], r["score"]) == ("multi-step", "v1", 0, "pass", 1.0)
+    chats = [s for s in tr if s["op"] == "chat"]
+    assert [(s["input_tokens"], s["output_tokens"]) for s in chats] == [(11, 7), (30, 9), (20, 5)]
+    assert {s["model"] for s in chats} == {"scripted-1"}
+    assert chats[0]["kind"] == 3  # CLIENT (OTLP numbering)
+    assert jload(chats[0]["attributes"]["gen_ai.response.finish_reasons"]) == ["tool_calls"]
+    assert jload(chats[-1]["attributes"]["gen_ai.response.finish_reasons"]) == ["stop"]
+    defs = jload(chats[0]["attributes"]["gen_ai.tool.definitions"])
+    assert [d["function"]["name"] for d in defs] == ["add"]
+    out = jload(chats[0]["attributes"]["gen_ai.output.messages"])
+    assert out[0]["parts"][-1] == {"type": "tool_call", "id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3}}
+    tools = [s for s in tr if s["op"] == "execute_tool"]
+    assert [(s["tool_name"], s["tool_call_id"], jload(s["attributes"]["gen_ai.tool.call.arguments"]),
+             s["attributes"]["gen_ai.tool.call.result"]) for s in tools] == [
+        ("add", "call_1", {"a": 2, "b": 3}, "5"), ("add", "call_2", {"a": 5, "b": 10}, "15")]
+    assert {s["attributes"]["assay.graph.node"] for s in tools} == {"tools"}
+    # assay.* copied onto every span of the trial
+    for s in tr:
+        assert (s["scenario"], s["version"], s["trial_index"], s["run_id"]) == ("multi-step", "v1", 0, r["run_id"])
+    assert [s["attributes"]["assay.step.kind"] for s in tr if s is not r] == ["agent", "llm", "tool", "llm", "tool", "llm"]
+
+
+def test_handled_tool_error(lake):
+    tr = one(lake, "tool-error-handled")
+    assert [n for n, _ in steps(tr)] == ["invoke_agent support", "chat scripted-1", "execute_tool lookup_order",
+                                         "chat scripted-1", "execute_tool refund", "chat scripted-1"]
+    refund = next(s for s in tr if s["tool_name"] == "refund")
+    assert refund["status_code"] == 2 and refund["error_type"] == "RuntimeError"
+    assert refund["tool_call_id"] == "c2"
+    ok = next(s for s in tr if s["tool_name"] == "lookup_order")
+    assert ok["status_code"] != 2 and ok["attributes"]["gen_ai.tool.call.result"] == "order A1: 2 items, paid"
+    r = root(tr)
+    assert r["outcome"] == "pass" and r["status_code"] != 2 and r["error_class"] is None
+
+
+def test_raised_tool_error_fails_trial(lake):
+    tr = one(lake, "tool-error-raised")
+    r = root(tr)
+    assert (r["outcome"], r["error_class"], r["error_type"], r["status_code"]) == ("fail", "exception", "RuntimeError", 2)
+    agent = next(s for s in tr if s["name"] == "invoke_agent support")
+    assert agent["status_code"] == 2
+    tool = next(s for s in tr if s["tool_name"] == "refund")
+    assert tool["status_code"] == 2 and parent_of(tr, tool)["span_id"] == agent["span_id"]
+    ev = spans(lake, "span_id = ?", [r["span_id"]])
+    assert ev  # the root is stored
+
+
+def test_subgraphs_are_nested_agents(lake):
+    tr = one(lake, "multi-agent")
+    assert steps(tr) == [
+        ("invoke_agent supervisor", "assay.trial multi-agent"),
+        ("invoke_agent researcher", "invoke_agent supervisor"),
+        ("chat scripted-1", "invoke_agent researcher"),
+        ("execute_tool lookup_order", "invoke_agent researcher"),
+        ("chat scripted-1", "invoke_agent researcher"),
+        ("invoke_agent calculator", "invoke_agent supervisor"),
+        ("chat scripted-1", "invoke_agent calculator"),
+        ("execute_tool add", "invoke_agent calculator"),
+        ("chat scripted-1", "invoke_agent calculator"),
+    ]
+    assert [s["agent_name"] for s in tr if s["op"] == "invoke_agent"] == ["supervisor", "researcher", "calculator"]
+    assert root(tr)["outcome"] == "pass"
+
+
+@pytest.mark.parametrize("scenario,tool,args", [("async", "add", {"a": 1, "b": 2}), ("stream", "add", {"a": 4, "b": 4}),
+                                                 ("create-agent", "add", {"a": 20, "b": 22})])
+def test_async_stream_and_prebuilt(lake, scenario, tool, args):
+    tr = one(lake, scenario)
+    names = [n for n, _ in steps(tr)]
+    assert names[1:] == ["chat scripted-1", f"execute_tool {tool}", "chat scripted-1"]
+    assert names[0].startswith("invoke_agent ")
+    t = next(s for s in tr if s["op"] == "execute_tool")
+    assert json.loads(t["attributes"]["gen_ai.tool.call.arguments"]) == args
+    assert root(tr)["outcome"] == "pass"
+    assert all(s["scenario"] == scenario for s in tr)
+
+
+def test_threads_and_foreign_spans_inherit_the_trial(lake):
+    tr = one(lake, "thread")
+    r = root(tr)
+    names = [s["name"] for s in tr]
+    assert names == ["assay.trial thread", "invoke_agent fetcher", "chat scripted-1", "execute_tool fetch",
+                     "GET /status", "chat scripted-1"]
+    foreign = next(s for s in tr if s["name"] == "GET /status")
+    assert foreign["scope_name"] == "foreign.http"
+    assert (foreign["scenario"], foreign["trial_index"], foreign["run_id"]) == ("thread", 0, r["run_id"])
+    assert r["outcome"] == "pass"
+
+
+def test_index_increments_per_scenario_and_version(lake):
+    traces = trial_spans(lake, "repeat")
+    roots = [root(t) for t in traces]
+    assert [(x["trial_index"], x["outcome"], x["run_id"], x["version"]) for x in roots] == [
+        (0, "pass", "run-fixed", "v2"), (1, "fail", "run-fixed", "v2"), (2, "pass", "run-fixed", "v2")]
+    assert len({x["trace_id"] for x in roots}) == 3
+    # other scenarios of the same process share one default run id
+    others = {root(t)["run_id"] for sc in ("multi-step", "async", "thread") for t in trial_spans(lake, sc)}
+    assert len(others) == 1 and others != {"run-fixed"}
+
+
+def test_every_span_belongs_to_a_trial(lake):
+    orphans = spans(lake, "scenario IS NULL")
+    assert orphans == []

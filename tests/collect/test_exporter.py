@@ -1,0 +1,83 @@
+"""ParquetSpanExporter behind the real SDK processors."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_assay.collect import ParquetSpanExporter
+from otel_assay.collect.lake import LakeError
+
+from .conftest import agent_trial, expected_view, lake_view, make_provider
+
+
+@pytest.mark.parametrize("processor", ["simple", "batch"])
+def test_every_span_lands_with_ids_parents_times_attributes_events(tmp_path, processor):
+    exp = ParquetSpanExporter(tmp_path / "lake", max_rows=7)  # several files per run
+    mem = InMemorySpanExporter()
+    wrap = SimpleSpanProcessor if processor == "simple" else BatchSpanProcessor
+    tp = make_provider(wrap(exp), SimpleSpanProcessor(mem))
+    tracer = tp.get_tracer("tests.agent", "0.1")
+    for i in range(10):
+        agent_trial(tracer, index=i, fail=i % 4 == 0)
+    tp.shutdown()
+    spans = mem.get_finished_spans()
+    assert exp.spans_received == exp.spans_written == len(spans)
+    if processor == "simple":
+        assert exp.files_written > 1
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_burst_of_100k_spans_is_not_dropped(tmp_path):
+    exp = ParquetSpanExporter(tmp_path / "lake")
+    tp = make_provider(BatchSpanProcessor(exp, max_queue_size=200_000, max_export_batch_size=4096))
+    tracer = tp.get_tracer("burst")
+    for i in range(100_000):
+        with tracer.start_as_current_span("execute_tool t", attributes={"gen_ai.tool.name": "t", "i": i}):
+            pass
+    tp.shutdown()
+    assert exp.spans_received == exp.spans_written == 100_000
+    import pyarrow.parquet as pq
+    from otel_assay.collect.lake import Lake
+    assert sum(pq.read_metadata(f).num_rows for f in Lake(tmp_path / "lake").live_files()) == 100_000
+
+
+def test_age_flush_writes_without_force_flush(tmp_path):
+    exp = ParquetSpanExporter(tmp_path / "lake", max_age_s=0.2)
+    tp = make_provider(SimpleSpanProcessor(exp))
+    with tp.get_tracer("t").start_as_current_span("x"):
+        pass
+    deadline = time.monotonic() + 10
+    while exp.spans_written == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert exp.spans_written == 1
+    tp.shutdown()
+
+
+def test_unwritable_lake_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(LakeError, match="cannot create lake directory .* choose a directory you can write to"):
+        ParquetSpanExporter(blocker / "lake")
+
+
+def test_failed_write_keeps_spans_and_retries(tmp_path):
+    lake = tmp_path / "lake"
+    exp = ParquetSpanExporter(lake, max_age_s=3600)
+    tp = make_provider(SimpleSpanProcessor(exp))
+    with tp.get_tracer("t").start_as_current_span("before"):
+        pass
+    spans_dir = lake / "spans"
+    os.rename(spans_dir, tmp_path / "moved")
+    spans_dir.write_text("a file where the spans directory should be")  # every write now fails
+    assert exp.force_flush() is False
+    assert exp.spans_written == 0 and exp.last_error
+    spans_dir.unlink()
+    os.rename(tmp_path / "moved", spans_dir)
+    assert exp.force_flush() is True
+    assert exp.spans_written == 1
+    tp.shutdown()

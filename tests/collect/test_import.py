@@ -1,0 +1,92 @@
+"""`otel-assay import` on files written with the SDK's own OTLP encoders, through the real CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+import subprocess
+import sys
+
+import pytest
+import zstandard
+from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans as encode_json
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as encode_proto
+
+from .conftest import expected_view, lake_view, recorded_trials
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "otel_assay", *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def jsonl(spans, per_line=5) -> bytes:
+    lines = [json.dumps(encode_json(spans[i:i + per_line]).to_dict()) for i in range(0, len(spans), per_line)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def length_prefixed(spans, per_record=5) -> bytes:
+    out = b""
+    for i in range(0, len(spans), per_record):
+        body = encode_proto(spans[i:i + per_record]).SerializeToString()
+        out += struct.pack(">I", len(body)) + body
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "jsonl.gz", "jsonl.zst", "document", "binpb", "binpb.zst"])
+def test_import_round_trips_sdk_encoded_files(tmp_path, fmt):
+    spans = recorded_trials(5)
+    if fmt.startswith("jsonl"):
+        data = jsonl(spans)
+    elif fmt == "document":
+        data = json.dumps(encode_json(spans).to_dict(), indent=2).encode()
+    else:
+        data = length_prefixed(spans)
+    if fmt.endswith(".gz"):
+        data = gzip.compress(data)
+    elif fmt.endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    f = tmp_path / f"traces.{fmt}"
+    f.write_bytes(data)
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 0, r.stderr
+    assert f"imported {len(spans)} spans" in r.stdout
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+    # importing the same file again stores nothing twice
+    assert run_cli("import", f, "--dir", tmp_path / "lake").returncode == 0
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_bad_lines_are_reported_and_good_lines_kept(tmp_path):
+    spans = recorded_trials(3)
+    good = jsonl(spans, per_line=len(spans)).strip()
+    bad_span = encode_json(spans[:1]).to_dict()
+    bad_span["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = "nothex!!nothex!!"
+    f = tmp_path / "mixed.jsonl"
+    f.write_bytes(good + b"\n{not json\n\xff\xfe\n" + json.dumps(bad_span).encode() + b"\n")
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 4
+    assert "line 2: not valid JSON" in r.stderr and "line 3: not UTF-8" in r.stderr
+    assert "span_id is not hexadecimal" in r.stderr
+    assert f"{len(spans)} spans imported, 1 rejected" in r.stdout
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+@pytest.mark.parametrize("content", [b"", b"\x1f\x8b\x08\x00garbage", b"\x00\x00\x10\x00short", b"\x28\xb5\x2f\xfdjunk"])
+def test_unreadable_files_exit_4_with_the_reason(tmp_path, content):
+    f = tmp_path / "bad.bin"
+    f.write_bytes(content)
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 4, r.stderr
+    assert "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_missing_file_and_unwritable_lake(tmp_path):
+    r = run_cli("import", tmp_path / "nope.jsonl", "--dir", tmp_path / "lake")
+    assert r.returncode == 4 and "no such file" in r.stderr
+    f = tmp_path / "t.jsonl"
+    f.write_bytes(jsonl(recorded_trials(1)))
+    blocker = tmp_path / "file-not-dir"
+    blocker.write_text("x")
+    r = run_cli("import", f, "--dir", blocker / "lake")
+    assert r.returncode == 4 and "cannot create lake directory" in r.stderr and "Traceback" not in r.stderr

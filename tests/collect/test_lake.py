@@ -1,0 +1,198 @@
+"""The lake itself: limits on hostile spans, paths, compaction while reading, corrupt files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from otel_assay.analyze.engine import Engine
+from otel_assay.collect.lake import Lake, LakeError
+from otel_assay.collect.schema import TRUNCATION_MARK, Limits, SpanBatch, make_resource
+
+RES = make_resource([("service.name", "svc")])
+T0 = 1_763_000_000_000_000_000
+
+
+def add(batch, span_id="00000000000000a1", trace_id="0af7651916cd43dd8448eb211c80319c", **kw):
+    args = dict(trace_id=trace_id, span_id=span_id, parent_span_id=None, name="s", kind=1,
+                start_time_unix_nano=T0, end_time_unix_nano=T0 + 10, status_code=0, status_message=None,
+                trace_state=None, scope_name="t", scope_version=None, resource=RES, attributes=[])
+    args.update(kw)
+    return batch.add_span(**args)
+
+
+def all_rows(lake):
+    files = Lake(lake).live_files()
+    return pa.concat_tables([pq.read_table(f) for f in files]).to_pylist() if files else []
+
+
+def test_a_million_attributes_and_a_10mb_value_are_bounded(tmp_path):
+    b = SpanBatch(Limits())
+    attrs = [(f"k{i}", i) for i in range(1_000_000)] + [("big", "x" * (10 << 20))]
+    assert add(b, attributes=attrs)
+    Lake(tmp_path).write(b.tables())
+    row = all_rows(tmp_path)[0]
+    assert len(row["attributes"]) == 1024
+    assert row["dropped_attributes_count"] == 1_000_001 - 1024
+    b = SpanBatch(Limits())
+    add(b, attributes=[("big", "x" * (10 << 20)), ("gen_ai.tool.name", "y" * (10 << 20))])
+    Lake(tmp_path / "2").write(b.tables())
+    row = all_rows(tmp_path / "2")[0]
+    big = dict(row["attributes"])["big"]
+    assert big.endswith(TRUNCATION_MARK) and len(big) == 256 * 1024 + len(TRUNCATION_MARK)
+    assert row["tool_name"].endswith(TRUNCATION_MARK)
+
+
+@pytest.mark.parametrize("kw, reason", [
+    (dict(trace_id="abc"), "trace_id must be 16 bytes"),
+    (dict(trace_id="0" * 32), "all zeros"),
+    (dict(span_id="zz" * 8), "not hexadecimal"),
+    (dict(parent_span_id="1234"), "parent_span_id must be 8 bytes"),
+    (dict(start_time_unix_nano=-5), "start_time_unix_nano must be a positive int64"),
+    (dict(start_time_unix_nano=1 << 64, end_time_unix_nano=1 << 64), "positive int64"),
+    (dict(end_time_unix_nano=T0 - 1), "before start"),
+    (dict(kind=9), "not a SpanKind"),
+])
+def test_invalid_spans_are_rejected_with_a_reason(kw, reason):
+    b = SpanBatch()
+    assert not add(b, **kw)
+    assert b.rejected == 1 and reason in next(iter(b.reject_reasons))
+    assert len(b) == 0
+
+
+def test_hostile_values_never_become_paths(tmp_path):
+    lake = tmp_path / "lake"
+    b = SpanBatch()
+    evil = "../../../../tmp/escape"
+    add(b, name=evil, attributes=[("assay.scenario", evil), ("assay.run.id", "/etc"), ("x", "\x00\ud800")],
+        scope_name=evil)
+    Lake(lake).write(b.tables())
+    written = sorted(p.relative_to(lake).as_posix() for p in lake.rglob("*") if p.is_file())
+    assert len(written) == 1 and written[0].startswith("spans/dt=2025-11-13/part-")
+    assert not (tmp_path / "tmp").exists()
+    row = all_rows(lake)[0]
+    assert row["scenario"] == evil and row["run_id"] == "/etc"
+    with pytest.raises(ValueError):
+        Lake(lake).write(b.tables(), token="../../x")
+
+
+def test_spans_are_partitioned_by_start_day_with_their_events(tmp_path):
+    b = SpanBatch()
+    day = 86_400 * 10**9
+    add(b, span_id="00000000000000a1", events=[(T0 + 5, "e1", [("k", 1)], 0)])
+    add(b, span_id="00000000000000a2", start_time_unix_nano=T0 + day, end_time_unix_nano=T0 + day + 1,
+        events=[(T0 + day, "e2", [], 0)])
+    Lake(tmp_path).write(b.tables())
+    assert sorted(p.name for p in (tmp_path / "spans").iterdir()) == ["dt=2025-11-13", "dt=2025-11-14"]
+    assert sorted(p.name for p in (tmp_path / "span_events").iterdir()) == ["dt=2025-11-13", "dt=2025-11-14"]
+    meta = pq.read_metadata(next((tmp_path / "spans").rglob("*.parquet")))
+    assert meta.metadata[b"otel_assay.schema_version"] == b"1"
+    assert meta.row_group(0).column(0).compression == "ZSTD"
+
+
+def _write_files(lake, n_files, per_file, dup_every=0):
+    for f in range(n_files):
+        b = SpanBatch()
+        for i in range(per_file):
+            sid = f"{f * per_file + i + 1:016x}"
+            add(b, span_id=sid, trace_id=f"{(f * per_file + i) % 50 + 1:032x}")
+            if dup_every and i % dup_every == 0:  # a retransmitted span in a later file
+                add(b, span_id=f"{1:016x}", trace_id=f"{1:032x}")
+        Lake(lake).write(b.tables())
+
+
+def test_compaction_merges_dedupes_and_readers_never_see_a_row_twice(tmp_path):
+    lake = tmp_path / "lake"
+    _write_files(lake, 40, 500, dup_every=100)
+    distinct = duckdb.execute("SELECT count(DISTINCT (trace_id, span_id)) FROM read_parquet(?)",
+                              [[str(f) for f in Lake(lake).live_files()]]).fetchone()[0]
+    assert distinct == 40 * 500
+    counts, errors = [], []
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                files = Lake(lake).live_files()
+                con = duckdb.connect()
+                n, total = con.execute("SELECT count(*), "
+                                       "count(DISTINCT (trace_id, span_id)) FROM read_parquet(?)",
+                                       [[str(f) for f in files]]).fetchone()
+                con.close()
+                counts.append((n, total))
+            except Exception as e:  # a vanished file would show up here
+                errors.append(e)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    r = Lake(lake).compact(grace_seconds=30)
+    stop.set()
+    t.join()
+    assert not errors, errors[:1]
+    rows_before = 40 * 500 + 40 * 5
+    # every listing saw the old files or the merged one, never both (which would count rows twice)
+    assert counts and all(total == distinct and n in (rows_before, distinct) for n, total in counts)
+    assert r.files_in == 40 and r.files_out == 1 and r.rows_out == distinct
+    files = Lake(lake).live_files()
+    assert len(files) == 1 and pq.read_metadata(files[0]).num_rows == distinct
+    # the replaced files stay for the grace period, then go
+    assert len(list((lake / "spans").rglob("*.parquet"))) == 41
+    assert Lake(lake).compact(grace_seconds=0).deleted_files == 40
+    assert len(list((lake / "spans").rglob("*.parquet"))) == 1
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "otel_assay", *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_corrupt_and_foreign_parquet_in_the_lake(tmp_path):
+    lake = tmp_path / "lake"
+    _write_files(lake, 2, 10)
+    part = next((lake / "spans").iterdir())
+    (part / "part-corrupt.parquet").write_bytes(b"PAR1 this is not parquet")
+    pq.write_table(pa.table({"city": ["Oslo"]}), part / "part-foreign.parquet")
+    r = run_cli("sql", lake, "SELECT count(*) FROM spans")
+    assert r.returncode == 4 and "part-corrupt.parquet: not a readable Parquet file" in r.stderr
+    assert "part-foreign.parquet: not an otel-assay spans file" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("compact", "--dir", lake)
+    assert r.returncode == 4 and "skipped" in r.stderr
+    with pytest.raises(LakeError):
+        Engine(lake)
+    # the good files were compacted and nothing was lost
+    (part / "part-corrupt.parquet").unlink()
+    (part / "part-foreign.parquet").unlink()
+    r = run_cli("sql", lake, "SELECT count(*) AS n FROM spans", "--format", "csv")
+    assert r.returncode == 0 and r.stdout.splitlines()[1] == "20"
+
+
+def test_sql_command_formats_and_errors(tmp_path):
+    lake = tmp_path / "lake"
+    _write_files(lake, 1, 3)
+    r = run_cli("sql", lake, "SELECT span_id, attributes FROM spans ORDER BY span_id", "--format", "json")
+    assert r.returncode == 0
+    import json
+    assert json.loads(r.stdout)[0] == {"span_id": "0000000000000001", "attributes": {}}
+    assert run_cli("sql", lake, "DROP VIEW spans").returncode == 3
+    assert run_cli("sql", lake, "SELECT nonsense FROM spans").returncode == 3
+    assert run_cli("sql", lake, "SELECT * FROM read_csv('/etc/passwd')").returncode == 3
+    assert run_cli("sql", lake, "SELECT 1", "--format", "xml").returncode == 3
+    assert run_cli("sql", tmp_path / "missing", "SELECT 1").returncode == 4
+    empty = tmp_path / "empty"
+    (empty / "spans").mkdir(parents=True)
+    r = run_cli("sql", empty, "SELECT count(*) AS n FROM spans", "--format", "csv")
+    assert r.returncode == 0 and r.stdout.splitlines()[1] == "0"
+
+
+def test_collect_refuses_non_loopback_without_token_and_bad_addresses(tmp_path):
+    r = run_cli("collect", "--dir", tmp_path, "--http", "0.0.0.0:0", "--grpc", "off")
+    assert r.returncode == 3 and "needs a bearer token" in r.stderr
+    r = run_cli("collect", "--dir", tmp_path, "--http", "127.0.0.1:notaport")
+    assert r.returncode == 3 and "--http" in r.stderr
+    r = run_cli("collect", "--dir", tmp_path, "--grpc", "off", "--http", "off")
+    assert r.returncode == 3
