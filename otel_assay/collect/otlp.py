@@ -60,42 +60,11 @@ def add_protobuf(req: ExportTraceServiceRequest, batch: SpanBatch) -> int:
     """Append every span of ``req`` to ``batch``; return the number of spans seen."""
     seen = 0
     limits = batch.limits
-    add = batch.add_span
     for rs in req.resource_spans:
         resource = make_resource(_pb_attrs(rs.resource.attributes), limits)
         for ss in rs.scope_spans:
-            scope_name = ss.scope.name
-            scope_version = ss.scope.version
-            for span in ss.spans:
-                seen += 1
-                add(
-                    trace_id=span.trace_id.hex(),
-                    span_id=span.span_id.hex(),
-                    parent_span_id=span.parent_span_id.hex(),
-                    name=span.name,
-                    kind=span.kind,
-                    start_time_unix_nano=span.start_time_unix_nano,
-                    end_time_unix_nano=span.end_time_unix_nano,
-                    status_code=span.status.code,
-                    status_message=span.status.message,
-                    trace_state=span.trace_state,
-                    scope_name=scope_name,
-                    scope_version=scope_version,
-                    resource=resource,
-                    attributes=_pb_attrs(span.attributes),
-                    events=[
-                        (e.time_unix_nano, e.name, _pb_attrs(e.attributes), e.dropped_attributes_count)
-                        for e in span.events
-                    ],
-                    links=[
-                        (l.trace_id.hex(), l.span_id.hex(), l.trace_state, _pb_attrs(l.attributes),
-                         l.dropped_attributes_count)
-                        for l in span.links
-                    ],
-                    dropped_attributes_count=span.dropped_attributes_count,
-                    dropped_events_count=span.dropped_events_count,
-                    dropped_links_count=span.dropped_links_count,
-                )
+            seen += len(ss.spans)
+            batch.add_protobuf_spans(ss.spans, resource, ss.scope.name, ss.scope.version)
     return seen
 
 

@@ -228,9 +228,8 @@ class Collector:
 
     def _commit(self, batch: SpanBatch, received: int) -> IngestResult:
         result = IngestResult(received=received, rejected=batch.rejected)
+        keys = _span_keys(*batch.span_keys())
         tables = batch.tables()
-        spans = tables["spans"]
-        keys = _span_keys(spans.column("trace_id").to_pylist(), spans.column("span_id").to_pylist()) if spans.num_rows else []
         with self._dedupe_lock:
             fresh = self._recent.add_new(keys)
         new_keys = [k for k, f in zip(keys, fresh) if f]

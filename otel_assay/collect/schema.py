@@ -87,6 +87,8 @@ TABLES = {"spans": SPANS_SCHEMA, "span_events": SPAN_EVENTS_SCHEMA, "span_links"
 DELTA_COLUMNS = {"start_time_unix_nano", "duration_ns", "time_unix_nano"}
 
 INT64_MAX = (1 << 63) - 1
+_ZERO16 = bytes(16)
+_ZERO8 = bytes(8)
 
 # Events and links are partitioned by their span's start time, carried in this column
 # while rows are buffered and dropped by the writer.
@@ -249,6 +251,10 @@ class SpanBatch:
     def __len__(self) -> int:
         return len(self._span_cols["trace_id"])
 
+    def span_keys(self) -> tuple[list[str], list[str]]:
+        """The buffered spans' trace_id and span_id lists (hex), in row order."""
+        return self._span_cols["trace_id"], self._span_cols["span_id"]
+
     def reject(self, reason: str) -> None:
         self.rejected += 1
         self.reject_reasons[reason] = self.reject_reasons.get(reason, 0) + 1
@@ -394,6 +400,171 @@ class SpanBatch:
         cols["dropped_events_count"].append(min(dropped_events_count, 2**31 - 1))
         cols["dropped_links_count"].append(min(dropped_links_count, 2**31 - 1))
         return True
+
+    # ------------------------------------------------------------------ protobuf fast path
+    # The OTLP receiver's hot loop: the same rules as add_span, reading protobuf messages
+    # directly (ids as bytes, AnyValue oneofs) without building intermediate Python values.
+    # It is what lets one core ingest tens of thousands of spans per second; keep it in
+    # step with add_span (tests compare both paths on the same data).
+    def _pb_attrs_into(self, maps: _Maps, kvs, promoted: dict | None) -> int:
+        limits = self.limits
+        max_chars = limits.max_value_chars
+        keys, values = maps.keys, maps.values
+        n = dropped = 0
+        for kv in kvs:
+            key = kv.key
+            v = kv.value
+            val = v.string_value  # most values are strings: one call instead of two
+            which = "string_value" if val else v.WhichOneof("value")
+            if which == "string_value":
+                if promoted is not None:
+                    target = _PROMOTED.get(key)
+                    if target is not None and target[1] == "string" and target[0] not in promoted:
+                        if len(val) > max_chars:
+                            val = val[:max_chars] + TRUNCATION_MARK
+                            self.truncated_values += 1
+                        promoted[target[0]] = val
+                        continue
+                s = val
+            elif which == "int_value":
+                val = v.int_value
+                if promoted is not None:
+                    target = _PROMOTED.get(key)
+                    if target is not None and target[1] == "int64" and target[0] not in promoted:
+                        promoted[target[0]] = val
+                        continue
+                s = repr(val)
+            elif which == "double_value":
+                val = v.double_value
+                if promoted is not None:
+                    target = _PROMOTED.get(key)
+                    if target is not None and target[1] == "double" and target[0] not in promoted:
+                        promoted[target[0]] = val
+                        continue
+                s = repr(val)
+            elif which == "bool_value":
+                s = "true" if v.bool_value else "false"
+            elif which is None:
+                s = None
+            else:
+                from .otlp import _pb_value  # arrays, kvlists, bytes: rare, take the general path
+
+                s = stringify(_pb_value(v))
+            if n >= limits.max_attributes or len(key) > limits.max_key_chars:
+                dropped += 1
+                continue
+            if s is not None and len(s) > max_chars:
+                s = s[:max_chars] + TRUNCATION_MARK
+                self.truncated_values += 1
+            keys.append(key)
+            values.append(s)
+            n += 1
+        maps.offsets.append(len(keys))
+        return dropped
+
+    def add_protobuf_spans(self, spans, resource: Resource, scope_name: str, scope_version: str) -> int:
+        """Append OTLP protobuf ``Span`` messages of one scope; return how many were accepted."""
+        limits = self.limits
+        cols = self._span_cols
+        c_trace, c_span, c_parent = cols["trace_id"], cols["span_id"], cols["parent_span_id"]
+        c_state, c_name, c_kind = cols["trace_state"], cols["name"], cols["kind"]
+        c_start, c_dur, c_code, c_msg = cols["start_time_unix_nano"], cols["duration_ns"], cols["status_code"], cols["status_message"]
+        c_service, c_scope, c_scope_v = cols["service_name"], cols["scope_name"], cols["scope_version"]
+        c_dropped_a, c_dropped_e, c_dropped_l = (cols["dropped_attributes_count"], cols["dropped_events_count"],
+                                                 cols["dropped_links_count"])
+        promoted_cols = [(col, cols[col]) for col in _PROMOTED_COLUMNS]
+        res = self._span_res
+        span_attrs = self._span_attrs
+        scope_name = scope_name or None
+        scope_version = scope_version or None
+        accepted = 0
+        for span in spans:
+            tid, sid, pid = span.trace_id, span.span_id, span.parent_span_id
+            start, end = span.start_time_unix_nano, span.end_time_unix_nano
+            kind, status = span.kind, span.status
+            code = status.code
+            if len(tid) != 16 or tid == _ZERO16:
+                self.reject("trace_id must be 16 bytes (32 hex digits) and not all zeros")
+                continue
+            if len(sid) != 8 or sid == _ZERO8:
+                self.reject("span_id must be 8 bytes (16 hex digits) and not all zeros")
+                continue
+            if pid and len(pid) != 8:
+                self.reject("parent_span_id must be 8 bytes (16 hex digits) or empty")
+                continue
+            if not 0 < start <= INT64_MAX or not 0 < end <= INT64_MAX:
+                self.reject("start_time_unix_nano and end_time_unix_nano must be positive int64 nanosecond timestamps")
+                continue
+            if end < start:
+                self.reject("end_time_unix_nano is before start_time_unix_nano")
+                continue
+            if not 0 <= kind <= 5 or not 0 <= code <= 2:
+                self.reject("kind or status.code is not a valid enum value")
+                continue
+            trace_hex = tid.hex()
+            span_hex = sid.hex()
+            promoted: dict = {}
+            dropped = self._pb_attrs_into(span_attrs, span.attributes, promoted)
+            c_trace.append(trace_hex)
+            c_span.append(span_hex)
+            c_parent.append(pid.hex() if pid and pid != _ZERO8 else None)
+            c_state.append(span.trace_state or None)
+            name = span.name
+            c_name.append(name if len(name) <= limits.max_value_chars else name[: limits.max_value_chars] + TRUNCATION_MARK)
+            c_kind.append(kind)
+            c_start.append(start)
+            c_dur.append(end - start)
+            c_code.append(code)
+            msg = status.message
+            c_msg.append((msg if len(msg) <= limits.max_value_chars else msg[: limits.max_value_chars] + TRUNCATION_MARK) or None)
+            c_service.append(resource.service_name)
+            c_scope.append(scope_name)
+            c_scope_v.append(scope_version)
+            if promoted:
+                for col, lst in promoted_cols:
+                    lst.append(promoted.get(col))
+            else:
+                for _col, lst in promoted_cols:
+                    lst.append(None)
+            res.keys.extend(resource.keys)
+            res.values.extend(resource.values)
+            res.offsets.append(len(res.keys))
+            dropped_events = span.dropped_events_count
+            dropped_links = span.dropped_links_count
+            if span.events:
+                events = span.events
+                if len(events) > limits.max_events:
+                    dropped_events += len(events) - limits.max_events
+                    events = events[: limits.max_events]
+                ev = self._ev_cols
+                for e in events:
+                    e_dropped = e.dropped_attributes_count + self._pb_attrs_into(self._ev_attrs, e.attributes, None)
+                    ev["trace_id"].append(trace_hex)
+                    ev["span_id"].append(span_hex)
+                    ev["time_unix_nano"].append(min(e.time_unix_nano, INT64_MAX))
+                    ev["name"].append(_limit(e.name, limits) or "")
+                    ev["dropped_attributes_count"].append(min(e_dropped, 2**31 - 1))
+                    ev[PARTITION_TIME].append(start)
+            if span.links:
+                links = span.links
+                if len(links) > limits.max_links:
+                    dropped_links += len(links) - limits.max_links
+                    links = links[: limits.max_links]
+                ln = self._ln_cols
+                for l in links:
+                    l_dropped = l.dropped_attributes_count + self._pb_attrs_into(self._ln_attrs, l.attributes, None)
+                    ln["trace_id"].append(trace_hex)
+                    ln["span_id"].append(span_hex)
+                    ln["linked_trace_id"].append(l.trace_id.hex())
+                    ln["linked_span_id"].append(l.span_id.hex())
+                    ln["trace_state"].append(l.trace_state or None)
+                    ln["dropped_attributes_count"].append(min(l_dropped, 2**31 - 1))
+                    ln[PARTITION_TIME].append(start)
+            c_dropped_a.append(min(span.dropped_attributes_count + dropped, 2**31 - 1))
+            c_dropped_e.append(min(dropped_events, 2**31 - 1))
+            c_dropped_l.append(min(dropped_links, 2**31 - 1))
+            accepted += 1
+        return accepted
 
     def tables(self) -> dict[str, pa.Table]:
         """The buffered rows as Arrow tables (unsorted; the writer sorts)."""

@@ -1,0 +1,86 @@
+"""In-process ParquetSpanExporter cost per span and burst behaviour; prints one JSON line.
+
+Measures (a) a bare OTel SDK span with agent-like attributes (no processor), (b) the same
+span with BatchSpanProcessor + ParquetSpanExporter, end to end until the Parquet files are
+written (force_flush), and (c) a burst of 100,000 spans: produced vs written.
+
+    python bench/bench_exporter.py [--spans 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+
+import pyarrow.parquet as pq
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from otel_assay.collect import Lake, ParquetSpanExporter
+
+ATTRS = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders",
+         "gen_ai.tool.call.id": "call_abc123", "gen_ai.tool.call.arguments": '{"order_id": 1234}',
+         "assay.scenario": "refund", "assay.agent.version": "v2", "assay.run.id": "ci-42", "assay.trial.index": 7}
+
+
+def spans(tracer, n: int) -> None:
+    for i in range(n):
+        with tracer.start_as_current_span("execute_tool search_orders", attributes=ATTRS):
+            pass
+
+
+def best_of(fn, repeats: int = 3) -> float:
+    return min(fn() for _ in range(repeats))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spans", type=int, default=100_000)
+    args = ap.parse_args()
+    n = args.spans
+
+    def bare() -> float:
+        tp = TracerProvider()
+        t = time.perf_counter()
+        spans(tp.get_tracer("bench"), n)
+        return (time.perf_counter() - t) / n
+
+    results = {}
+
+    def with_exporter() -> float:
+        with tempfile.TemporaryDirectory() as d:
+            exp = ParquetSpanExporter(d, max_rows=50_000)
+            tp = TracerProvider()
+            tp.add_span_processor(BatchSpanProcessor(exp, max_queue_size=n * 2, max_export_batch_size=4096,
+                                                     schedule_delay_millis=100))
+            t = time.perf_counter()
+            spans(tp.get_tracer("bench"), n)
+            tp.force_flush()
+            el = (time.perf_counter() - t) / n
+            tp.shutdown()
+            written = sum(pq.read_metadata(f).num_rows for f in Lake(d).live_files())
+            size = sum(f.stat().st_size for f in Lake(d).live_files())
+            results.update(produced=n, received=exp.spans_received, written=written,
+                           bytes_per_span=round(size / max(written, 1), 1))
+            return el
+
+    b = best_of(bare)
+    e = best_of(with_exporter)
+    print(json.dumps({
+        "bench": "inprocess_exporter",
+        "spans": n,
+        "bare_sdk_span_us": round(b * 1e6, 2),
+        "with_parquet_exporter_us": round(e * 1e6, 2),
+        "added_us_per_span": round((e - b) * 1e6, 2),
+        "target_added_us": 30,
+        "burst_produced": results["produced"],
+        "burst_written": results["written"],
+        "burst_dropped": results["produced"] - results["written"],
+        "bytes_per_span_on_disk": results["bytes_per_span"],
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""OTLP/HTTP protobuf receiver throughput, durable, end to end; prints one JSON line.
+
+The collector runs as a real `otel-assay collect` process pinned to one core (taskset);
+client threads in this process (pinned to the other core) POST pre-encoded synthetic agent
+traces over keep-alive connections. The clock runs from the first request until every span
+is in Parquet (received -> fsynced in the WAL -> acknowledged -> flushed to Parquet).
+
+    python bench/bench_receiver.py [--spans 300000] [--clients 4] [--no-fsync]
+    python bench/bench_receiver.py --overload      # memory under sustained overload
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from otel_assay.collect import synthetic
+from otel_assay.collect.lake import Lake
+
+
+def proc_stat(pid: int) -> tuple[float, float]:
+    """(cpu seconds, peak RSS MiB) of a process."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    hwm = 0.0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                hwm = int(line.split()[1]) / 1024
+    return cpu, hwm
+
+
+def start_collector(lake: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    cmd = [sys.executable, "-m", "otel_assay", "collect", "--dir", str(lake), "--grpc", "off",
+           "--http", "127.0.0.1:0", *extra]
+    if os.cpu_count() and os.cpu_count() > 1:
+        cmd = ["taskset", "-c", "0"] + cmd
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            raise SystemExit("collector failed to start")
+        m = re.search(r"OTLP/HTTP listening on http://127.0.0.1:(\d+)", line)
+        if m:
+            return proc, int(m.group(1))
+
+
+def rows_in_parquet(lake: Path) -> int:
+    n = 0
+    for f in Lake(lake).live_files("spans"):
+        try:
+            n += pq.read_metadata(f).num_rows
+        except OSError:
+            pass
+    return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spans", type=int, default=300_000)
+    ap.add_argument("--per-request", type=int, default=50, help="trials per request (10 spans each)")
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--no-fsync", action="store_true")
+    ap.add_argument("--overload", action="store_true", help="measure memory under sustained overload")
+    args = ap.parse_args()
+    if os.cpu_count() and os.cpu_count() > 1:
+        os.sched_setaffinity(0, {1})
+
+    rng = random.Random(7)
+    n_requests = max(1, args.spans // (args.per_request * 10))
+    bodies = [synthetic.request(args.per_request, rng=rng).SerializeToString() for _ in range(n_requests)]
+    total_spans = n_requests * args.per_request * 10
+
+    with tempfile.TemporaryDirectory() as tmp:
+        lake = Path(tmp) / "lake"
+        extra = ["--no-fsync"] if args.no_fsync else []
+        if args.overload:
+            extra += ["--max-buffered-spans", "100000", "--flush-seconds", "2"]
+        proc, port = start_collector(lake, *extra)
+        queue = list(range(len(bodies)))
+        lock = threading.Lock()
+        throttled = [0]
+
+        def client() -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            while True:
+                with lock:
+                    if not queue:
+                        break
+                    i = queue.pop()
+                while True:
+                    try:
+                        conn.request("POST", "/v1/traces", bodies[i], {"Content-Type": "application/x-protobuf"})
+                        r = conn.getresponse()
+                        r.read()
+                    except (ConnectionError, http.client.HTTPException):
+                        conn.close()
+                        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                        continue
+                    if r.status == 200:
+                        break
+                    throttled[0] += 1
+                    if r.will_close:
+                        conn.close()
+                        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                    time.sleep(float(r.getheader("Retry-After", "1")) if not args.overload else 0.05)
+            conn.close()
+
+        t0 = time.perf_counter()
+        cpu0, _ = proc_stat(proc.pid)
+        threads = [threading.Thread(target=client) for _ in range(args.clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        t_acked = time.perf_counter()
+        while rows_in_parquet(lake) < total_spans:
+            time.sleep(0.02)
+        t_end = time.perf_counter()
+        cpu1, peak_rss = proc_stat(proc.pid)
+        proc.terminate()
+        proc.wait(timeout=60)
+        on_disk = sum(f.stat().st_size for f in Lake(lake).live_files("spans"))
+
+    elapsed = t_end - t0
+    print(json.dumps({
+        "bench": "receiver_otlp_http_protobuf" + ("_overload" if args.overload else ""),
+        "spans": total_spans,
+        "requests": n_requests,
+        "clients": args.clients,
+        "fsync": not args.no_fsync,
+        "collector_cores": 1,
+        "seconds_to_acked": round(t_acked - t0, 3),
+        "seconds_to_parquet": round(elapsed, 3),
+        "spans_per_s_end_to_end": round(total_spans / elapsed),
+        "collector_cpu_s": round(cpu1 - cpu0, 3),
+        "spans_per_cpu_s": round(total_spans / max(cpu1 - cpu0, 1e-9)),
+        "collector_peak_rss_mib": round(peak_rss, 1),
+        "throttled_responses": throttled[0],
+        "bytes_per_span_on_disk": round(on_disk / total_spans, 1),
+        "target_spans_per_s": 60000,
+    }))
+
+
+if __name__ == "__main__":
+    main()
