@@ -454,10 +454,15 @@ class _HTTPServer(ThreadingHTTPServer):
 
 
 # ====================================================================== gRPC
-def _grpc_servicer(collector: Collector, token: str | None):
+def _grpc_handler(collector: Collector, token: str | None):
+    """The OTLP TraceService as a generic handler that receives raw bytes.
+
+    Parsing the request ourselves (instead of letting grpcio deserialize it) lets a
+    malformed payload get INVALID_ARGUMENT, as OTLP asks, rather than grpcio's INTERNAL,
+    and lets an overloaded collector refuse before spending time on decoding.
+    """
     import grpc
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
-    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as pb_grpc
 
     def _retry_trailer(seconds: int):
         from google.protobuf import duration_pb2
@@ -469,28 +474,32 @@ def _grpc_servicer(collector: Collector, token: str | None):
         st = status_pb2.Status(code=grpc.StatusCode.UNAVAILABLE.value[0], message="overloaded", details=[detail])
         return (("grpc-status-details-bin", st.SerializeToString()),)
 
-    class TraceService(pb_grpc.TraceServiceServicer):
-        def Export(self, request, context):
-            if token is not None:
-                md = dict(context.invocation_metadata())
-                if not hmac.compare_digest((md.get("authorization") or "").encode(), f"Bearer {token}".encode()):
-                    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (authorization: Bearer ...)")
-            try:
-                collector.check_capacity()
-                result = collector.submit_request(request)
-            except Overloaded as e:
-                context.set_trailing_metadata(_retry_trailer(e.retry_after))
-                context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
-            except WALError as e:
-                context.set_trailing_metadata(_retry_trailer(5))
-                context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot make the batch durable: {e}")
-            resp = pb.ExportTraceServiceResponse()
-            if result.rejected or result.error_message:
-                resp.partial_success.rejected_spans = result.rejected
-                resp.partial_success.error_message = result.error_message
-            return resp
+    def export(body: bytes, context):
+        if token is not None:
+            md = dict(context.invocation_metadata())
+            if not hmac.compare_digest((md.get("authorization") or "").encode(), f"Bearer {token}".encode()):
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (authorization: Bearer ...)")
+        try:
+            result = collector.submit_protobuf(body)
+        except MalformedOTLP as e:
+            collector.note_malformed()
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        except Overloaded as e:
+            context.set_trailing_metadata(_retry_trailer(e.retry_after))
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(e))
+        except WALError as e:
+            context.set_trailing_metadata(_retry_trailer(5))
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot make the batch durable: {e}")
+        resp = pb.ExportTraceServiceResponse()
+        if result.rejected or result.error_message:
+            resp.partial_success.rejected_spans = result.rejected
+            resp.partial_success.error_message = result.error_message
+        return resp
 
-    return pb_grpc, TraceService()
+    method = grpc.unary_unary_rpc_method_handler(
+        export, request_deserializer=None, response_serializer=pb.ExportTraceServiceResponse.SerializeToString)
+    return grpc.method_handlers_generic_handler("opentelemetry.proto.collector.trace.v1.TraceService",
+                                                {"Export": method})
 
 
 # ====================================================================== serving
@@ -571,13 +580,12 @@ class Receiver:
             import grpc
 
             host, port = grpc_addr
-            pb_grpc, servicer = _grpc_servicer(collector, token)
             self._grpc = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=grpc_workers, thread_name_prefix="otel-assay-grpc"),
                 options=[("grpc.max_receive_message_length", max_body), ("grpc.so_reuseport", 0)],
                 maximum_concurrent_rpcs=grpc_workers * 4,
             )
-            pb_grpc.add_TraceServiceServicer_to_server(servicer, self._grpc)
+            self._grpc.add_generic_rpc_handlers((_grpc_handler(collector, token),))
             target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             if tls:
                 creds = grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])

@@ -102,7 +102,12 @@ def suite_verdict(verdicts: Iterable[str]) -> SuiteVerdict:
     suite PASSes only if every scenario PASSes, an intersection-union test, whose level is
     the largest single-scenario level.
     """
-    values = [Verdict(v) for v in verdicts]
+    values = []
+    for v in verdicts:
+        try:
+            values.append(Verdict(v))
+        except ValueError:
+            raise ValueError(f"verdicts must be PASS, FAIL or INCONCLUSIVE, got {v!r}") from None
     if not values:
         raise ValueError("verdicts must not be empty: a suite with no scenarios has no verdict")
     n_fail = sum(v is Verdict.FAIL for v in values)

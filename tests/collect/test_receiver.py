@@ -153,3 +153,23 @@ def test_token_required_and_checked(tmp_path, collector_factory):
     assert g.export(second) == SpanExportResult.SUCCESS
     c.terminate()
     assert lake_view(tmp_path / "lake") == expected_view(list(first) + list(second))
+
+
+def test_grpc_status_codes_for_malformed_and_overload(tmp_path, collector_factory):
+    c = collector_factory(tmp_path / "lake", "--max-buffered-spans", "1000", "--flush-seconds", "30", http=False)
+    channel = grpc.insecure_channel(c.grpc_endpoint)
+    raw = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+    with pytest.raises(grpc.RpcError) as e:
+        raw(b"\xff\xff\xff\x0f garbage", timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    big = encode_proto(recorded_trials(200)).SerializeToString()
+    assert pb.ExportTraceServiceResponse.FromString(raw(big, timeout=10)).partial_success.rejected_spans == 0
+    with pytest.raises(grpc.RpcError) as e:
+        raw(encode_proto(recorded_trials(1)).SerializeToString(), timeout=10)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    from google.rpc import error_details_pb2, status_pb2
+    details = dict(e.value.trailing_metadata())["grpc-status-details-bin"]
+    info = error_details_pb2.RetryInfo()
+    status_pb2.Status.FromString(details).details[0].Unpack(info)
+    assert info.retry_delay.seconds >= 1
+    assert c.terminate()[0] == 0
