@@ -269,9 +269,11 @@ def demo(lake_dir, trials):
 
 
 def _register_commands() -> None:
+    from . import gate_cli
     from .analyze import commands as analyze_commands
 
     analyze_commands.register(cli)
+    gate_cli.register(cli)
 
 
 _register_commands()
