@@ -173,3 +173,39 @@ def test_grpc_status_codes_for_malformed_and_overload(tmp_path, collector_factor
     status_pb2.Status.FromString(details).details[0].Unpack(info)
     assert info.retry_delay.seconds >= 1
     assert c.terminate()[0] == 0
+
+
+@pytest.fixture
+def self_signed(tmp_path):
+    import shutil
+    import subprocess
+    if not shutil.which("openssl"):
+        pytest.skip("openssl command not available to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def test_tls_on_both_listeners_with_token(tmp_path, collector_factory, self_signed):
+    import ssl
+    cert, key = self_signed
+    c = collector_factory(tmp_path / "lake", "--tls-cert", str(cert), "--tls-key", str(key), "--token", "t0k")
+    assert any("https://127.0.0.1:" in line for line in c.lines)
+    spans = recorded_trials(2)
+    body = encode_proto(spans[:5]).SerializeToString()
+    ctx = ssl.create_default_context(cafile=str(cert))
+    req = urllib.request.Request(f"https://127.0.0.1:{c.ports['http']}/v1/traces", data=body, method="POST",
+                                 headers={"Content-Type": "application/x-protobuf", "Authorization": "Bearer t0k"})
+    with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
+        assert r.status == 200
+    with pytest.raises(urllib.error.URLError):  # plain HTTP to a TLS port is refused
+        urllib.request.urlopen(urllib.request.Request(c.http_url, data=body, method="POST",
+                                                      headers={"Content-Type": "application/x-protobuf"}), timeout=10)
+    g = GrpcExporter(endpoint=f"https://{c.grpc_endpoint}", credentials=grpc.ssl_channel_credentials(cert.read_bytes()),
+                     headers={"authorization": "Bearer t0k"})
+    assert g.export(spans[5:]) == SpanExportResult.SUCCESS
+    g.shutdown()
+    assert c.terminate()[0] == 0
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
