@@ -86,8 +86,9 @@ class ParquetSpanExporter(SpanExporter):
         with self._lock:
             batch = self._batch
             before = batch.rejected
+            add = batch.add_sdk_span
             for span in spans:
-                self._add(batch, span)
+                add(span, self._resource(span.resource))
             self.spans_received += len(spans)
             self.spans_rejected += batch.rejected - before
             if self._oldest is None and len(batch):
@@ -124,39 +125,6 @@ class ParquetSpanExporter(SpanExporter):
             self._resources.clear()
         self._resources[id(res)] = (res, prepared)
         return prepared
-
-    def _add(self, batch: SpanBatch, span: ReadableSpan) -> None:
-        ctx = span.context
-        parent = span.parent
-        scope = span.instrumentation_scope
-        status = span.status
-        ts = ctx.trace_state
-        batch.add_span(
-            trace_id=format(ctx.trace_id, "032x"),
-            span_id=format(ctx.span_id, "016x"),
-            parent_span_id=format(parent.span_id, "016x") if parent is not None else None,
-            name=span.name,
-            kind=span.kind.value + 1,  # SDK SpanKind is 0-based; OTLP reserves 0 for UNSPECIFIED
-            start_time_unix_nano=span.start_time or 0,
-            end_time_unix_nano=span.end_time or 0,
-            status_code=status.status_code.value,
-            status_message=status.description,
-            trace_state=ts.to_header() if ts else None,
-            scope_name=scope.name if scope else None,
-            scope_version=scope.version if scope else None,
-            resource=self._resource(span.resource),
-            attributes=(span.attributes or {}).items(),
-            events=[(e.timestamp, e.name, (e.attributes or {}).items(), 0) for e in span.events],
-            links=[
-                (format(l.context.trace_id, "032x"), format(l.context.span_id, "016x"),
-                 l.context.trace_state.to_header() if l.context.trace_state else None,
-                 (l.attributes or {}).items(), 0)
-                for l in span.links
-            ],
-            dropped_attributes_count=span.dropped_attributes,
-            dropped_events_count=span.dropped_events,
-            dropped_links_count=span.dropped_links,
-        )
 
     def _flush(self) -> bool:
         with self._write_lock:

@@ -36,6 +36,7 @@ from .wal import WALError, WriteAheadLog, decode, read_segment
 log = logging.getLogger("otel_assay.collect")
 
 DEFAULT_MAX_BODY = 20 << 20  # decompressed request size limit (the Collector's default)
+DRAIN_LIMIT = 128 << 20  # an oversized body up to this size is read and discarded before the 413
 
 
 class Overloaded(Exception):
@@ -261,6 +262,10 @@ class Collector:
             self._wake.set()
         return result
 
+    def note_throttled(self) -> None:
+        with self._stats_lock:
+            self.stats.throttled += 1
+
     def note_malformed(self) -> None:
         with self._stats_lock:
             self.stats.malformed += 1
@@ -345,9 +350,11 @@ class _TooLarge(Exception):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "otel-assay"
+    timeout = 60  # seconds a connection may stall mid-request (slow clients cannot pin a thread forever)
     collector: Collector
     token: str | None
     max_body: int
+    slots: threading.BoundedSemaphore  # requests being read and decoded at once (bounds memory)
 
     def log_message(self, fmt, *args):  # the collector reports through logging, not stderr noise
         log.debug("%s - " + fmt, self.address_string(), *args)
@@ -401,13 +408,31 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return self._error(400, 3, "invalid Content-Length", is_json)
         if length > self.max_body:
-            self.close_connection = True  # the unread body must not be parsed as the next request
+            # Read and discard the body (up to a cap) so the client gets the 413 instead of a
+            # broken pipe while it is still sending; beyond the cap, just close.
+            self.close_connection = True
+            remaining = length if length <= DRAIN_LIMIT else 0
+            while remaining > 0:
+                chunk = self.rfile.read(min(remaining, 1 << 20))
+                if not chunk:
+                    return
+                remaining -= len(chunk)
             return self._error(413, 8, f"request body of {length} bytes exceeds the {self.max_body}-byte limit", is_json)
         try:
             self.collector.check_capacity()
         except Overloaded as e:
             self.close_connection = True
             return self._error(503, 14, str(e), is_json, {"Retry-After": str(e.retry_after)})
+        if not self.slots.acquire(timeout=1.0):
+            self.close_connection = True
+            self.collector.note_throttled()
+            return self._error(503, 14, "too many requests in flight; retry shortly", is_json, {"Retry-After": "1"})
+        try:
+            self._ingest(length, is_json)
+        finally:
+            self.slots.release()
+
+    def _ingest(self, length: int, is_json: bool) -> None:
         body = self.rfile.read(length)
         if len(body) < length:
             self.close_connection = True
@@ -559,6 +584,7 @@ class Receiver:
         tls_key: str | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         grpc_workers: int = 4,
+        max_concurrent_requests: int = 4,
     ):
         self.collector = collector
         self.listeners: list[Listener] = []
@@ -568,7 +594,8 @@ class Receiver:
         tls = bool(tls_cert and tls_key)
         if http_addr is not None:
             host, port = http_addr
-            handler = type("Handler", (_Handler,), {"collector": collector, "token": token, "max_body": max_body})
+            handler = type("Handler", (_Handler,), {"collector": collector, "token": token, "max_body": max_body,
+                                                    "slots": threading.BoundedSemaphore(max_concurrent_requests)})
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             self._http = _HTTPServer((host, port), handler, family)
             if tls:
@@ -583,7 +610,7 @@ class Receiver:
             self._grpc = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=grpc_workers, thread_name_prefix="otel-assay-grpc"),
                 options=[("grpc.max_receive_message_length", max_body), ("grpc.so_reuseport", 0)],
-                maximum_concurrent_rpcs=grpc_workers * 4,
+                maximum_concurrent_rpcs=max_concurrent_requests,
             )
             self._grpc.add_generic_rpc_handlers((_grpc_handler(collector, token),))
             target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -266,6 +266,17 @@ class SpanBatch:
         n = 0
         dropped = 0
         for key, value in attributes:
+            if type(value) is str and key not in _PROMOTED:  # the common case, decided in one step
+                if n >= limits.max_attributes or len(key) > limits.max_key_chars:
+                    dropped += 1
+                    continue
+                if len(value) > limits.max_value_chars:
+                    value = value[: limits.max_value_chars] + TRUNCATION_MARK
+                    self.truncated_values += 1
+                keys.append(key)
+                values.append(value)
+                n += 1
+                continue
             if promoted is not None:
                 target = _PROMOTED.get(key)
                 if target is not None:
@@ -399,6 +410,86 @@ class SpanBatch:
         cols["dropped_attributes_count"].append(min(dropped_attributes_count + dropped, 2**31 - 1))
         cols["dropped_events_count"].append(min(dropped_events_count, 2**31 - 1))
         cols["dropped_links_count"].append(min(dropped_links_count, 2**31 - 1))
+        return True
+
+    # ------------------------------------------------------------------ SDK fast path
+    def add_sdk_span(self, span, resource: Resource) -> bool:
+        """Append an OpenTelemetry SDK ``ReadableSpan`` (the in-process exporter's hot loop).
+
+        Same rules as :meth:`add_span`; SDK ids are integers, so only their range needs checking.
+        """
+        ctx = span.context
+        tid, sid = ctx.trace_id, ctx.span_id
+        start, end = span.start_time or 0, span.end_time or 0
+        if not 0 < tid < (1 << 128) or not 0 < sid < (1 << 64):
+            self.reject("trace_id or span_id is zero or out of range")
+            return False
+        if not 0 < start <= end <= INT64_MAX:
+            self.reject("span has no valid start/end time (not ended, or ends before it starts)")
+            return False
+        limits = self.limits
+        cols = self._span_cols
+        promoted: dict[str, Any] = {}
+        dropped = self._attrs_into(self._span_attrs, span.attributes.items() if span.attributes else (), promoted)
+        trace_hex = format(tid, "032x")
+        span_hex = format(sid, "016x")
+        parent = span.parent
+        status = span.status
+        scope = span.instrumentation_scope
+        ts = ctx.trace_state
+        cols["trace_id"].append(trace_hex)
+        cols["span_id"].append(span_hex)
+        cols["parent_span_id"].append(format(parent.span_id, "016x") if parent is not None and parent.span_id else None)
+        cols["trace_state"].append(ts.to_header() or None if ts else None)
+        cols["name"].append(_limit(span.name, limits) or "")
+        cols["kind"].append(span.kind.value + 1)  # the SDK's SpanKind is 0-based; OTLP reserves 0 for UNSPECIFIED
+        cols["start_time_unix_nano"].append(start)
+        cols["duration_ns"].append(end - start)
+        cols["status_code"].append(status.status_code.value)
+        cols["status_message"].append(_limit(status.description, limits) or None)
+        cols["service_name"].append(resource.service_name)
+        cols["scope_name"].append(scope.name or None if scope else None)
+        cols["scope_version"].append(scope.version or None if scope else None)
+        for col in _PROMOTED_COLUMNS:
+            cols[col].append(promoted.get(col))
+        res = self._span_res
+        res.keys.extend(resource.keys)
+        res.values.extend(resource.values)
+        res.offsets.append(len(res.keys))
+        dropped_events, dropped_links = span.dropped_events, span.dropped_links
+        if span.events:
+            events = list(span.events)
+            if len(events) > limits.max_events:
+                dropped_events += len(events) - limits.max_events
+                events = events[: limits.max_events]
+            ev = self._ev_cols
+            for e in events:
+                e_dropped = self._attrs_into(self._ev_attrs, e.attributes.items() if e.attributes else (), None)
+                ev["trace_id"].append(trace_hex)
+                ev["span_id"].append(span_hex)
+                ev["time_unix_nano"].append(min(max(e.timestamp or 0, 0), INT64_MAX))
+                ev["name"].append(_limit(e.name, limits) or "")
+                ev["dropped_attributes_count"].append(e_dropped)
+                ev[PARTITION_TIME].append(start)
+        if span.links:
+            links = list(span.links)
+            if len(links) > limits.max_links:
+                dropped_links += len(links) - limits.max_links
+                links = links[: limits.max_links]
+            ln = self._ln_cols
+            for l in links:
+                l_dropped = self._attrs_into(self._ln_attrs, l.attributes.items() if l.attributes else (), None)
+                lc = l.context
+                ln["trace_id"].append(trace_hex)
+                ln["span_id"].append(span_hex)
+                ln["linked_trace_id"].append(format(lc.trace_id, "032x"))
+                ln["linked_span_id"].append(format(lc.span_id, "016x"))
+                ln["trace_state"].append(lc.trace_state.to_header() or None if lc.trace_state else None)
+                ln["dropped_attributes_count"].append(l_dropped)
+                ln[PARTITION_TIME].append(start)
+        cols["dropped_attributes_count"].append(min(span.dropped_attributes + dropped, 2**31 - 1))
+        cols["dropped_events_count"].append(min(dropped_events, 2**31 - 1))
+        cols["dropped_links_count"].append(min(dropped_links, 2**31 - 1))
         return True
 
     # ------------------------------------------------------------------ protobuf fast path

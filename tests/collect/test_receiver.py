@@ -92,7 +92,7 @@ def test_partial_success_reports_rejected_spans(tmp_path, collector_factory):
 
 
 @pytest.mark.parametrize("case", ["garbage-proto", "garbage-json", "json-not-object", "truncated-gzip",
-                                  "invalid-utf8-json", "wrong-ctype", "too-large", "gzip-bomb", "wrong-path"])
+                                  "invalid-utf8-json", "wrong-ctype", "too-large", "100mb", "gzip-bomb", "wrong-path"])
 def test_bad_requests_get_the_spec_status_and_the_server_keeps_serving(tmp_path, collector_factory, case):
     c = collector_factory(tmp_path / "lake", "--max-body-mib", "1", grpc=False)
     spans = recorded_trials(1)
@@ -112,6 +112,8 @@ def test_bad_requests_get_the_spec_status_and_the_server_keeps_serving(tmp_path,
         body, ctype, want = good, "text/plain", 415
     elif case == "too-large":
         body, want = b"\x00" * (2 << 20), 413
+    elif case == "100mb":
+        body, want = b"\x00" * (100 << 20), 413
     elif case == "gzip-bomb":
         body, headers, want = gzip.compress(b"\x00" * (50 << 20)), {"Content-Encoding": "gzip"}, 413
     else:
