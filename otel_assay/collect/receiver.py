@@ -601,7 +601,9 @@ class Receiver:
             if tls:
                 ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
                 ctx.load_cert_chain(tls_cert, tls_key)
-                self._http.socket = ctx.wrap_socket(self._http.socket, server_side=True)
+                # handshake in the connection's own thread, not in accept(): a client that
+                # stalls (or speaks plain HTTP) must not hold up the listener
+                self._http.socket = ctx.wrap_socket(self._http.socket, server_side=True, do_handshake_on_connect=False)
             self.listeners.append(Listener("http", host, self._http.server_address[1], tls))
         if grpc_addr is not None:
             import grpc

@@ -202,9 +202,14 @@ def test_tls_on_both_listeners_with_token(tmp_path, collector_factory, self_sign
                                  headers={"Content-Type": "application/x-protobuf", "Authorization": "Bearer t0k"})
     with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
         assert r.status == 200
-    with pytest.raises(urllib.error.URLError):  # plain HTTP to a TLS port is refused
+    import socket
+    stalled = socket.create_connection(("127.0.0.1", c.ports["http"]))  # connects, never handshakes
+    with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP to a TLS port is refused
         urllib.request.urlopen(urllib.request.Request(c.http_url, data=body, method="POST",
                                                       headers={"Content-Type": "application/x-protobuf"}), timeout=10)
+    with urllib.request.urlopen(req, context=ctx, timeout=30) as r:  # the stalled client blocks no one
+        assert r.status == 200
+    stalled.close()
     g = GrpcExporter(endpoint=f"https://{c.grpc_endpoint}", credentials=grpc.ssl_channel_credentials(cert.read_bytes()),
                      headers={"authorization": "Bearer t0k"})
     assert g.export(spans[5:]) == SpanExportResult.SUCCESS
