@@ -122,7 +122,12 @@ def _json_value(v: Any) -> Any:
     if "intValue" in v:
         return _json_int(v["intValue"], "intValue")
     if "boolValue" in v:
-        return bool(v["boolValue"])
+        b = v["boolValue"]
+        if isinstance(b, str):  # lenient producers quote booleans
+            if b.lower() not in ("true", "false"):
+                raise ValueError(f"boolValue {b!r} is not a boolean")
+            return b.lower() == "true"
+        return bool(b)
     if "doubleValue" in v:
         return float(v["doubleValue"])  # also accepts "NaN", "Infinity" as proto3 JSON writes them
     if "arrayValue" in v:
