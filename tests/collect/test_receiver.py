@@ -92,7 +92,7 @@ def test_partial_success_reports_rejected_spans(tmp_path, collector_factory):
 
 
 @pytest.mark.parametrize("case", ["garbage-proto", "garbage-json", "json-not-object", "truncated-gzip",
-                                  "invalid-utf8-json", "wrong-ctype", "too-large", "100mb", "gzip-bomb", "wrong-path"])
+                                  "invalid-utf8-json", "invalid-utf8-proto", "wrong-ctype", "too-large", "100mb", "gzip-bomb", "wrong-path"])
 def test_bad_requests_get_the_spec_status_and_the_server_keeps_serving(tmp_path, collector_factory, case):
     c = collector_factory(tmp_path / "lake", "--max-body-mib", "1", grpc=False)
     spans = recorded_trials(1)
@@ -108,6 +108,10 @@ def test_bad_requests_get_the_spec_status_and_the_server_keeps_serving(tmp_path,
         body, headers, want = gzip.compress(good)[:-12], {"Content-Encoding": "gzip"}, 400
     elif case == "invalid-utf8-json":
         body, ctype, want = b'{"resourceSpans": "\xff\xfe"}', "application/json", 400
+    elif case == "invalid-utf8-proto":
+        req = encode_proto(spans)
+        req.resource_spans[0].scope_spans[0].spans[0].name = "QQQQ-marker"
+        body, want = req.SerializeToString().replace(b"QQQQ-marker", b"\xff\xfe\xfd-marker"), 400
     elif case == "wrong-ctype":
         body, ctype, want = good, "text/plain", 415
     elif case == "too-large":
