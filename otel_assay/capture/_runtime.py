@@ -159,6 +159,7 @@ class Pipeline:
         self.kind = kind  # "parquet" | "otlp"
         self.target = target
         self._tracers: dict[str, trace.Tracer] = {}
+        self.retired: dict[str, int] = {}  # counters of exporters replaced by use_lake()
 
     def tracer(self, name: str = "otel_assay") -> trace.Tracer:
         t = self._tracers.get(name)
@@ -173,7 +174,7 @@ class Pipeline:
                "spans_produced": self.attrs_processor.spans_ended}
         for k in ("spans_received", "spans_written", "spans_rejected", "spans_lost"):
             if hasattr(ex, k):
-                out[k] = getattr(ex, k)
+                out[k] = getattr(ex, k) + self.retired.get(k, 0)
         return out
 
 
@@ -313,6 +314,32 @@ def flush(timeout_s: float = 30.0) -> bool:
                         f": {p.exporter.last_error}" if getattr(p.exporter, "last_error", None) else "")
             ok = False
     return bool(ok)
+
+
+def use_lake(directory: str | os.PathLike) -> None:
+    """Send spans from now on to the lake at ``directory`` (after writing what the previous
+    lake had buffered). For drivers that write several lakes from one process, e.g. a
+    baseline and a candidate; call it between trials, not during one."""
+    p = pipeline()
+    if p is None:
+        return
+    if p.kind != "parquet":
+        log.warning("otel-assay: use_lake(%s) ignored: exporting to OTLP", directory)
+        return
+    with _LOCK:
+        target = os.path.abspath(directory)
+        if target == p.target:
+            return
+        for fn in list(_PRE_FLUSH):
+            fn(30.0)
+        from ..collect.exporter import ParquetSpanExporter
+        new = ParquetSpanExporter(directory)
+        old = p.exporter
+        p.export_processor.exporter = new
+        p.exporter, p.target = new, target
+        old.shutdown()
+        for k in ("spans_received", "spans_written", "spans_rejected", "spans_lost"):
+            p.retired[k] = p.retired.get(k, 0) + getattr(old, k, 0)
 
 
 def stats() -> dict[str, Any]:

@@ -19,16 +19,13 @@ Spans (DESIGN §2):
 
 from __future__ import annotations
 
-import time
 from contextvars import ContextVar
 from typing import Any
 from uuid import UUID
 
-from opentelemetry import trace
-
 from .. import semconv
 from . import _runtime
-from ._spans import (CLIENT, INTERNAL, args_json, clean, fail, result_text, start_span, text_parts,
+from ._spans import (CLIENT, args_json, clean, fail, result_text, start_span, text_parts,
                      to_json, tool_call_part)
 from .trial import implicit_trial
 

@@ -20,6 +20,11 @@ FRAMEWORKS: dict[str, tuple[str, str]] = {
     "openai_agents": ("agents", "otel_assay.capture.openai_agents"),
     "smolagents": ("smolagents", "otel_assay.capture.smolagents"),
 }
+# further modules whose import completes an adapter (adapter.on_module(mod) is called);
+# registered up front, so a hook never sees a half-imported module
+EXTRA_HOOKS: dict[str, tuple[str, ...]] = {
+    "autogen": ("autogen_agentchat.teams._group_chat._base_group_chat", "autogen_agentchat.agents._assistant_agent"),
+}
 ALIASES = {"langgraph": "langchain", "openai-agents": "openai_agents", "agents": "openai_agents",
            "autogen_agentchat": "autogen", "autogen-agentchat": "autogen"}
 
@@ -55,6 +60,16 @@ def _activate(name: str, module=None) -> None:
             log.exception("otel-assay: could not instrument %s", name)
 
 
+def _on_extra(name: str, module) -> None:
+    with _LOCK:
+        if name not in _ACTIVE:
+            return
+    try:
+        importlib.import_module(FRAMEWORKS[name][1]).on_module(module)
+    except Exception:
+        log.exception("otel-assay: could not instrument %s (%s)", name, getattr(module, "__name__", module))
+
+
 def instrument(frameworks: Iterable[str] | str | None = None) -> list[str]:
     """Instrument the given frameworks (default: every supported one), now if imported,
     else as soon as they are. Idempotent. Returns the names requested."""
@@ -71,6 +86,9 @@ def instrument(frameworks: Iterable[str] | str | None = None) -> list[str]:
             trigger = FRAMEWORKS[name][0]
             if name not in _HOOKED:
                 _HOOKED.add(name)
+                for extra in EXTRA_HOOKS.get(name, ()):
+                    if extra not in sys.modules:
+                        wrapt.register_post_import_hook(lambda mod, _n=name: _on_extra(_n, mod), extra)
                 if trigger not in sys.modules:
                     wrapt.register_post_import_hook(lambda mod, _n=name: _activate(_n, mod), trigger)
                     continue

@@ -13,7 +13,6 @@ span processor looks the trace up; baggage carries them across process boundarie
 from __future__ import annotations
 
 import contextvars
-import itertools
 import os
 import threading
 from typing import Any
@@ -261,14 +260,21 @@ def patch_threads() -> None:
     orig_submit = cft.ThreadPoolExecutor.submit
 
     def start(self, *a, **kw):
-        if current_trial() is not None:
+        # executor workers outlive the trial: their jobs get the context at submit() instead
+        if current_trial() is not None and getattr(self, "_target", None) is not cft._worker:
             ctx = contextvars.copy_context()
             run = self.run
             self.run = lambda: ctx.run(run)  # instance attribute: works for subclasses too
         return orig_start(self, *a, **kw)
 
+    def carries_context(f) -> bool:
+        f = getattr(f, "func", f)  # functools.partial
+        return isinstance(getattr(f, "__self__", None), contextvars.Context)
+
     def submit(self, fn, /, *args, **kwargs):
-        if current_trial() is not None:
+        # frameworks that copy the context themselves (LangGraph, LangChain) submit ctx.run
+        if (current_trial() is not None and not carries_context(fn)
+                and not (args and carries_context(args[0]))):
             return orig_submit(self, contextvars.copy_context().run, fn, *args, **kwargs)
         return orig_submit(self, fn, *args, **kwargs)
 

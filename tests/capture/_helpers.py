@@ -19,7 +19,11 @@ def run_script(script: str, lake: Path, *args: str, env: dict | None = None, tim
     e.update({"OTEL_ASSAY_DIR": str(lake), "PYTHONPATH": str(REPO) + os.pathsep + str(SCRIPTS),
               "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TRACING_ENABLED": "false",
               "OTEL_SDK_DISABLED": "false", "OPENAI_API_KEY": "sk-offline-test", "PYTHONUNBUFFERED": "1"})
-    e.update(env or {})
+    for k, v in (env or {}).items():
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
     path = script if os.path.isabs(script) else str(SCRIPTS / script)
     p = subprocess.run([sys.executable, path, *args], env=e, capture_output=True, text=True, timeout=timeout,
                        stdin=subprocess.DEVNULL)
@@ -28,15 +32,18 @@ def run_script(script: str, lake: Path, *args: str, env: dict | None = None, tim
     return p
 
 
+_ENGINES: dict = {}
+
+
 def query(lake: Path, sql: str, params=None) -> list[dict]:
-    if os.environ.get("_CAPTURE_DEV_DIRECT"):  # TEMP while queries/span_kinds.sql does not bind
-        import duckdb
-        con = duckdb.connect()
-        con.execute(f"CREATE VIEW spans AS SELECT * FROM read_parquet('{lake}/spans/**/*.parquet', union_by_name=true, hive_partitioning=false)")
-        return con.sql(sql, params=params).to_arrow_table().to_pylist()
+    """Run SQL over the lake's views with the real engine (one engine per lake: a lake is
+    complete once its script has exited, and binding the views takes a second)."""
     from otel_assay.analyze.engine import Engine
-    with Engine(lake) as eng:
-        return eng.query(sql, params).to_pylist()
+    key = str(lake)
+    eng = _ENGINES.get(key)
+    if eng is None:
+        eng = _ENGINES[key] = Engine(lake)
+    return eng.query(sql, params).to_pylist()
 
 
 SPAN_COLS = ("trace_id, span_id, parent_span_id, name, kind, status_code, status_message, op, agent_name, "
@@ -87,3 +94,16 @@ def steps(trace: list[dict]) -> list[tuple]:
 
 def jload(s):
     return json.loads(s) if s is not None else None
+
+
+def need(*modules: str) -> None:
+    """Skip the calling test module unless the modules are installed (without importing
+    them: importing a framework in the pytest process costs seconds and is not needed,
+    since the framework runs in the script's subprocess)."""
+    import importlib.util
+
+    import pytest
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"not installed in this environment: {', '.join(missing)} (see scripts/framework-envs.md)",
+                    allow_module_level=True)

@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-pytest.importorskip("langgraph")
+from ._helpers import need  # noqa: E402
+
+need("langgraph")
 
 from ._helpers import jload, parent_of, root, run_script, spans, steps, trial_spans  # noqa: E402
 

@@ -1,0 +1,146 @@
+"""Shared by the example agents: the two scenarios, the tools, the scripted "model" policy
+and the command line. Each framework example wraps these tools in its own tool type and
+replays the scripted turns through a real model class of that framework, offline.
+
+The scripted policy depends on the agent version, with seeded randomness:
+
+* v1 (the baseline): looks the order up, then acts; fails ~5 % of trials (a garbled answer).
+* v2 (the "regressed" candidate): calls a slower tool (``search_orders`` instead of
+  ``lookup_order``, ``issue_refund_priority`` instead of ``issue_refund``), sometimes skips
+  the lookup and answers from a guess (so it fails more often: ~35-40 %), and spends more
+  tokens.
+* any other version behaves like v1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import time
+from typing import Any
+
+SCENARIOS = ("refund-request", "order-status")
+STATUSES = ("shipped", "delivered", "processing", "returned")
+
+
+def order_facts(order_id: str) -> dict[str, Any]:
+    h = int(hashlib.sha256(order_id.encode()).hexdigest(), 16)
+    return {"order_id": order_id, "status": STATUSES[h % 4], "amount": round(10 + (h >> 8) % 9000 / 100, 2),
+            "refundable": (h >> 20) % 5 != 0}
+
+
+# ------------------------------------------------------------------ tools (plain functions)
+def lookup_order(order_id: str) -> str:
+    """Look up an order by id: status, amount, whether it can be refunded."""
+    time.sleep(0.002)
+    return json.dumps(order_facts(order_id))
+
+
+def search_orders(query: str) -> str:
+    """Search orders by free text (slow full-text search)."""
+    time.sleep(0.02)
+    return json.dumps([order_facts(query)])
+
+
+def check_refund_policy(order_id: str) -> str:
+    """Check whether an order may be refunded."""
+    time.sleep(0.001)
+    return "refundable" if order_facts(order_id)["refundable"] else "not refundable: final sale"
+
+
+def issue_refund(order_id: str, amount: float) -> str:
+    """Issue a refund."""
+    time.sleep(0.003)
+    if int(hashlib.md5(order_id.encode()).hexdigest(), 16) % 17 == 0:
+        raise RuntimeError("payment gateway timeout")
+    return f"refunded {amount:.2f} for {order_id}"
+
+
+def issue_refund_priority(order_id: str, amount: float) -> str:
+    """Issue a refund through the priority queue (slower)."""
+    time.sleep(0.03)
+    return f"refunded {amount:.2f} for {order_id}"
+
+
+TOOLS = [lookup_order, search_orders, check_refund_policy, issue_refund, issue_refund_priority]
+
+
+# ------------------------------------------------------------------ scripted policy
+def trial_rng(seed: int, version: str, scenario: str, index: int) -> random.Random:
+    return random.Random(f"{seed}/{version}/{scenario}/{index}")
+
+
+def make_order_id(rng: random.Random) -> str:
+    return f"A{rng.randrange(10000, 99999)}"
+
+
+def prompt(scenario: str, order_id: str) -> str:
+    if scenario == "refund-request":
+        return f"Hi, I want a refund for order {order_id}, it arrived broken."
+    return f"Where is my order {order_id}?"
+
+
+def plan(scenario: str, version: str, rng: random.Random, order_id: str) -> list[dict[str, Any]]:
+    """The turns the scripted model will produce: tool calls then a final answer.
+
+    Each turn: {"tool": name, "args": {...}, "id": call_id, "in": tokens, "out": tokens}
+    or {"text": answer, "in": tokens, "out": tokens}."""
+    regressed = version == "v2"
+    facts = order_facts(order_id)
+    turns: list[dict[str, Any]] = []
+    n = [0]
+
+    def call(name, **args):
+        n[0] += 1
+        turns.append({"tool": name, "args": args, "id": f"call_{n[0]}",
+                      "in": 150 + 60 * len(turns) + rng.randrange(20), "out": 18 + rng.randrange(8)})
+
+    def answer(text):
+        turns.append({"text": text, "in": 150 + 60 * len(turns) + rng.randrange(20),
+                      "out": (45 if regressed else 30) + rng.randrange(15)})
+
+    skip_lookup = regressed and rng.random() < 0.4
+    garbled = rng.random() < 0.05
+    guess = dict(facts, status=STATUSES[(STATUSES.index(facts["status"]) + 1) % 4],
+                 amount=round(facts["amount"] + 5, 2), refundable=True)
+    known = guess if skip_lookup else facts
+    if not skip_lookup:
+        if regressed:
+            call("search_orders", query=order_id)
+        else:
+            call("lookup_order", order_id=order_id)
+    if scenario == "refund-request":
+        call("check_refund_policy", order_id=order_id)
+        if known["refundable"] and facts["refundable"]:
+            call("issue_refund_priority" if regressed else "issue_refund", order_id=order_id, amount=known["amount"])
+            text = f"Done: refund of {known['amount']:.2f} issued for {order_id}."
+        else:
+            text = f"Sorry, order {order_id} cannot be refunded (final sale)."
+    else:
+        text = f"Your order {order_id} is {known['status']}."
+    answer("Sorry, something went wrong." if garbled else text)
+    return turns
+
+
+def passed(scenario: str, order_id: str, answer: str) -> bool:
+    """The trial's check: the answer must be right for the real order."""
+    f = order_facts(order_id)
+    if scenario == "refund-request":
+        if not f["refundable"]:
+            return "cannot be refunded" in answer
+        return f"{f['amount']:.2f}" in answer and order_id in answer
+    return f"is {f['status']}" in answer and order_id in answer
+
+
+# ------------------------------------------------------------------ command line
+def main(run_trials, framework: str, argv=None) -> None:
+    ap = argparse.ArgumentParser(description=f"Run the {framework} example agent for N trials of two scenarios.")
+    ap.add_argument("--version", default="v1", help="agent version to run (v2 is the regressed one)")
+    ap.add_argument("--trials", type=int, default=20, help="trials per scenario")
+    ap.add_argument("--dir", default=None, help="span lake directory (default: OTEL_ASSAY_DIR or ./traces)")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    summary = run_trials(a.version, a.trials, a.dir, a.seed)
+    print(json.dumps(summary, sort_keys=True))

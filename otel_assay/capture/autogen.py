@@ -1,0 +1,342 @@
+"""AutoGen (autogen-core / autogen-agentchat 0.7) adapter.
+
+AutoGen already emits GenAI spans of its own through the global provider (``create_agent``,
+``invoke_agent {name}``, ``execute_tool {tool}``), which we keep: our processors are on
+that provider, so they carry the trial's ``assay.*`` attributes. We add what they lack:
+
+* ``chat {model}`` spans (CLIENT) with token usage, finish reason, tool definitions and
+  messages, by wrapping ``create`` / ``create_stream`` of every ``ChatCompletionClient``
+  class in use (OpenAI, Azure, Anthropic, Ollama, Replay, user classes);
+* tool arguments and results: AutoGen's own ``execute_tool`` span (same name, scope
+  ``autogen-core`` and attributes) is kept open until ``BaseTool.run_json`` returns, so the
+  arguments and the result land on that one span — one tool call is one span, not two;
+* a root ``invoke_workflow {team}`` span around a team run (``run`` / ``run_stream`` of
+  group chats), which native tracing lacks, so the agents of a group chat share a parent.
+
+AutoGen's runtime messaging spans (``autogen publish ...``, ~10 per step, not steps) are
+switched off by setting ``AUTOGEN_DISABLE_RUNTIME_TRACING=true`` unless the environment
+already sets it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+from contextlib import contextmanager
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from .. import semconv
+from . import _runtime
+from ._spans import CLIENT, args_json, fail, result_text, start_span, text_parts, to_json, tool_call_part
+from .trial import implicit_trial
+
+FRAMEWORK = "autogen"
+_PATCHES: list = []
+_WRAPPED_CLIENTS: set = set()
+_PENDING_TOOL: contextvars.ContextVar = contextvars.ContextVar("otel_assay_autogen_tool", default=None)
+
+
+# ------------------------------------------------------------------ model clients
+def _model_name(client) -> str:
+    args = getattr(client, "_create_args", None)
+    if isinstance(args, dict) and args.get("model"):
+        return str(args["model"])
+    for attr in ("model", "_model", "model_name"):
+        v = getattr(client, attr, None)
+        if isinstance(v, str) and v:
+            return v
+    info = getattr(client, "model_info", None) or {}
+    fam = info.get("family") if isinstance(info, dict) else None
+    if fam and fam != "unknown":
+        return str(fam)
+    return type(client).__name__
+
+
+def _provider(client) -> str:
+    n = type(client).__name__
+    for key, prov in (("AzureOpenAI", "azure.ai.openai"), ("AzureAI", "azure.ai.inference"), ("OpenAI", "openai"),
+                      ("Anthropic", "anthropic"), ("Ollama", "ollama"), ("Gemini", "gcp.gemini"),
+                      ("Replay", "replay"), ("LlamaCpp", "llama_cpp")):
+        if key in n:
+            return prov
+    return n.lower()
+
+
+def _tool_defs(tools) -> list:
+    out = []
+    for t in tools or []:
+        schema = getattr(t, "schema", t)
+        out.append(dict(schema) if isinstance(schema, dict) else str(schema))
+    return out
+
+
+def _msgs(messages) -> list:
+    out = []
+    for m in messages or []:
+        kind = type(m).__name__
+        role = {"SystemMessage": "system", "UserMessage": "user", "AssistantMessage": "assistant",
+                "FunctionExecutionResultMessage": "tool"}.get(kind, "user")
+        content = getattr(m, "content", None)
+        if role == "tool" and isinstance(content, list):
+            out.append({"role": "tool", "parts": [{"type": "tool_call_response", "id": getattr(r, "call_id", None),
+                                                   "result": getattr(r, "content", None)} for r in content]})
+        elif isinstance(content, list) and content and hasattr(content[0], "arguments"):
+            out.append({"role": role, "parts": [tool_call_part(c.id, c.name, c.arguments) for c in content]})
+        else:
+            out.append(text_parts(role, content if isinstance(content, (str, list)) else str(content)))
+    return out
+
+
+def _chat_start(client, messages, kwargs):
+    model = _model_name(client)
+    attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_CHAT, semconv.GEN_AI_REQUEST_MODEL: model,
+             semconv.GEN_AI_PROVIDER_NAME: _provider(client), semconv.ASSAY_STEP_KIND: "llm",
+             semconv.ASSAY_FRAMEWORK: FRAMEWORK}
+    tools = kwargs.get("tools")
+    if tools:
+        attrs[semconv.GEN_AI_TOOL_DEFINITIONS] = to_json(_tool_defs(tools))
+    if _runtime.capture_content():
+        try:
+            attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(_msgs(messages))
+        except Exception:
+            pass
+    return start_span(f"chat {model}", attrs, kind=CLIENT)
+
+
+def _chat_end(span, result) -> None:
+    usage = getattr(result, "usage", None)
+    finish = getattr(result, "finish_reason", None)
+    content = getattr(result, "content", None)
+    attrs = {semconv.GEN_AI_RESPONSE_FINISH_REASONS: [str(finish)] if finish else None,
+             semconv.GEN_AI_USAGE_INPUT_TOKENS: getattr(usage, "prompt_tokens", None),
+             semconv.GEN_AI_USAGE_OUTPUT_TOKENS: getattr(usage, "completion_tokens", None)}
+    if _runtime.capture_content():
+        if isinstance(content, list):
+            m = {"role": "assistant", "parts": [tool_call_part(c.id, c.name, c.arguments) for c in content]}
+        else:
+            m = text_parts("assistant", content)
+        m["finish_reason"] = str(finish)
+        attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json([m])
+    span.set_attributes({k: v for k, v in attrs.items() if v is not None})
+    span.end()
+
+
+async def _create(wrapped, instance, args, kwargs):
+    messages = args[0] if args else kwargs.get("messages")
+    span = _chat_start(instance, messages, kwargs)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as e:
+        fail(span, e)
+        raise
+    _chat_end(span, result)
+    return result
+
+
+def _create_stream(wrapped, instance, args, kwargs):
+    messages = args[0] if args else kwargs.get("messages")
+
+    async def gen():
+        span = _chat_start(instance, messages, kwargs)
+        last = None
+        try:
+            async for item in wrapped(*args, **kwargs):
+                last = item
+                yield item
+        except BaseException as e:
+            fail(span, e)
+            raise
+        if type(last).__name__ == "CreateResult":
+            _chat_end(span, last)
+        else:
+            span.end()
+    return gen()
+
+
+def _wrap_client_class(cls) -> None:
+    if cls in _WRAPPED_CLIENTS:
+        return
+    _WRAPPED_CLIENTS.add(cls)
+    if "create" in cls.__dict__ and not getattr(cls.__dict__["create"], "__isabstractmethod__", False):
+        _patch(cls, "create", _create)
+    if "create_stream" in cls.__dict__ and not getattr(cls.__dict__["create_stream"], "__isabstractmethod__", False):
+        _patch(cls, "create_stream", _create_stream)
+
+
+def _wrap_client(client) -> None:
+    for cls in type(client).__mro__:
+        if cls.__name__ == "ChatCompletionClient":
+            break
+        _wrap_client_class(cls)
+
+
+def _all_subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _all_subclasses(sub)
+
+
+# ------------------------------------------------------------------ tools
+@contextmanager
+def _trace_tool_span(tool_name, *, tracer=None, parent=None, tool_description=None, tool_call_id=None):
+    """AutoGen's trace_tool_span, but the span stays open for run_json to complete it."""
+    _runtime.pipeline()
+    holder = _PENDING_TOOL.get()
+    tracer = tracer or trace.get_tracer("autogen-core")
+    attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_EXECUTE_TOOL, semconv.GEN_AI_SYSTEM: "autogen",
+             semconv.GEN_AI_TOOL_NAME: tool_name, semconv.GEN_AI_TOOL_DESCRIPTION: tool_description,
+             semconv.GEN_AI_TOOL_CALL_ID: tool_call_id, semconv.GEN_AI_TOOL_TYPE: "function",
+             semconv.ASSAY_STEP_KIND: "tool", semconv.ASSAY_FRAMEWORK: FRAMEWORK}
+    with tracer.start_as_current_span(f"execute_tool {tool_name}", kind=SpanKind.INTERNAL,
+                                      context=trace.set_span_in_context(parent) if parent else None,
+                                      attributes={k: v for k, v in attrs.items() if v is not None},
+                                      end_on_exit=holder is None, record_exception=False,
+                                      set_status_on_exception=False) as span:
+        if holder is not None and _runtime.capture_content():
+            span.set_attribute(semconv.GEN_AI_TOOL_CALL_ARGUMENTS, args_json(dict(holder["args"] or {})))
+        try:
+            yield span
+        except Exception as e:
+            span.record_exception(e)
+            span.set_status(Status(StatusCode.ERROR, str(e)))
+            span.set_attribute(semconv.ERROR_TYPE, type(e).__name__)
+            if holder is not None:
+                span.end()
+            raise
+        if holder is not None:
+            holder["span"] = span
+
+
+async def _run_json(wrapped, instance, args, kwargs):
+    holder = {"args": args[0] if args else kwargs.get("args"), "span": None}
+    token = _PENDING_TOOL.set(holder)
+    try:
+        result = await wrapped(*args, **kwargs)
+    finally:
+        _PENDING_TOOL.reset(token)
+    span = holder["span"]
+    if span is not None:
+        if _runtime.capture_content():
+            try:
+                text = instance.return_value_as_string(result)
+            except Exception:
+                text = result_text(result)
+            span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, text)
+        span.end()
+    return result
+
+
+# ------------------------------------------------------------------ teams
+def _team_name(team) -> str:
+    return getattr(team, "name", None) or type(team).__name__
+
+
+def _run_stream(wrapped, instance, args, kwargs):
+    async def gen():
+        name = _team_name(instance)
+        t = implicit_trial(name)
+        attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_WORKFLOW, semconv.GEN_AI_WORKFLOW_NAME: name,
+                 semconv.ASSAY_STEP_KIND: "workflow", semconv.ASSAY_FRAMEWORK: FRAMEWORK}
+        task = kwargs.get("task", args[0] if args else None)
+        if _runtime.capture_content() and isinstance(task, str):
+            attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json([text_parts("user", task)])
+        span = start_span(f"invoke_workflow {name}", attrs, parent=t.span if t else None)
+        ctx = trace.set_span_in_context(span)
+        agen = wrapped(*args, **kwargs)
+        last = None
+        try:
+            while True:
+                token = otel_context.attach(ctx)
+                try:
+                    item = await agen.__anext__()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    otel_context.detach(token)
+                last = item
+                yield item
+        except BaseException as e:
+            fail(span, e)
+            if t is not None:
+                t.finish(e)
+            raise
+        stop = getattr(last, "stop_reason", None)
+        if stop:
+            span.set_attribute("assay.workflow.stop_reason", str(stop))
+        span.end()
+        if t is not None:
+            t.finish()
+    return gen()
+
+
+def _agent_init(wrapped, instance, args, kwargs):
+    out = wrapped(*args, **kwargs)
+    client = getattr(instance, "_model_client", None)
+    if client is not None:
+        _wrap_client(client)
+    return out
+
+
+# ------------------------------------------------------------------ instrument
+def _patch(owner, attr, wrapper) -> None:
+    import wrapt
+    orig = owner.__dict__[attr]
+    setattr(owner, attr, wrapt.FunctionWrapper(orig, wrapper))
+    _PATCHES.append((owner, attr, orig))
+
+
+_AGENTCHAT = {  # module -> (class, method, wrapper); patched when that module has finished importing
+    "autogen_agentchat.teams._group_chat._base_group_chat": ("BaseGroupChat", "run_stream", _run_stream),
+    "autogen_agentchat.agents._assistant_agent": ("AssistantAgent", "__init__", _agent_init),
+}
+
+
+def _patch_agentchat_module(mod) -> None:
+    if not _PATCHES:  # uninstrumented meanwhile
+        return
+    cls_name, attr, wrapper = _AGENTCHAT[mod.__name__]
+    cls = getattr(mod, cls_name, None)
+    if cls is None or any(o is cls and a == attr for o, a, _ in _PATCHES):
+        return
+    _patch(cls, attr, wrapper)
+
+
+def instrument(module=None) -> bool:
+    if _PATCHES:
+        return True
+    os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
+    import sys
+
+    import autogen_core.tools._base as tools_base
+    from autogen_core.models import ChatCompletionClient
+    _PATCHES.append((tools_base, "trace_tool_span", tools_base.trace_tool_span))
+    tools_base.trace_tool_span = _trace_tool_span
+    _patch(tools_base.BaseTool, "run_json", _run_json)
+    for cls in list(_all_subclasses(ChatCompletionClient)):
+        _wrap_client_class(cls)
+    # agentchat modules imported already are patched now; the registry registered import
+    # hooks for the others (registering them here could catch a module half-imported)
+    for name in _AGENTCHAT:
+        mod = sys.modules.get(name)
+        if mod is not None and hasattr(mod, _AGENTCHAT[name][0]):
+            _patch_agentchat_module(mod)
+    return True
+
+
+def on_module(mod) -> None:
+    """Registry hook: an autogen_agentchat module listed in HOOK_MODULES finished importing."""
+    if mod.__name__ in _AGENTCHAT:
+        _patch_agentchat_module(mod)
+
+
+HOOK_MODULES = tuple(_AGENTCHAT)
+
+
+def uninstrument() -> None:
+    while _PATCHES:
+        owner, attr, orig = _PATCHES.pop()
+        setattr(owner, attr, orig)
+    _WRAPPED_CLIENTS.clear()

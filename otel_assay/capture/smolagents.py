@@ -1,0 +1,373 @@
+"""smolagents adapter (ToolCallingAgent, CodeAgent, managed agents).
+
+Wraps (with wrapt, on the classes, so agents created before or after instrumenting are
+covered):
+
+* ``MultiStepAgent.run`` -> ``invoke_agent {name}`` (current context while it runs, so a
+  managed agent called as a tool nests under the calling ``execute_tool`` span);
+  streaming runs (``stream=True``) keep the span open while the generator is consumed;
+* ``MultiStepAgent._generate_planning_step`` -> ``plan {name}`` (a reason step); the LLM
+  call that writes the plan is its child;
+* the agent's model (``generate`` / ``generate_stream``, wrapped per instance at run
+  start, so user subclasses of ``Model`` are covered) -> ``chat {model_id}`` with token
+  usage, tool definitions, finish reason, input/output messages;
+* ``ToolCallingAgent.execute_tool_call`` -> ``execute_tool {tool}`` with the model's call
+  id, arguments and result; ``Tool.__call__`` outside that (CodeAgent code calling tools)
+  -> ``execute_tool {tool}`` without a call id. The ``final_answer`` tool is marked as the
+  respond step (``assay.step.kind=respond``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from .. import semconv
+from . import _runtime
+from ._spans import CLIENT, args_json, fail, result_text, start_span, text_parts, to_json, tool_call_part
+from .trial import implicit_trial
+
+FRAMEWORK = "smolagents"
+_IN_TOOL: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_assay_smol_in_tool", default=False)
+_PATCHES: list = []  # (owner, attribute name, original)
+
+
+def _agent_name(agent) -> str:
+    return getattr(agent, "name", None) or type(agent).__name__
+
+
+def _provider(model) -> str:
+    n = type(model).__name__
+    for key, prov in (("OpenAI", "openai"), ("AzureOpenAI", "azure.ai.openai"), ("LiteLLM", "litellm"),
+                      ("InferenceClient", "huggingface"), ("Transformers", "transformers"), ("Bedrock", "aws.bedrock"),
+                      ("VLLM", "vllm"), ("MLX", "mlx")):
+        if key in n:
+            return prov
+    return n.lower()
+
+
+def _messages_json(messages) -> list:
+    out = []
+    for m in messages or []:
+        role = getattr(m, "role", None) or (m.get("role") if isinstance(m, dict) else "user")
+        role = getattr(role, "value", role)
+        content = getattr(m, "content", None) if not isinstance(m, dict) else m.get("content")
+        out.append(text_parts(str(role), content))
+    return out
+
+
+def _tool_defs(tools) -> list:
+    defs = []
+    for t in tools or []:
+        defs.append({"type": "function", "name": getattr(t, "name", str(t)),
+                     "description": getattr(t, "description", None),
+                     "parameters": getattr(t, "inputs", None)})
+    return defs
+
+
+def _attached(span):
+    return otel_context.attach(trace.set_span_in_context(span))
+
+
+# ------------------------------------------------------------------ model wrapping
+def _chat_attrs_start(model, messages, kwargs) -> tuple[str, dict]:
+    mid = getattr(model, "model_id", None) or type(model).__name__
+    attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_CHAT, semconv.GEN_AI_REQUEST_MODEL: mid,
+             semconv.GEN_AI_PROVIDER_NAME: _provider(model), semconv.ASSAY_STEP_KIND: "llm",
+             semconv.ASSAY_FRAMEWORK: FRAMEWORK}
+    tools = kwargs.get("tools_to_call_from")
+    if tools:
+        attrs[semconv.GEN_AI_TOOL_DEFINITIONS] = to_json(_tool_defs(tools))
+    if _runtime.capture_content():
+        try:
+            attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(_messages_json(messages))
+        except Exception:
+            pass
+    return f"chat {mid}", attrs
+
+
+def _chat_finish(span, msg) -> None:
+    usage = getattr(msg, "token_usage", None)
+    calls = getattr(msg, "tool_calls", None) or []
+    finish = "tool_calls" if calls else "stop"
+    attrs = {semconv.GEN_AI_RESPONSE_FINISH_REASONS: [finish],
+             semconv.GEN_AI_RESPONSE_MODEL: getattr(msg, "model", None) if isinstance(getattr(msg, "model", None), str) else None}
+    if usage is not None:
+        attrs[semconv.GEN_AI_USAGE_INPUT_TOKENS] = getattr(usage, "input_tokens", None)
+        attrs[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = getattr(usage, "output_tokens", None)
+    if _runtime.capture_content():
+        content = getattr(msg, "content", None)
+        m = text_parts("assistant", content) if content else {"role": "assistant", "parts": []}
+        for c in calls:
+            f = getattr(c, "function", None)
+            m["parts"].append(tool_call_part(getattr(c, "id", None), getattr(f, "name", None), getattr(f, "arguments", None)))
+        m["finish_reason"] = finish
+        attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json([m])
+    span.set_attributes({k: v for k, v in attrs.items() if v is not None})
+
+
+def _wrap_model(model) -> None:
+    if model is None or getattr(model, "_otel_assay_wrapped", False):
+        return
+    gen = getattr(model, "generate", None)
+    if gen is not None:
+        def generate(messages, *a, **kw):
+            name, attrs = _chat_attrs_start(model, messages, kw)
+            span = start_span(name, attrs, kind=CLIENT)
+            try:
+                msg = gen(messages, *a, **kw)
+            except BaseException as e:
+                fail(span, e)
+                raise
+            _chat_finish(span, msg)
+            span.end()
+            return msg
+        model.generate = generate
+    gs = getattr(model, "generate_stream", None)
+    if gs is not None:
+        def generate_stream(messages, *a, **kw):
+            name, attrs = _chat_attrs_start(model, messages, kw)
+            span = start_span(name, attrs, kind=CLIENT)
+            inp = out = 0
+            text = []
+            try:
+                for delta in gs(messages, *a, **kw):
+                    u = getattr(delta, "token_usage", None)
+                    if u is not None:
+                        inp += u.input_tokens or 0
+                        out += u.output_tokens or 0
+                    if getattr(delta, "content", None):
+                        text.append(delta.content)
+                    yield delta
+            except BaseException as e:
+                fail(span, e)
+                raise
+            span.set_attributes({semconv.GEN_AI_USAGE_INPUT_TOKENS: inp, semconv.GEN_AI_USAGE_OUTPUT_TOKENS: out})
+            if _runtime.capture_content():
+                span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json([text_parts("assistant", "".join(text))]))
+            span.end()
+        model.generate_stream = generate_stream
+    try:
+        model._otel_assay_wrapped = True
+    except Exception:
+        pass
+
+
+# ------------------------------------------------------------------ agent / plan / tools
+def _agent_span(agent, task):
+    name = _agent_name(agent)
+    attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT, semconv.GEN_AI_AGENT_NAME: name,
+             semconv.GEN_AI_AGENT_DESCRIPTION: getattr(agent, "description", None),
+             semconv.GEN_AI_REQUEST_MODEL: getattr(getattr(agent, "model", None), "model_id", None),
+             semconv.ASSAY_STEP_KIND: "agent", semconv.ASSAY_FRAMEWORK: FRAMEWORK}
+    if _runtime.capture_content() and task is not None:
+        attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json([text_parts("user", task)])
+    t = implicit_trial(name)
+    return start_span(f"invoke_agent {name}", attrs, parent=t.span if t else None), t
+
+
+def _end_agent(span, t, output=None, exc=None):
+    if exc is not None:
+        fail(span, exc)
+    else:
+        if _runtime.capture_content() and output is not None:
+            out = getattr(output, "output", output)
+            span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json([text_parts("assistant", result_text(out))]))
+        span.end()
+    if t is not None:
+        t.finish(exc)
+
+
+def _run(wrapped, instance, args, kwargs):
+    task = args[0] if args else kwargs.get("task")
+    stream = kwargs.get("stream", args[1] if len(args) > 1 else False)
+    _wrap_model(getattr(instance, "model", None))
+    span, t = _agent_span(instance, task)
+    if stream:
+        token = _attached(span)
+        try:
+            gen = wrapped(*args, **kwargs)
+        except BaseException as e:
+            otel_context.detach(token)
+            _end_agent(span, t, exc=e)
+            raise
+        otel_context.detach(token)
+        return _traced_gen(gen, span, lambda out, exc: _end_agent(span, t, out, exc))
+    token = _attached(span)
+    try:
+        out = wrapped(*args, **kwargs)
+    except BaseException as e:
+        otel_context.detach(token)
+        _end_agent(span, t, exc=e)
+        raise
+    otel_context.detach(token)
+    _end_agent(span, t, out)
+    return out
+
+
+def _traced_gen(gen, span, on_end):
+    last = None
+    try:
+        while True:
+            token = _attached(span)
+            try:
+                item = next(gen)
+            except StopIteration:
+                break
+            finally:
+                otel_context.detach(token)
+            last = item
+            yield item
+    except BaseException as e:
+        on_end(None, e)
+        raise
+    on_end(getattr(last, "output", None) if type(last).__name__ == "FinalAnswerStep" else None, None)
+
+
+def _plan(wrapped, instance, args, kwargs):
+    name = _agent_name(instance)
+    span = start_span(f"plan {name}", {semconv.GEN_AI_OPERATION_NAME: semconv.OP_PLAN, semconv.GEN_AI_AGENT_NAME: name,
+                                       semconv.ASSAY_STEP_KIND: "reason", semconv.ASSAY_FRAMEWORK: FRAMEWORK})
+    _wrap_model(getattr(instance, "model", None))
+
+    def on_end(step, exc):
+        if exc is not None:
+            fail(span, exc)
+            return
+        if step is not None:
+            usage = getattr(step, "token_usage", None)
+            if usage is not None:
+                span.set_attributes({semconv.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
+                                     semconv.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens})
+            if _runtime.capture_content() and getattr(step, "plan", None):
+                span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json([text_parts("assistant", step.plan)]))
+        span.end()
+
+    def gen():
+        last = None
+        inner = wrapped(*args, **kwargs)
+        try:
+            while True:
+                token = _attached(span)
+                try:
+                    item = next(inner)
+                except StopIteration:
+                    break
+                finally:
+                    otel_context.detach(token)
+                last = item
+                yield item
+        except BaseException as e:
+            on_end(None, e)
+            raise
+        on_end(last if type(last).__name__ == "PlanningStep" else None, None)
+    return gen()
+
+
+def _tool_span(name, arguments, call_id, description=None):
+    respond = name == "final_answer"
+    attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_EXECUTE_TOOL, semconv.GEN_AI_TOOL_NAME: name,
+             semconv.GEN_AI_TOOL_CALL_ID: call_id, semconv.GEN_AI_TOOL_TYPE: "function",
+             semconv.GEN_AI_TOOL_DESCRIPTION: description,
+             semconv.ASSAY_STEP_KIND: "respond" if respond else "tool", semconv.ASSAY_FRAMEWORK: FRAMEWORK}
+    if _runtime.capture_content() and arguments is not None:
+        attrs[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = args_json(arguments)
+    return start_span(f"execute_tool {name}", attrs)
+
+
+def _finish_tool(span, out=None, exc=None):
+    if exc is not None:
+        cause = exc.__cause__ or exc
+        fail(span, cause, message=str(exc))
+        return
+    if _runtime.capture_content():
+        span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, result_text(out if isinstance(out, (str, dict, list, int, float)) else str(out)))
+    span.end()
+
+
+def _process_tool_calls(wrapped, instance, args, kwargs):
+    # remember the model's call ids so execute_tool_call (which gets only name + arguments) can use them
+    chat_message = args[0] if args else kwargs.get("chat_message")
+    pending = instance.__dict__.setdefault("_otel_assay_ids", {})
+    for c in getattr(chat_message, "tool_calls", None) or []:
+        f = c.function
+        pending.setdefault((f.name, args_json(f.arguments)), []).append(c.id)
+    return wrapped(*args, **kwargs)
+
+
+def _execute_tool_call(wrapped, instance, args, kwargs):
+    name = args[0] if args else kwargs.get("tool_name")
+    arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
+    ids = instance.__dict__.get("_otel_assay_ids", {}).get((name, args_json(arguments)))
+    call_id = ids.pop(0) if ids else None
+    tool = {**getattr(instance, "tools", {}), **getattr(instance, "managed_agents", {})}.get(name)
+    span = _tool_span(name, arguments, call_id, getattr(tool, "description", None))
+    token = _attached(span)
+    flag = _IN_TOOL.set(True)
+    try:
+        out = wrapped(*args, **kwargs)
+    except BaseException as e:
+        _IN_TOOL.reset(flag)
+        otel_context.detach(token)
+        _finish_tool(span, exc=e)
+        raise
+    _IN_TOOL.reset(flag)
+    otel_context.detach(token)
+    _finish_tool(span, out)
+    return out
+
+
+def _tool_call(wrapped, instance, args, kwargs):
+    if _IN_TOOL.get():
+        return wrapped(*args, **kwargs)
+    arguments = dict(kwargs)
+    arguments.pop("sanitize_inputs_outputs", None)
+    if args:
+        if len(args) == 1 and isinstance(args[0], dict) and not arguments:
+            arguments = args[0]
+        else:  # positional call from generated code: name the arguments after the tool's inputs
+            names = list(getattr(instance, "inputs", None) or {})
+            named = dict(zip(names, args)) if len(names) >= len(args) else {"args": list(args)}
+            arguments = {**named, **arguments}
+    span = _tool_span(getattr(instance, "name", type(instance).__name__), arguments, None,
+                      getattr(instance, "description", None))
+    token = _attached(span)
+    flag = _IN_TOOL.set(True)
+    try:
+        out = wrapped(*args, **kwargs)
+    except BaseException as e:
+        _IN_TOOL.reset(flag)
+        otel_context.detach(token)
+        _finish_tool(span, exc=e)
+        raise
+    _IN_TOOL.reset(flag)
+    otel_context.detach(token)
+    _finish_tool(span, out)
+    return out
+
+
+def _patch(owner, attr, wrapper) -> None:
+    import wrapt
+    orig = owner.__dict__[attr]
+    setattr(owner, attr, wrapt.FunctionWrapper(orig, wrapper))
+    _PATCHES.append((owner, attr, orig))
+
+
+def instrument(module=None) -> bool:
+    if _PATCHES:
+        return True
+    from smolagents import agents, tools
+    _patch(agents.MultiStepAgent, "run", _run)
+    _patch(agents.MultiStepAgent, "_generate_planning_step", _plan)
+    _patch(agents.ToolCallingAgent, "process_tool_calls", _process_tool_calls)
+    _patch(agents.ToolCallingAgent, "execute_tool_call", _execute_tool_call)
+    _patch(tools.Tool, "__call__", _tool_call)
+    return True
+
+
+def uninstrument() -> None:
+    while _PATCHES:
+        owner, attr, orig = _PATCHES.pop()
+        setattr(owner, attr, orig)

@@ -1,0 +1,103 @@
+"""Real AutoGen agentchat agents and teams with ReplayChatCompletionClient (offline)."""
+
+import sys
+
+ORDER = sys.argv[1] if len(sys.argv) > 1 else "auto-first"
+if ORDER == "auto-first":
+    import otel_assay.auto  # noqa: F401
+
+import asyncio  # noqa: E402
+import warnings  # noqa: E402
+
+from autogen_agentchat.agents import AssistantAgent  # noqa: E402
+from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination  # noqa: E402
+from autogen_agentchat.teams import RoundRobinGroupChat  # noqa: E402
+from autogen_core import FunctionCall  # noqa: E402
+from autogen_core.models import CreateResult, RequestUsage  # noqa: E402
+from autogen_ext.models.replay import ReplayChatCompletionClient  # noqa: E402
+
+if ORDER == "auto-last":
+    import otel_assay.auto  # noqa: F401,E402
+
+import otel_assay  # noqa: E402
+
+warnings.filterwarnings("ignore")
+INFO = {"vision": False, "function_calling": True, "json_output": False, "family": "scripted-1",
+        "structured_output": False}
+
+
+def call(name, args, cid, pt=11, ct=7):
+    import json
+    return CreateResult(finish_reason="function_calls", cached=False, usage=RequestUsage(prompt_tokens=pt, completion_tokens=ct),
+                        content=[FunctionCall(id=cid, name=name, arguments=json.dumps(args))])
+
+
+def text(t, pt=20, ct=5):
+    return CreateResult(finish_reason="stop", cached=False, usage=RequestUsage(prompt_tokens=pt, completion_tokens=ct),
+                        content=t)
+
+
+def add(a: int, b: int) -> int:
+    """Add two ints."""
+    return a + b
+
+
+def lookup_order(order_id: str) -> str:
+    """Look up an order."""
+    return f"order {order_id}: paid"
+
+
+def refund(order_id: str) -> str:
+    """Refund an order."""
+    raise RuntimeError(f"refund service down for {order_id}")
+
+
+def client(turns):
+    return ReplayChatCompletionClient(turns, model_info=INFO)
+
+
+async def main():
+    # 1. multi-step tool use by one agent in a team
+    calc = AssistantAgent("calc", model_client=client([call("add", {"a": 2, "b": 3}, "call_1"),
+                                                       call("add", {"a": 5, "b": 10}, "call_2", 30, 9),
+                                                       text("15 TERMINATE")]),
+                          tools=[add], max_tool_iterations=5, description="adds numbers")
+    team = RoundRobinGroupChat([calc], termination_condition=TextMentionTermination("TERMINATE") | MaxMessageTermination(8))
+    with otel_assay.trial("multi-step", version="v1") as t:
+        res = await team.run(task="what is 2+3+10?")
+        t.outcome(passed="15" in res.messages[-1].content)
+
+    # 2. a tool error: AutoGen returns the error to the model, which answers
+    sup = AssistantAgent("support", model_client=client([call("refund", {"order_id": "A1"}, "c1"),
+                                                         text("sorry TERMINATE")]),
+                         tools=[refund], max_tool_iterations=3)
+    team = RoundRobinGroupChat([sup], termination_condition=TextMentionTermination("TERMINATE") | MaxMessageTermination(6))
+    with otel_assay.trial("tool-error", version="v1") as t:
+        res = await team.run(task="refund A1")
+        t.outcome(passed="sorry" in res.messages[-1].content)
+
+    # 3. a group chat of two agents
+    researcher = AssistantAgent("researcher", model_client=client([call("lookup_order", {"order_id": "C3"}, "r1"),
+                                                                   text("C3 is paid")]),
+                                tools=[lookup_order], max_tool_iterations=3, description="looks orders up")
+    writer = AssistantAgent("writer", model_client=client([text("Your order C3 is paid. TERMINATE", 40, 9)]),
+                            description="writes the answer")
+    team = RoundRobinGroupChat([researcher, writer], name="support_team",
+                               termination_condition=TextMentionTermination("TERMINATE") | MaxMessageTermination(6))
+    with otel_assay.trial("group-chat", version="v1") as t:
+        res = await team.run(task="is C3 paid?")
+        t.outcome(passed="paid" in res.messages[-1].content)
+
+    # 4. a single agent run (no team), streamed
+    solo = AssistantAgent("solo", model_client=client([call("add", {"a": 1, "b": 1}, "s1"), text("2")]),
+                          tools=[add], max_tool_iterations=2)
+    with otel_assay.trial("solo-stream", version="v1") as t:
+        last = None
+        async for m in solo.run_stream(task="1+1"):
+            last = m
+        t.outcome(passed=last.messages[-1].content == "2")
+
+
+asyncio.run(main())
+assert otel_assay.flush()
+print("done")

@@ -1,0 +1,69 @@
+"""Real OpenAI Agents SDK Runner + OpenAIChatCompletionsModel against the loopback
+scripted OpenAI server, inside otel_assay trials."""
+
+import otel_assay.auto  # noqa: F401
+
+import asyncio  # noqa: E402
+
+from agents import (Agent, GuardrailFunctionOutput, OpenAIChatCompletionsModel, Runner,  # noqa: E402
+                    function_tool, input_guardrail)
+from openai import AsyncOpenAI  # noqa: E402
+
+import otel_assay  # noqa: E402
+from examples._fake_openai import FakeOpenAI, text_turn, tool_call_turn  # noqa: E402
+
+fake = FakeOpenAI(model="fake-model-1")
+client = AsyncOpenAI(api_key="x", base_url=fake.base_url, max_retries=0)
+
+
+def model(name="fake-model-1"):
+    return OpenAIChatCompletionsModel(model=name, openai_client=client)
+
+
+@function_tool
+def add(a: int, b: int) -> int:
+    """Add two ints."""
+    return a + b
+
+
+@function_tool
+def refund(order_id: str) -> str:
+    """Refund an order."""
+    raise RuntimeError(f"refund service down for {order_id}")
+
+
+@input_guardrail
+async def no_swearing(ctx, agent, inp):
+    return GuardrailFunctionOutput(output_info="clean", tripwire_triggered=False)
+
+
+async def main():
+    # 1. multi-step tool use
+    fake.script([tool_call_turn("add", {"a": 2, "b": 3}, "call_1"), tool_call_turn("add", {"a": 5, "b": 10}, "call_2", 30, 9),
+                 text_turn("The answer is 15")])
+    calc = Agent(name="calc", instructions="add numbers", tools=[add], model=model(), input_guardrails=[no_swearing])
+    with otel_assay.trial("multi-step", version="v1") as t:
+        r = await Runner.run(calc, "what is 2+3+10?")
+        t.outcome(passed="15" in r.final_output)
+
+    # 2. a tool error (the SDK reports it to the model, which answers)
+    fake.script([tool_call_turn("refund", {"order_id": "A1"}, "c1"), text_turn("sorry")])
+    sup = Agent(name="support", instructions="refunds", tools=[refund], model=model())
+    with otel_assay.trial("tool-error", version="v1") as t:
+        r = await Runner.run(sup, "refund A1")
+        t.outcome(passed=r.final_output == "sorry")
+
+    # 3. a handoff from a triage agent to a specialist
+    fake.script([tool_call_turn("transfer_to_calc", {}, "h1", 15, 4), tool_call_turn("add", {"a": 20, "b": 22}, "k1"),
+                 text_turn("42")])
+    calc2 = Agent(name="calc", instructions="add numbers", tools=[add], model=model())
+    triage = Agent(name="triage", instructions="route", handoffs=[calc2], model=model())
+    with otel_assay.trial("handoff", version="v1") as t:
+        r = await Runner.run(triage, "what is 20+22?")
+        t.outcome(passed=r.final_output == "42")
+
+
+asyncio.run(main())
+fake.close()
+assert otel_assay.flush()
+print("done")

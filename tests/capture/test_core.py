@@ -1,0 +1,182 @@
+"""Trial API, generic steps, provider policy, export paths. No agent framework needed."""
+
+import gzip
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from ._helpers import REPO, jload, query, root, run_script, spans, steps, trial_spans
+
+
+def test_import_is_cheap_and_imports_no_framework():
+    code = ("import sys, otel_assay\n"
+            "assert otel_assay.__version__\n"
+            "heavy = [m for m in sys.modules if m.split('.')[0] in "
+            "('opentelemetry', 'pyarrow', 'duckdb', 'langchain_core', 'langgraph', 'crewai', 'autogen_core', "
+            "'agents', 'smolagents', 'wrapt')]\n"
+            "assert not heavy, heavy\n"
+            "import otel_assay.auto\n"
+            "fw = [m for m in sys.modules if m.split('.')[0] in "
+            "('langchain_core', 'langgraph', 'crewai', 'autogen_core', 'autogen_agentchat', 'agents', 'smolagents', 'openai')]\n"
+            "assert not fw, fw\n"
+            "assert callable(otel_assay.trial) and callable(otel_assay.flush) and callable(otel_assay.step)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def generic(tmp_path_factory):
+    lake = tmp_path_factory.mktemp("generic") / "lake"
+    p = run_script("core_run.py", lake, "generic", env={"OTEL_SERVICE_NAME": "support-svc"})
+    assert "re-raised" in p.stdout
+    return lake
+
+
+def test_generic_steps(generic):
+    (tr,) = trial_spans(generic, "generic")
+    assert steps(tr) == [
+        ("invoke_agent support-bot", "assay.trial generic"),
+        ("chat gpt-test", "invoke_agent support-bot"),
+        ("execute_tool lookup", "invoke_agent support-bot"),
+        ("execute_tool charge_card", "invoke_agent support-bot"),
+        ("plan plan-refund", "invoke_agent support-bot"),
+        ("chat gpt-test", "invoke_agent support-bot"),
+        ("respond answer", "invoke_agent support-bot"),
+    ]
+    by = {s["name"]: s for s in tr}
+    look = by["execute_tool lookup"]
+    assert jload(look["attributes"]["gen_ai.tool.call.arguments"]) == {"order_id": "A7", "verbose": False}
+    assert jload(look["attributes"]["gen_ai.tool.call.result"]) == {"order": "A7", "paid": True}
+    charge = by["execute_tool charge_card"]
+    assert (charge["status_code"], charge["error_type"]) == (2, "ValueError")
+    ev = query(generic, "SELECT name, attributes['exception.type'] AS t FROM span_events WHERE span_id = ?",
+               [charge["span_id"]])
+    assert ev == [{"name": "exception", "t": "ValueError"}]
+    llm = [s for s in tr if s["op"] == "chat"]
+    assert [(s["model"], s["provider"], s["input_tokens"], s["output_tokens"]) for s in llm] == [
+        ("gpt-test", "openai", None, None), ("gpt-test", "openai", 40, 12)]
+    assert [s["attributes"].get("assay.step.kind") for s in tr[1:]] == [
+        "agent", "llm", "tool", "tool", "reason", "llm", "respond"]
+    r = root(tr)
+    assert (r["outcome"], r["score"], r["version"], r["trial_index"]) == ("pass", 0.75, "v9", 0)
+    assert all(s["scenario"] == "generic" and s["version"] == "v9" for s in tr)
+    svc = query(generic, "SELECT DISTINCT service_name FROM spans")
+    assert svc == [{"service_name": "support-svc"}]
+
+
+def test_exception_marks_trial_failed(generic):
+    (crash,) = trial_spans(generic, "generic-crash")
+    r = root(crash)
+    assert (r["outcome"], r["error_class"], r["error_type"], r["status_code"]) == ("fail", "exception", "KeyError", 2)
+    (slow,) = trial_spans(generic, "generic-timeout")
+    assert (root(slow)["outcome"], root(slow)["error_class"]) == ("fail", "timeout")
+    labelled = [root(t) for t in trial_spans(generic, "generic-labelled")]
+    assert [(x["trial_index"], x["outcome"], x["error_class"]) for x in labelled] == [
+        (41, "fail", "pre-validation"), (42, None, None)]
+    ev = query(generic, "SELECT attributes['gen_ai.evaluation.score.label'] AS label FROM span_events "
+                        "WHERE name = 'gen_ai.evaluation.result' AND span_id = ?", [r["span_id"]])
+    assert ev == [{"label": "fail"}]
+
+
+@pytest.mark.parametrize("mode", ["app-provider-first", "app-provider-after"])
+def test_application_provider_is_kept_and_still_exports(tmp_path, mode):
+    lake = tmp_path / "lake"
+    p = run_script("core_run.py", lake, mode)
+    out = dict(line.split(" ", 1) for line in p.stdout.splitlines() if line.split(" ", 1)[0].isupper())
+    app_names = json.loads(out["APP_EXPORTER"])
+    # the application's exporter sees its own spans and ours
+    assert app_names == sorted(["http POST /chat", "assay.trial provider", "execute_tool lookup", "db.query"])
+    # its spans inside the trial got the assay.* attributes too
+    assert json.loads(out["APP_DB_ATTRS"])["assay.scenario"] == "provider"
+    assert out["OUR_PROCESSORS"] == "2"  # added once, despite repeated import / instrument()
+    (tr,) = trial_spans(lake, "provider")
+    assert [s["name"] for s in tr] == ["assay.trial provider", "execute_tool lookup", "db.query"]
+    # the app span outside the trial is in the lake but carries no assay.* attributes
+    outer = spans(lake, "name = 'http POST /chat'")
+    assert len(outer) == 1 and outer[0]["scenario"] is None
+    link = query(lake, "SELECT linked_span_id FROM span_links WHERE span_id = ?", [root(tr)["span_id"]])
+    assert link == [{"linked_span_id": outer[0]["span_id"]}]
+
+
+def test_disabled(tmp_path):
+    lake = tmp_path / "lake"
+    p = run_script("core_run.py", lake, "disabled", env={"OTEL_ASSAY_DISABLED": "1"})
+    assert "flushed True" in p.stdout
+    assert not lake.exists()
+
+
+def test_burst_is_not_dropped(tmp_path):
+    lake = tmp_path / "lake"
+    p = run_script("core_run.py", lake, "burst", env={"OTEL_ASSAY_FLUSH_ROWS": "3000"})
+    st = json.loads(p.stdout.strip().splitlines()[-1])
+    assert st["spans_produced"] == st["spans_written"] == 20000
+    counts = query(lake, "SELECT trial_index, count(*) AS n FROM spans WHERE scenario = 'burst' "
+                         "GROUP BY 1 ORDER BY 1")
+    assert counts == [{"trial_index": i, "n": 2500} for i in range(8)]
+
+
+def test_flush_at_exit(tmp_path):
+    lake = tmp_path / "lake"
+    run_script("core_run.py", lake, "atexit", env={"OTEL_ASSAY_FLUSH_SECONDS": "3600"})
+    (tr,) = trial_spans(lake, "atexit")
+    assert [s["name"] for s in tr] == ["assay.trial atexit", "execute_tool only"]
+    assert root(tr)["outcome"] == "pass"
+
+
+def test_uninstrument(tmp_path):
+    lake = tmp_path / "lake"
+    p = run_script("core_run.py", lake, "uninstrument")
+    assert "ACTIVE ['langchain']" in p.stdout
+    (tr,) = trial_spans(lake, "after-uninstrument")  # the trial API itself keeps working
+    assert len(tr) == 1
+
+
+class _OTLPSink(BaseHTTPRequestHandler):
+    bodies: list = []
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        data = self.rfile.read(int(self.headers.get("content-length", 0)))
+        if self.headers.get("content-encoding") == "gzip":
+            data = gzip.decompress(data)
+        type(self).bodies.append((self.path, self.headers.get("content-type"), data))
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.end_headers()
+
+
+def test_otlp_exporter_to_a_collector(tmp_path):
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    _OTLPSink.bodies = []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _OTLPSink)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        lake = tmp_path / "lake"
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{srv.server_address[1]}",
+               "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
+        p = run_script("core_run.py", lake, "otlp", env=env)
+        # run_script sets OTEL_ASSAY_DIR; with it set, OTEL_ASSAY_EXPORTER=otlp selects OTLP explicitly
+        assert json.loads(p.stdout.strip().splitlines()[-1])["exporter"] == "parquet"
+        p = run_script("core_run.py", lake, "otlp", env={**env, "OTEL_ASSAY_EXPORTER": "otlp"})
+        assert json.loads(p.stdout.strip().splitlines()[-1])["exporter"] == "otlp"
+    finally:
+        srv.shutdown()
+    names = {}
+    for path, ctype, body in _OTLPSink.bodies:
+        assert path == "/v1/traces" and ctype == "application/x-protobuf"
+        req = ExportTraceServiceRequest.FromString(body)
+        for rs in req.resource_spans:
+            for ss in rs.scope_spans:
+                for s in ss.spans:
+                    names[s.name] = {a.key: a.value for a in s.attributes}
+    assert set(names) == {"assay.trial otlp", "execute_tool send"}
+    assert names["execute_tool send"]["assay.scenario"].string_value == "otlp"
+    assert names["assay.trial otlp"]["assay.trial.outcome"].string_value == "pass"
+    # and the parquet run wrote the lake
+    assert [s["name"] for s in trial_spans(lake, "otlp")[0]] == ["assay.trial otlp", "execute_tool send"]

@@ -1,0 +1,77 @@
+"""CrewAI adapter: event-bus listeners; spans from event timestamps and parent links.
+Runs in the crewai environment (crewai needs openai<3; see scripts/framework-envs.md)."""
+
+import pytest
+
+from ._helpers import need  # noqa: E402
+
+need("crewai")
+
+from ._helpers import jload, root, run_script, spans, steps, trial_spans  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    lake = tmp_path_factory.mktemp("crew") / "lake"
+    run_script("crewai_run.py", lake, "auto-first")
+    return lake
+
+
+def one(lake, scenario):
+    (tr,) = trial_spans(lake, scenario)
+    assert root(tr)["outcome"] == "pass"
+    assert all((s["scenario"], s["version"], s["trial_index"]) == (scenario, "v1", 0) for s in tr)
+    return tr
+
+
+def test_multi_step(lake):
+    tr = one(lake, "multi-step")
+    assert steps(tr) == [("invoke_workflow calc_crew", "assay.trial multi-step"),
+                         ("invoke_agent calculator", "invoke_workflow calc_crew")] + [
+        (n, "invoke_agent calculator") for n in ("chat scripted-1", "execute_tool add", "chat scripted-1",
+                                                 "execute_tool add", "chat scripted-1")]
+    chats = [s for s in tr if s["op"] == "chat"]
+    assert [(s["input_tokens"], s["output_tokens"], s["model"]) for s in chats] == [
+        (11, 7, "scripted-1"), (21, 8, "scripted-1"), (31, 9, "scripted-1")]
+    tools = [s for s in tr if s["op"] == "execute_tool"]
+    assert [(jload(s["attributes"]["gen_ai.tool.call.arguments"]), s["attributes"]["gen_ai.tool.call.result"])
+            for s in tools] == [({"a": 2, "b": 3}, "5"), ({"a": 5, "b": 10}, "15")]
+    # spans come from event timestamps: children inside their parents
+    by = {s["span_id"]: s for s in tr}
+    for s in tr[1:]:
+        p = by[s["parent_span_id"]]
+        assert p["start_time_unix_nano"] <= s["start_time_unix_nano"]
+
+
+def test_tool_error(lake):
+    tr = one(lake, "tool-error")
+    bad = [s for s in tr if s["op"] == "execute_tool"]
+    assert len(bad) == 3  # CrewAI's ToolUsage retries a failing tool: each attempt is a step
+    assert {(s["tool_name"], s["status_code"], s["error_type"]) for s in bad} == {("refund", 2, "RuntimeError")}
+    assert [n for n, _ in steps(tr)][-1] == "chat scripted-1"
+
+
+def test_delegation_nests_the_coworker(lake):
+    tr = one(lake, "delegation")
+    assert steps(tr) == [
+        ("invoke_workflow delegating_crew", "assay.trial delegation"),
+        ("invoke_agent manager", "invoke_workflow delegating_crew"),
+        ("chat scripted-boss", "invoke_agent manager"),
+        ("execute_tool Delegate work to coworker", "invoke_agent manager"),
+        ("invoke_agent researcher", "execute_tool Delegate work to coworker"),
+        ("chat scripted-research", "invoke_agent researcher"),
+        ("execute_tool add", "invoke_agent researcher"),
+        ("chat scripted-research", "invoke_agent researcher"),
+        ("chat scripted-boss", "invoke_agent manager"),
+    ]
+    d = tr[4]
+    assert jload(d["attributes"]["gen_ai.tool.call.arguments"])["coworker"] == "researcher"
+    assert spans(lake, "scenario IS NULL") == []
+
+
+def test_import_after_framework(tmp_path):
+    lake = tmp_path / "lake"
+    run_script("crewai_run.py", lake, "auto-last")
+    (tr,) = trial_spans(lake, "multi-step")
+    assert [n for n, _ in steps(tr)] == ["invoke_workflow calc_crew", "invoke_agent calculator", "chat scripted-1",
+                                         "execute_tool add", "chat scripted-1", "execute_tool add", "chat scripted-1"]

@@ -1,0 +1,49 @@
+"""The example agents: one process writes a baseline lake (v1) and a candidate lake (v2)
+through ``run_trials``; the lakes hold the expected trials and v2 behaves differently."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ._helpers import REPO, query
+
+EXAMPLES = [("langgraph_agent", "langgraph"), ("smolagents_agent", "smolagents"), ("autogen_agent", "autogen_agentchat"),
+            ("openai_agents_agent", "agents"), ("crewai_agent", "crewai")]
+
+
+@pytest.mark.parametrize("example,module", EXAMPLES)
+def test_example_baseline_and_candidate(tmp_path, example, module):
+    import importlib.util
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} not installed in this environment")
+    if not (REPO / "examples" / f"{example}.py").exists():
+        pytest.skip(f"examples/{example}.py not written yet")
+    base, cand = tmp_path / "base", tmp_path / "cand"
+    code = (f"import json, examples.{example} as m\n"
+            f"a = m.run_trials('v1', 8, {str(base)!r}, seed=7)\n"
+            f"b = m.run_trials('v2', 8, {str(cand)!r}, seed=7)\n"
+            "print(json.dumps([a, b]))\n")
+    env = {"PATH": "/usr/bin:/bin", "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TRACING_ENABLED": "false",
+           "OPENAI_AGENTS_DISABLE_TRACING": "0", "HOME": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-6000:]
+    a, b = json.loads(p.stdout.strip().splitlines()[-1])
+    for lake, summary, version in ((base, a, "v1"), (cand, b, "v2")):
+        rows = query(lake, "SELECT scenario, version, trial_index, outcome FROM spans "
+                           "WHERE name LIKE 'assay.trial %' ORDER BY scenario, trial_index")
+        assert [(r["scenario"], r["version"], r["trial_index"]) for r in rows] == [
+            (sc, version, i) for sc in ("order-status", "refund-request") for i in range(8)]
+        assert all(r["outcome"] in ("pass", "fail") for r in rows)
+        passes = {sc: sum(r["outcome"] == "pass" for r in rows if r["scenario"] == sc) for sc in summary["passed"]}
+        assert passes == summary["passed"]
+        # every span of the lake belongs to a trial of this version
+        assert query(lake, "SELECT DISTINCT version FROM spans") == [{"version": version}]
+    tools = {v: {r["tool_name"] for r in query(lake, "SELECT DISTINCT tool_name FROM spans WHERE tool_name IS NOT NULL")}
+             for v, lake in (("v1", base), ("v2", cand))}
+    assert "lookup_order" in tools["v1"] and "search_orders" not in tools["v1"]
+    assert "search_orders" in tools["v2"]
+    # the regressed version passes less often (seeded: deterministic)
+    assert sum(b["passed"].values()) < sum(a["passed"].values())

@@ -1,0 +1,89 @@
+"""smolagents adapter: ToolCallingAgent, CodeAgent, managed agent, planning; scripted Model."""
+
+import pytest
+
+from ._helpers import need  # noqa: E402
+
+need("smolagents")
+
+from ._helpers import jload, root, run_script, spans, steps, trial_spans  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    lake = tmp_path_factory.mktemp("smol") / "lake"
+    run_script("smolagents_run.py", lake)
+    return lake
+
+
+def one(lake, scenario):
+    (tr,) = trial_spans(lake, scenario)
+    assert root(tr)["outcome"] == "pass"
+    assert all(s["scenario"] == scenario and s["version"] == "v1" and s["trial_index"] == 0 for s in tr)
+    return tr
+
+
+def test_tool_calling_multi_step(lake):
+    tr = one(lake, "multi-step")
+    assert steps(tr) == [("invoke_agent calc", "assay.trial multi-step")] + [
+        (n, "invoke_agent calc") for n in ("chat scripted-1", "execute_tool add", "chat scripted-1",
+                                           "execute_tool add", "chat scripted-1", "execute_tool final_answer")]
+    chats = [s for s in tr if s["op"] == "chat"]
+    assert [(s["input_tokens"], s["output_tokens"], s["model"]) for s in chats] == [
+        (11, 5, "scripted-1"), (21, 6, "scripted-1"), (31, 7, "scripted-1")]
+    defs = jload(chats[0]["attributes"]["gen_ai.tool.definitions"])
+    assert sorted(d["name"] for d in defs) == ["add", "final_answer"]
+    tools = [s for s in tr if s["op"] == "execute_tool"]
+    assert [(s["tool_name"], s["tool_call_id"], jload(s["attributes"]["gen_ai.tool.call.arguments"]),
+             s["attributes"]["gen_ai.tool.call.result"], s["attributes"]["assay.step.kind"]) for s in tools] == [
+        ("add", "scripted-1_call_1", {"a": 2, "b": 3}, "5", "tool"),
+        ("add", "scripted-1_call_2", {"a": 5, "b": 10}, "15", "tool"),
+        ("final_answer", "scripted-1_call_3", {"answer": "15"}, "15", "respond")]
+
+
+def test_tool_error(lake):
+    tr = one(lake, "tool-error")
+    bad = next(s for s in tr if s["tool_name"] == "refund")
+    assert (bad["status_code"], bad["error_type"], bad["tool_call_id"]) == (2, "RuntimeError", "scripted-1_call_1")
+    assert [n for n, _ in steps(tr)] == ["invoke_agent support", "chat scripted-1", "execute_tool refund",
+                                         "chat scripted-1", "execute_tool final_answer"]
+
+
+def test_code_agent(lake):
+    tr = one(lake, "code-agent")
+    assert steps(tr) == [("invoke_agent coder", "assay.trial code-agent"), ("chat scripted-code", "invoke_agent coder"),
+                         ("execute_tool add", "invoke_agent coder"), ("execute_tool final_answer", "invoke_agent coder")]
+    add, final = tr[3], tr[4]
+    assert jload(add["attributes"]["gen_ai.tool.call.arguments"]) == {"a": 2, "b": 3}
+    assert add["tool_call_id"] is None  # code has no call ids
+    assert jload(final["attributes"]["gen_ai.tool.call.arguments"]) == {"answer": 5}
+    assert final["attributes"]["assay.step.kind"] == "respond"
+
+
+def test_managed_agent_nests_under_the_delegating_tool_call(lake):
+    tr = one(lake, "multi-agent")
+    assert steps(tr) == [
+        ("invoke_agent manager", "assay.trial multi-agent"),
+        ("chat scripted-boss", "invoke_agent manager"),
+        ("execute_tool worker", "invoke_agent manager"),
+        ("invoke_agent worker", "execute_tool worker"),
+        ("chat scripted-worker", "invoke_agent worker"),
+        ("execute_tool add", "invoke_agent worker"),
+        ("chat scripted-worker", "invoke_agent worker"),
+        ("execute_tool final_answer", "invoke_agent worker"),
+        ("chat scripted-boss", "invoke_agent manager"),
+        ("execute_tool final_answer", "invoke_agent manager"),
+    ]
+    delegate = tr[3]
+    assert jload(delegate["attributes"]["gen_ai.tool.call.arguments"]) == {"task": "add 20 and 22"}
+    assert delegate["tool_call_id"] == "scripted-boss_call_1"
+
+
+def test_planning_is_a_reason_step(lake):
+    tr = one(lake, "planning")
+    assert steps(tr)[:3] == [("invoke_agent planner", "assay.trial planning"), ("plan planner", "invoke_agent planner"),
+                             ("chat scripted-1", "plan planner")]
+    plan = tr[2]
+    assert (plan["op"], plan["attributes"]["assay.step.kind"], plan["input_tokens"]) == ("plan", "reason", 11)
+    assert "add 1 and 1" in plan["attributes"]["gen_ai.output.messages"]
+    assert spans(lake, "scenario IS NULL") == []
