@@ -271,9 +271,11 @@ def demo(lake_dir, trials):
 def _register_commands() -> None:
     from . import gate_cli
     from .analyze import commands as analyze_commands
+    from .oracles import commands as oracle_commands
 
     analyze_commands.register(cli)
     gate_cli.register(cli)
+    oracle_commands.register(cli)
 
 
 _register_commands()

@@ -1,0 +1,448 @@
+"""Behavioural contracts judged on recorded traces, at zero token cost (paper §6.1, Table 2).
+
+A contract is a property every trial should have — "at most 12 steps", "calls
+lookup_order", "never calls delete_account", "the answer matches this regex" — declared in
+the gate config (or built in Python) and evaluated over the ``trials`` and ``steps`` views.
+Each kind compiles to a parameterised DuckDB expression: values from the config and from
+trace data are only ever bound parameters, never pasted into SQL (the one exception is
+``sql:``, a trusted expression written by the config's author). JSON-schema checks run in
+Python on the values the query returns.
+
+A contract holds, fails, or cannot be judged for a trial (NULL: for example ``max_cost_usd``
+when the model has no price). Per scenario and version, the share of judged trials where it
+holds gets a Wilson interval and the three-valued verdict against the contract's
+``threshold`` (the share it must hold in, default 0.95): PASS when the interval's lower bound
+reaches it — with α = 0.05 that takes at least 73 trials without a violation — FAIL when the
+upper bound is below it, INCONCLUSIVE in between. A threshold of 1 ("in every trial") is not
+offered because no finite number of trials can show it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import pyarrow as pa
+
+from ..stats import Verdict, regression_verdict, verdict as pass_rate_verdict
+
+SEP = "\x1f"  # joins a trial's tool names for the call_order pattern; not a character tool names use
+
+# kind -> (value type check, description for errors and --help)
+KINDS: dict[str, str] = {
+    "max_steps": "an integer: at most this many agent steps",
+    "max_tool_calls": "an integer: at most this many tool calls",
+    "must_call": "a tool name or list of tool names that every trial calls",
+    "never_call": "a tool name or list of tool names no trial calls",
+    "call_order": "a list of tool names called in this order (other calls may come between)",
+    "max_cost_usd": "a number: the trial's LLM cost in USD is at most this",
+    "max_tokens": "an integer: input + output tokens of the trial's LLM calls are at most this",
+    "max_latency_s": "a number: the trial takes at most this many seconds",
+    "no_tool_errors": "true: no tool call ends in an error",
+    "final_output_matches": "a regular expression (RE2) found in the final output",
+    "final_output_contains": "a string contained in the final output",
+    "final_output_json_schema": "a JSON schema the final output (parsed as JSON) satisfies",
+    "tool_args_schema": "a mapping tool name -> JSON schema every call's arguments satisfy",
+    "max_repeated_calls": "an integer: no identical tool call (same tool, same arguments) happens more than this often",
+    "sql": "a trusted SQL boolean expression over the trial's row (columns of the trials view)",
+}
+OPTION_KEYS = {"name", "threshold", "alpha", "scenarios"}
+TOOL_KINDS = {"must_call", "call_order", "tool_args_schema"}  # a tool they name must exist
+
+
+class ContractError(ValueError):
+    """A contract that cannot be used; the message names the contract and what to fix."""
+
+
+@dataclass(frozen=True)
+class Contract:
+    kind: str
+    value: Any
+    name: str
+    threshold: float = 0.95
+    alpha: float = 0.05
+    scenarios: tuple[str, ...] | None = None
+
+    def applies_to(self, scenario: str | None) -> bool:
+        return self.scenarios is None or scenario in self.scenarios
+
+
+def _tool_list(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ContractError(f"{where}: expected a tool name or a non-empty list of tool names, got {value!r}")
+    return tuple(value)
+
+
+def _check_schema(schema: Any, where: str) -> None:
+    import jsonschema
+
+    if not isinstance(schema, (dict, bool)):
+        raise ContractError(f"{where}: a JSON schema must be a mapping, got {type(schema).__name__}")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as e:
+        raise ContractError(f"{where}: invalid JSON schema: {e.message}") from None
+
+
+def _number(value: Any, where: str, *, integer: bool = False) -> float | int:
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or value < 0:
+        raise ContractError(f"{where}: expected a non-negative {'integer' if integer else 'number'}, got {value!r}")
+    return value
+
+
+def parse_contracts(spec: Any, *, where: str = "contracts") -> list[Contract]:
+    """Contracts from config data: a list of mappings, each with one contract kind.
+
+    >>> parse_contracts([{"max_steps": 12}, {"must_call": ["lookup"], "threshold": 0.9}])
+    """
+    if spec is None:
+        return []
+    if not isinstance(spec, list):
+        raise ContractError(f"{where}: expected a list of contracts, got {type(spec).__name__}")
+    out: list[Contract] = []
+    names: set[str] = set()
+    for i, item in enumerate(spec, 1):
+        at = f"{where}[{i}]"
+        if not isinstance(item, Mapping):
+            raise ContractError(f"{at}: expected a mapping like {{max_steps: 12}}, got {item!r}")
+        kinds = [k for k in item if k in KINDS]
+        unknown = [k for k in item if k not in KINDS and k not in OPTION_KEYS]
+        if unknown:
+            raise ContractError(f"{at}: unknown key {unknown[0]!r}; contract kinds: {', '.join(KINDS)}; "
+                                f"options: {', '.join(sorted(OPTION_KEYS))}")
+        if len(kinds) != 1:
+            raise ContractError(f"{at}: needs exactly one contract kind, found {kinds or 'none'}")
+        kind = kinds[0]
+        value = item[kind]
+        at = f"{at} ({kind})"
+        if kind in ("max_steps", "max_tool_calls", "max_tokens", "max_repeated_calls"):
+            value = _number(value, at, integer=True)
+        elif kind in ("max_cost_usd", "max_latency_s"):
+            value = float(_number(value, at))
+        elif kind in ("must_call", "never_call"):
+            value = _tool_list(value, at)
+        elif kind == "call_order":
+            value = _tool_list(value, at)
+            if len(value) < 2:
+                raise ContractError(f"{at}: name at least two tools")
+        elif kind == "no_tool_errors":
+            if value is not True:
+                raise ContractError(f"{at}: write `no_tool_errors: true`")
+        elif kind == "final_output_matches":
+            if not isinstance(value, str):
+                raise ContractError(f"{at}: expected a regular expression string")
+            _check_regex(value, at)
+        elif kind == "final_output_contains":
+            if not isinstance(value, str) or not value:
+                raise ContractError(f"{at}: expected a non-empty string")
+        elif kind == "final_output_json_schema":
+            _check_schema(value, at)
+        elif kind == "tool_args_schema":
+            if not isinstance(value, Mapping) or not value:
+                raise ContractError(f"{at}: expected a mapping of tool name to JSON schema")
+            for tool, schema in value.items():
+                _check_schema(schema, f"{at} tool {tool!r}")
+            value = dict(value)
+        elif kind == "sql":
+            if not isinstance(value, str) or not value.strip():
+                raise ContractError(f"{at}: expected an SQL boolean expression")
+        name = item.get("name", kind)
+        if not isinstance(name, str) or not name:
+            raise ContractError(f"{at}: name must be a non-empty string")
+        if name in names:
+            raise ContractError(f"{at}: two contracts are named {name!r}; give one a `name:`")
+        names.add(name)
+        threshold = item.get("threshold", 0.95)
+        alpha = item.get("alpha", 0.05)
+        for opt, v in (("threshold", threshold), ("alpha", alpha)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+                raise ContractError(f"{at}: {opt} must be a number strictly between 0 and 1, got {v!r}")
+        scenarios = item.get("scenarios")
+        if scenarios is not None:
+            scenarios = _tool_list(scenarios, f"{at} scenarios")
+        out.append(Contract(kind, value, name, float(threshold), float(alpha), scenarios))
+    return out
+
+
+def _check_regex(pattern: str, where: str) -> None:
+    import duckdb
+
+    try:  # DuckDB's regex engine (RE2) decides, not Python's
+        duckdb.execute("SELECT regexp_matches('', ?)", [pattern]).fetchone()
+    except duckdb.Error as e:
+        raise ContractError(f"{where}: invalid regular expression {pattern!r}: {str(e).splitlines()[0]}") from None
+
+
+# ------------------------------------------------------------------------------ evaluation
+_FACTS = """
+WITH tool_steps AS (
+    SELECT trace_id,
+           list(tool_name ORDER BY seq) AS tools,
+           count(*) FILTER (WHERE status = 'error') AS tool_errors
+    FROM steps WHERE step_kind = 'tool' GROUP BY trace_id
+),
+final AS (
+    SELECT trace_id, arg_max(output_text, seq) AS final_output
+    FROM steps WHERE step_kind = 'respond' GROUP BY trace_id
+),
+repeats AS (
+    SELECT trace_id, max(n) AS max_repeat
+    FROM (SELECT trace_id, tool_name, tool_args, count(*) AS n FROM steps
+          WHERE step_kind = 'tool' GROUP BY trace_id, tool_name, tool_args)
+    GROUP BY trace_id
+),
+facts AS (
+    SELECT t.*,
+           coalesce(ts.tools, []::VARCHAR[]) AS tools,
+           coalesce(ts.tool_errors, 0) AS tool_errors,
+           f.final_output,
+           coalesce(r.max_repeat, 0) AS max_repeat
+    FROM {trials} t
+    LEFT JOIN tool_steps ts USING (trace_id)
+    LEFT JOIN final f USING (trace_id)
+    LEFT JOIN repeats r USING (trace_id)
+)
+"""
+
+
+def _expression(c: Contract, params: list) -> str | None:
+    """The SQL for one contract (binding its values into ``params``); None if judged in Python."""
+    k, v = c.kind, c.value
+    if k == "max_steps":
+        params.append(v)
+        return "n_steps <= ?"
+    if k == "max_tool_calls":
+        params.append(v)
+        return "n_tool <= ?"
+    if k == "must_call":
+        params.append(list(v))
+        return "list_has_all(tools, ?::VARCHAR[])"
+    if k == "never_call":
+        params.append(list(v))
+        return "NOT list_has_any(tools, ?::VARCHAR[])"
+    if k == "call_order":
+        params.append(SEP + (SEP + "(?:.*" + SEP + ")?").join(re.escape(t) for t in v) + SEP)
+        return f"regexp_matches('{SEP}' || array_to_string(tools, '{SEP}') || '{SEP}', ?)"
+    if k == "max_cost_usd":
+        params.append(v)
+        return "cost_usd <= ?"
+    if k == "max_tokens":
+        params.append(v)
+        return "input_tokens + output_tokens <= ?"
+    if k == "max_latency_s":
+        params.append(v)
+        return "duration_ns <= ? * 1e9"
+    if k == "no_tool_errors":
+        return "tool_errors = 0"
+    if k == "final_output_matches":
+        params.append(v)
+        return "coalesce(regexp_matches(final_output, ?), false)"
+    if k == "final_output_contains":
+        params.append(v)
+        return "coalesce(contains(final_output, ?), false)"
+    if k == "max_repeated_calls":
+        params.append(v)
+        return "max_repeat <= ?"
+    if k == "sql":
+        return f"({v})"
+    return None
+
+
+@dataclass
+class ContractResults:
+    """One row per trial: trace_id, scenario, version, then one BOOLEAN column per contract."""
+
+    contracts: list[Contract]
+    table: pa.Table
+
+    def holds(self, name: str) -> list[bool | None]:
+        return self.table.column(name).to_pylist()
+
+
+def known_tools(engine) -> set[str]:
+    """Tools seen in the lake's steps or in tool definitions recorded on LLM spans."""
+    tools = {r[0] for r in engine.rows("SELECT DISTINCT tool_name FROM steps WHERE tool_name IS NOT NULL")}
+    try:
+        tools |= {r[0] for r in engine.rows("SELECT DISTINCT tool_name FROM tool_definitions WHERE tool_name IS NOT NULL")}
+    except Exception:  # older lakes / views without tool definitions
+        pass
+    return tools
+
+
+def check_tools(engine, contracts: Sequence[Contract]) -> None:
+    """Refuse contracts that name a tool the lake has never seen (a typo judges every trial wrong)."""
+    tools = None
+    for c in contracts:
+        if c.kind not in TOOL_KINDS:
+            continue
+        named = list(c.value)  # tool names, or the keys of a tool_args_schema mapping
+        tools = known_tools(engine) if tools is None else tools
+        missing = [t for t in named if t not in tools]
+        if missing:
+            seen = ", ".join(sorted(tools)[:20]) or "none"
+            raise ContractError(f"contract {c.name!r} ({c.kind}) names unknown tool {missing[0]!r}; "
+                                f"tools in the lake: {seen}")
+
+
+def evaluate(engine, contracts: Sequence[Contract], *, trials: str = "trials") -> ContractResults:
+    """Judge every contract on every trial of ``trials`` (a view or table of trial rows)."""
+    import duckdb
+
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", trials):
+        raise ValueError(f"not a table name: {trials!r}")
+    params: list = []
+    cols = []
+    for i, c in enumerate(contracts):
+        expr = _expression(c, params)
+        if expr is not None:
+            cols.append(f"CAST({expr} AS BOOLEAN) AS c{i}")
+    sql = _FACTS.format(trials=trials) + "SELECT trace_id, scenario, version" + "".join(", " + c for c in cols) + \
+        " FROM facts ORDER BY scenario, version, trace_id"
+    try:
+        base = engine.con.sql(sql, params=params).to_arrow_table()
+    except duckdb.Error as e:
+        culprit = next((c.name for c in contracts if c.kind == "sql"), None)
+        hint = f" (check the sql: expression of contract {culprit!r})" if culprit else ""
+        raise ContractError(f"contract evaluation failed: {str(e).splitlines()[0]}{hint}") from None
+    trace_ids = base.column("trace_id").to_pylist()
+    columns: dict[str, list] = {"trace_id": trace_ids, "scenario": base.column("scenario").to_pylist(),
+                                "version": base.column("version").to_pylist()}
+    for i, c in enumerate(contracts):
+        if f"c{i}" in base.column_names:
+            values = base.column(f"c{i}").to_pylist()
+        elif c.kind == "final_output_json_schema":
+            values = _final_output_schema(engine, trials, trace_ids, c.value)
+        else:
+            values = _tool_args_schema(engine, trials, trace_ids, c.value)
+        scen = columns["scenario"]
+        columns[c.name] = [v if c.applies_to(s) else None for v, s in zip(values, scen)]
+    table = pa.table({k: pa.array(v, pa.bool_() if k not in ("trace_id", "scenario", "version") else pa.string())
+                      for k, v in columns.items()})
+    return ContractResults(list(contracts), table)
+
+
+def _final_output_schema(engine, trials: str, trace_ids: list[str], schema) -> list[bool]:
+    import jsonschema
+
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    rows = engine.rows(f"SELECT s.trace_id, arg_max(s.output_text, s.seq) FROM steps s SEMI JOIN {trials} t "
+                       "USING (trace_id) WHERE s.step_kind = 'respond' GROUP BY s.trace_id")
+    finals = dict(rows)
+    out = []
+    for tid in trace_ids:
+        text = finals.get(tid)
+        try:
+            out.append(text is not None and validator.is_valid(json.loads(text)))
+        except (ValueError, RecursionError):
+            out.append(False)
+    return out
+
+
+def _tool_args_schema(engine, trials: str, trace_ids: list[str], schemas: Mapping[str, Any]) -> list[bool]:
+    import jsonschema
+
+    validators = {t: jsonschema.validators.validator_for(s)(s) for t, s in schemas.items()}
+    rows = engine.con.execute(
+        f"SELECT s.trace_id, s.tool_name, s.tool_args FROM steps s SEMI JOIN {trials} t USING (trace_id) "
+        "WHERE s.step_kind = 'tool' AND list_contains(?::VARCHAR[], s.tool_name)", [list(schemas)]).fetchall()
+    bad: set[str] = set()
+    for tid, tool, args in rows:
+        try:
+            ok = args is not None and validators[tool].is_valid(json.loads(args))
+        except (ValueError, RecursionError):
+            ok = False
+        if not ok:
+            bad.add(tid)
+    return [tid not in bad for tid in trace_ids]
+
+
+# ------------------------------------------------------------------------------ verdicts
+@dataclass(frozen=True)
+class ContractVerdict:
+    contract: str
+    kind: str
+    scenario: str | None
+    version: str | None
+    n: int                      # trials judged (holds or fails)
+    holds: int
+    unknown: int                # trials the contract could not judge (NULL)
+    rate: float | None
+    ci: tuple[float, float] | None
+    threshold: float
+    verdict: str                # PASS / FAIL / INCONCLUSIVE
+    reason: str = ""
+
+
+def verdicts(results: ContractResults) -> list[ContractVerdict]:
+    """Per contract, scenario and version: the share of trials where it holds, against its threshold."""
+    groups: dict[tuple, list[int]] = {}
+    cols = {c.name: results.holds(c.name) for c in results.contracts}
+    scen = results.table.column("scenario").to_pylist()
+    ver = results.table.column("version").to_pylist()
+    out = []
+    for c in results.contracts:
+        groups = {}
+        for s, v, h in zip(scen, ver, cols[c.name]):
+            if not c.applies_to(s):
+                continue
+            g = groups.setdefault((s, v), [0, 0, 0])
+            if h is None:
+                g[2] += 1
+            else:
+                g[0] += 1
+                g[1] += int(h)
+        for (s, v), (n, k, unknown) in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+            if n == 0:
+                out.append(ContractVerdict(c.name, c.kind, s, v, 0, 0, unknown, None, None, c.threshold,
+                                           Verdict.INCONCLUSIVE.value, "no trial could be judged"))
+                continue
+            r = pass_rate_verdict(k, n, c.threshold, c.alpha)
+            out.append(ContractVerdict(c.name, c.kind, s, v, n, k, unknown, k / n, (r.ci.low, r.ci.high),
+                                       c.threshold, r.verdict.value))
+    return out
+
+
+@dataclass(frozen=True)
+class ContractRegression:
+    contract: str
+    scenario: str | None
+    baseline: tuple[int, int]
+    candidate: tuple[int, int]
+    verdict: str
+    pvalue: float | None
+
+
+def regressions(results: ContractResults, baseline_version: str, candidate_version: str, *,
+                delta: float = 0.10, alpha: float = 0.05) -> list[ContractRegression]:
+    """Whether each contract holds less often in the candidate version (paper Prop. 6.1)."""
+    by = {(v.contract, v.scenario, v.version): v for v in verdicts(results)}
+    out = []
+    for c in results.contracts:
+        for scenario in sorted({s for (name, s, _v) in by if name == c.name}, key=str):
+            b = by.get((c.name, scenario, baseline_version))
+            cand = by.get((c.name, scenario, candidate_version))
+            if not b or not cand or b.n == 0 or cand.n == 0:
+                continue
+            r = regression_verdict(b.holds, b.n, cand.holds, cand.n, delta=delta, alpha=alpha)
+            out.append(ContractRegression(c.name, scenario, (b.holds, b.n), (cand.holds, cand.n),
+                                          r.verdict.value, r.pvalue))
+    return out
+
+
+def outcome_from_contracts(results: ContractResults, names: Iterable[str] | None = None) -> dict[str, bool | None]:
+    """A trial outcome for agents that recorded none: pass iff every named contract holds.
+
+    A trial any named contract could not judge has no outcome (None).
+    """
+    names = list(names) if names is not None else [c.name for c in results.contracts]
+    cols = [results.holds(n) for n in names]
+    out = {}
+    for i, tid in enumerate(results.table.column("trace_id").to_pylist()):
+        vals = [col[i] for col in cols]
+        out[tid] = None if any(v is None for v in vals) else all(vals)
+    return out

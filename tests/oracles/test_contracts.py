@@ -1,0 +1,204 @@
+"""Contracts on hand-built traces (real OTel SDK spans -> ParquetSpanExporter -> DuckDB views)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import Status, StatusCode
+
+from otel_assay.analyze.engine import Engine
+from otel_assay.collect import ParquetSpanExporter
+from otel_assay.oracles import ContractError, evaluate, outcome_from_contracts, parse_contracts, regressions, verdicts
+from otel_assay.oracles.contracts import check_tools
+
+
+def final_message(text: str) -> str:
+    return json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": text}], "finish_reason": "stop"}])
+
+
+def cost_attr(t) -> dict:
+    """A known cost as an attribute; "cost": None leaves the model unpriced (cost unknown)."""
+    return {} if t.get("cost", 0.0) is None else {"llm.cost.total": t.get("cost", 0.0)}
+
+
+def write_trials(lake, trials):
+    """trials: dicts with scenario, version, tools [(name, args, error)], final, tokens, cost, seconds."""
+    exp = ParquetSpanExporter(lake)
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(exp))
+    tracer = tp.get_tracer("tests.contracts")
+    t0 = 1_763_000_000_000_000_000
+    for i, t in enumerate(trials):
+        common = {"assay.scenario": t.get("scenario", "s"), "assay.agent.version": t.get("version", "v1"),
+                  "assay.trial.index": i}
+        start = t0 + i * 10**12
+        end = start + int(t.get("seconds", 1.0) * 1e9)
+        root = tracer.start_span(f"assay.trial {common['assay.scenario']}", attributes=common, start_time=start)
+        from opentelemetry import trace
+        ctx = trace.set_span_in_context(root)
+        clock = start + 1000
+        for name, args, error in t.get("tools", []):
+            chat = tracer.start_span("chat m", context=ctx, start_time=clock, attributes={
+                **common, "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                "gen_ai.usage.input_tokens": t.get("tokens", 10), "gen_ai.usage.output_tokens": 0,
+                "gen_ai.response.finish_reasons": ("tool_calls",), **cost_attr(t)})
+            chat.end(end_time=clock + 10)
+            tool = tracer.start_span(f"execute_tool {name}", context=ctx, start_time=clock + 20, attributes={
+                **common, "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+                "gen_ai.tool.call.arguments": args})
+            if error:
+                tool.set_status(Status(StatusCode.ERROR, "tool failed"))
+            tool.end(end_time=clock + 30)
+            clock += 100
+        if "final" in t:
+            chat = tracer.start_span("chat m", context=ctx, start_time=clock, attributes={
+                **common, "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                "gen_ai.usage.input_tokens": t.get("tokens", 10), "gen_ai.usage.output_tokens": 0,
+                "gen_ai.response.finish_reasons": ("stop",), "gen_ai.output.messages": final_message(t["final"]),
+                **cost_attr(t)})
+            chat.end(end_time=clock + 10)
+        root.end(end_time=end)
+    tp.shutdown()
+
+
+def judge(lake, spec):
+    with Engine(lake) as eng:
+        contracts = parse_contracts(spec)
+        check_tools(eng, contracts)
+        return evaluate(eng, contracts)
+
+
+A = ("lookup", '{"id": 5}', False)
+B = ("refund", '{"amount": 100}', False)
+C = ("email", '{"to": "x@y.z"}', False)
+
+
+@pytest.mark.parametrize("spec, trials, expected", [
+    ({"max_steps": 4}, [{"tools": [A]}, {"tools": [A, B]}, {"tools": [A, B], "final": "x"}], [True, True, False]),
+    ({"max_tool_calls": 2}, [{"tools": [A, B]}, {"tools": [A, B, C]}], [True, False]),
+    ({"must_call": ["lookup", "refund"]}, [{"tools": [A, B]}, {"tools": [B]}, {"tools": []}], [True, False, False]),
+    ({"never_call": "refund"}, [{"tools": [A]}, {"tools": [A, B]}], [True, False]),
+    ({"call_order": ["lookup", "email"]}, [{"tools": [A, B, C]}, {"tools": [C, A]}, {"tools": [A, C]}, {"tools": [A]}],
+     [True, False, True, False]),
+    ({"max_cost_usd": 0.02}, [{"tools": [A], "final": "x", "cost": 0.01}, {"tools": [A], "final": "x", "cost": 0.011}],
+     [True, False]),
+    ({"max_tokens": 30}, [{"tools": [A], "final": "x", "tokens": 15}, {"tools": [A], "final": "x", "tokens": 16}],
+     [True, False]),
+    ({"max_latency_s": 2}, [{"tools": [A], "seconds": 2.0}, {"tools": [A], "seconds": 2.001}], [True, False]),
+    ({"no_tool_errors": True}, [{"tools": [A, B]}, {"tools": [A, ("refund", "{}", True)]}], [True, False]),
+    ({"final_output_matches": r"(?i)refund of \$\d+"}, [{"final": "Refund of $100 done"}, {"final": "no"}, {"tools": [A]}],
+     [True, False, False]),
+    ({"final_output_contains": "done"}, [{"final": "all done"}, {"final": "nope"}], [True, False]),
+    ({"final_output_json_schema": {"type": "object", "required": ["status"]}},
+     [{"final": '{"status": "ok"}'}, {"final": '{"x": 1}'}, {"final": "not json"}], [True, False, False]),
+    ({"tool_args_schema": {"refund": {"type": "object", "properties": {"amount": {"type": "number", "maximum": 100}},
+                                      "required": ["amount"]}}},
+     [{"tools": [A, B]}, {"tools": [("refund", '{"amount": 101}', False)]}, {"tools": [("refund", "{}", False)]},
+      {"tools": [A]}], [True, False, False, True]),
+    ({"max_repeated_calls": 2}, [{"tools": [A, A]}, {"tools": [A, A, A]}, {"tools": [A, ("lookup", '{"id": 6}', False), A]}],
+     [True, False, True]),
+    ({"sql": "n_tool >= 2 AND scenario = 's'"}, [{"tools": [A, B]}, {"tools": [A]}], [True, False]),
+])
+def test_each_contract_kind_at_its_boundary(tmp_path, spec, trials, expected):
+    write_trials(tmp_path, [dict(t, version=f"t{i:02d}") for i, t in enumerate(trials)])
+    res = judge(tmp_path, [spec])
+    name = next(k for k in spec)
+    got = dict(zip(res.table.column("version").to_pylist(), res.holds(name)))
+    assert [got[f"t{i:02d}"] for i in range(len(trials))] == expected
+
+
+def test_unknown_cost_is_not_judged_and_verdicts_need_enough_trials(tmp_path):
+    trials = [{"tools": [A], "final": "ok", "version": "v1"} for _ in range(73)]
+    trials += [{"tools": [A], "final": "ok" if i % 4 else "bad", "version": "v2"} for i in range(60)]
+    trials += [{"tools": [A], "final": "ok", "version": "v3", "cost": None} for _ in range(72)]
+    write_trials(tmp_path, trials)
+    res = judge(tmp_path, [{"final_output_contains": "ok"}, {"max_tool_calls": 1, "name": "lean"},
+                           {"max_cost_usd": 1.0}])
+    by = {(v.contract, v.version): v for v in verdicts(res)}
+    assert by[("final_output_contains", "v1")].verdict == "PASS"  # 73/73: Wilson lower bound 0.950 >= 0.95
+    assert by[("final_output_contains", "v3")].verdict == "INCONCLUSIVE"  # 72/72: 0.9493, one trial short
+    assert by[("final_output_contains", "v2")].verdict == "FAIL" and by[("final_output_contains", "v2")].holds == 45
+    unpriced = by[("max_cost_usd", "v3")]
+    assert (unpriced.n, unpriced.unknown, unpriced.verdict) == (0, 72, "INCONCLUSIVE")
+    assert by[("max_cost_usd", "v1")].n == 73
+    reg = {r.contract: r for r in regressions(res, "v1", "v2")}
+    assert reg["final_output_contains"].verdict == "FAIL"
+    assert reg["lean"].verdict in ("PASS", "INCONCLUSIVE")
+    outcomes = outcome_from_contracts(res, ["final_output_contains"])
+    assert sum(1 for v in outcomes.values() if v is False) == 15
+
+
+def test_scenario_scoped_contract_leaves_other_scenarios_unjudged(tmp_path):
+    write_trials(tmp_path, [{"tools": [A], "scenario": "a"}, {"tools": [A, B], "scenario": "b"}])
+    res = judge(tmp_path, [{"max_tool_calls": 1, "scenarios": ["a"]}])
+    assert dict(zip(res.table.column("scenario").to_pylist(), res.holds("max_tool_calls"))) == {"a": True, "b": None}
+
+
+def test_hostile_trace_values_are_only_data(tmp_path):
+    evil = "x'); DROP VIEW steps; --"
+    write_trials(tmp_path, [{"tools": [(evil, json.dumps({"q": "' OR 1=1 --"}), False)], "final": "' OR '1'='1" * 1000}])
+    res = judge(tmp_path, [{"final_output_contains": "OR"}, {"never_call": [evil]}, {"call_order": [evil, evil]}])
+    assert res.holds("final_output_contains") == [True]
+    assert res.holds("never_call") == [False]
+    assert res.holds("call_order") == [False]
+    with Engine(tmp_path) as eng:
+        assert eng.query("SELECT count(*) AS n FROM steps").column("n")[0].as_py() >= 1
+
+
+@pytest.mark.parametrize("spec, message", [
+    ([{"max_steps": -1}], "non-negative integer"),
+    ([{"max_stepz": 3}], "unknown key 'max_stepz'"),
+    ([{"max_steps": 3, "must_call": "a"}], "exactly one contract kind"),
+    ([{"final_output_matches": "(unclosed"}], "invalid regular expression"),
+    ([{"final_output_json_schema": {"type": "nonsense"}}], "invalid JSON schema"),
+    ([{"max_steps": 3}, {"max_steps": 4}], "two contracts are named 'max_steps'"),
+    ([{"max_steps": 3, "threshold": 1.5}], "threshold must be a number"),
+    ([{"max_steps": 3, "threshold": 1}], "strictly between 0 and 1"),
+    ("max_steps: 3", "expected a list"),
+])
+def test_bad_contracts_name_the_item(spec, message):
+    with pytest.raises(ContractError, match=message):
+        parse_contracts(spec)
+
+
+def test_unknown_tool_and_bad_sql_are_config_errors(tmp_path):
+    write_trials(tmp_path, [{"tools": [A]}])
+    with pytest.raises(ContractError, match="unknown tool 'lookupp'.*lookup"):
+        judge(tmp_path, [{"must_call": "lookupp"}])
+    assert judge(tmp_path, [{"never_call": "delete_everything"}]).holds("never_call") == [True]
+    with pytest.raises(ContractError, match="sql: expression"):
+        judge(tmp_path, [{"sql": "no_such_column > 1"}])
+
+
+def run_cli(*args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "otel_assay", *map(str, args)], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_contracts_command_end_to_end(tmp_path):
+    lake = tmp_path / "lake"
+    write_trials(lake, [{"tools": [A, B], "final": "refund done", "version": "v1"} for _ in range(80)]
+                 + [{"tools": [B], "final": "no", "version": "v2"} for _ in range(10)])
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("contracts:\n  - must_call: lookup\n  - final_output_matches: refund\n    name: says-refund\n")
+    r = run_cli("contracts", lake, "--config", cfg, "--select", "version=v1", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert {(x["contract"], x["verdict"], x["trials"]) for x in rows} == {("must_call", "PASS", 80), ("says-refund", "PASS", 80)}
+    r = run_cli("contracts", lake, "--config", cfg)
+    assert r.returncode == 1 and "FAIL" in r.stdout
+    r = run_cli("contracts", lake, "--config", cfg, "--select", "version=v3")
+    assert r.returncode == 4 and "v1 (80)" in r.stderr
+    r = run_cli("contracts", lake, "--config", cfg, "--select", "colour=red")
+    assert r.returncode == 3 and "colour" in r.stderr
+    cfg.write_text("contracts:\n  - must_call: lookup\n   bad: indent\n")
+    r = run_cli("contracts", lake, "--config", cfg)
+    assert r.returncode == 3 and "line 3" in r.stderr and "Traceback" not in r.stderr
+    cfg.write_text("contracts:\n  - must_call: lookupp\n")
+    r = run_cli("contracts", lake, "--config", cfg)
+    assert r.returncode == 3 and "unknown tool 'lookupp'" in r.stderr
