@@ -100,3 +100,8 @@ ASSAY_GUARDRAIL_NAME = "assay.guardrail.name"
 ASSAY_GUARDRAIL_TRIGGERED = "assay.guardrail.triggered"
 # the keys the trial copies onto every span inside it (baggage + span processor)
 ASSAY_PROPAGATED = (ASSAY_SCENARIO, ASSAY_AGENT_VERSION, ASSAY_RUN_ID, ASSAY_TRIAL_INDEX)
+
+# --- metamorphic relations: a follow-up trial names its source trial (oracle issue) ---
+ASSAY_MR_RELATION = "assay.mr.relation"
+ASSAY_MR_SOURCE = "assay.mr.source"  # trace id (hex) of the source trial
+ASSAY_MR_TRANSFORM = "assay.mr.transform"

@@ -9,11 +9,8 @@ import click
 from ..errors import EXIT_BLOCK, EXIT_DEPLOY, EXIT_MANUAL, DataError, UsageError
 
 
-def load_contracts(path: str):
-    """The ``contracts:`` list of a YAML config file, parsed; UsageError naming what is wrong."""
+def _load_yaml(path: str, key: str):
     import yaml
-
-    from .contracts import ContractError, parse_contracts
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -24,12 +21,57 @@ def load_contracts(path: str):
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise UsageError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
-    if not isinstance(doc, dict) or "contracts" not in doc:
-        raise UsageError(f"{path}: no `contracts:` list (see `otel-assay contracts --help` for the vocabulary)")
+    if not isinstance(doc, dict) or key not in doc:
+        raise UsageError(f"{path}: no `{key}:` list (see `otel-assay {key} --help`)")
+    return doc[key]
+
+
+def load_contracts(path: str):
+    """The ``contracts:`` list of a YAML config file, parsed; UsageError naming what is wrong."""
+    from .contracts import ContractError, parse_contracts
+
     try:
-        return parse_contracts(doc["contracts"], where=f"{path}: contracts")
+        return parse_contracts(_load_yaml(path, "contracts"), where=f"{path}: contracts")
     except ContractError as e:
         raise UsageError(str(e)) from None
+
+
+def load_relations(path: str):
+    """The ``metamorphic:`` list of a YAML config file, parsed."""
+    from .contracts import ContractError
+    from .metamorphic import parse_relations
+
+    try:
+        return parse_relations(_load_yaml(path, "metamorphic"), where=f"{path}: metamorphic")
+    except ContractError as e:
+        raise UsageError(str(e)) from None
+
+
+def _open_selected(lake: str, selectors, table: str):
+    """An engine over LAKE with the selected trials' rows in temp table ``table``."""
+    from ..analyze.engine import Engine
+    from ..analyze.select import NoTrialsError, Selection, SelectorError, select_trials
+    from ..collect.lake import LakeError
+
+    try:
+        selection = Selection.parse(selectors)
+    except SelectorError as e:
+        raise UsageError(str(e)) from None
+    try:
+        eng = Engine(lake)
+    except LakeError as e:
+        raise DataError(str(e)) from None
+    try:
+        select_trials(eng, selection)
+    except NoTrialsError as e:
+        eng.close()
+        raise DataError(str(e)) from None
+    eng.rows(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM trials SEMI JOIN selected_trials USING (trace_id)")
+    return eng
+
+
+def _exit_for(verdicts: set[str]) -> int:
+    return EXIT_BLOCK if "FAIL" in verdicts else EXIT_MANUAL if verdicts - {"PASS"} else EXIT_DEPLOY
 
 
 def _kinds_help() -> str:
@@ -65,30 +107,14 @@ def register(cli: click.Group) -> None:
         """
         import pyarrow as pa
 
-        from ..analyze.engine import Engine
-        from ..analyze.select import NoTrialsError, Selection, SelectorError, select_trials
-        from ..collect.lake import LakeError
         from ..report.output import write_table
         from .contracts import ContractError, check_tools, evaluate, verdicts
 
         specs = load_contracts(config_path)
         if not specs:
             raise UsageError(f"{config_path}: the contracts list is empty")
+        eng = _open_selected(lake, selectors, "contract_trials")
         try:
-            selection = Selection.parse(selectors)
-        except SelectorError as e:
-            raise UsageError(str(e)) from None
-        try:
-            eng = Engine(lake)
-        except LakeError as e:
-            raise DataError(str(e)) from None
-        try:
-            try:
-                select_trials(eng, selection)
-            except NoTrialsError as e:
-                raise DataError(str(e)) from None
-            eng.rows("CREATE OR REPLACE TEMP TABLE contract_trials AS "
-                     "SELECT * FROM trials SEMI JOIN selected_trials USING (trace_id)")
             try:
                 check_tools(eng, specs)
                 results = evaluate(eng, specs, trials="contract_trials")
@@ -105,6 +131,51 @@ def register(cli: click.Group) -> None:
             "threshold": v.threshold, "verdict": v.verdict,
         } for v in verdicts(results)]
         write_table(pa.Table.from_pylist(rows), fmt)
-        found = {r["verdict"] for r in rows}
-        code = EXIT_BLOCK if "FAIL" in found else EXIT_MANUAL if found - {"PASS"} else EXIT_DEPLOY
-        sys.exit(code)
+        sys.exit(_exit_for({r["verdict"] for r in rows}))
+
+    @cli.command()
+    @click.argument("lake")
+    @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+                  help="YAML file with a `metamorphic:` list (the gate config works).")
+    @click.option("--select", "selectors", multiple=True, metavar="KEY=VALUE",
+                  help="Only follow-up trials matching (version, scenario, run, model, outcome); repeatable.")
+    @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+    def metamorphic(lake, config_path, selectors, fmt):
+        """Check metamorphic relations on recorded (source, follow-up) trial pairs of LAKE.
+
+        \b
+        Example config:
+          metamorphic:
+            - relation: doc-order          # the name follow-up trials carry (assay.mr.relation)
+              family: permutation          # permutation | perturbation | composition | oracle
+              compare: same_final_answer   # | same_tool_set | same_verdict | output_length_within
+              threshold: 0.9               # share of pairs in which it must hold
+
+        Follow-up trials are linked to their source by otel_assay.metamorphic.follow_up().
+        Exit 0 when every relation PASSes, 1 when any FAILs, 2 otherwise; 4 when a relation
+        has no pairs or its source trials are missing from the lake.
+        """
+        import pyarrow as pa
+
+        from ..report.output import write_table
+        from .metamorphic import RelationDataError, evaluate as evaluate_relations, verdicts as relation_verdicts
+
+        relations = load_relations(config_path)
+        if not relations:
+            raise UsageError(f"{config_path}: the metamorphic list is empty")
+        eng = _open_selected(lake, selectors, "relation_trials")
+        try:
+            pairs = evaluate_relations(eng, relations, trials="relation_trials")
+        except RelationDataError as e:
+            raise DataError(str(e)) from None
+        finally:
+            eng.close()
+        rows = [{
+            "relation": v.relation, "family": v.family, "compare": v.compare, "version": v.version,
+            "pairs": v.pairs, "holds": v.holds, "unjudged": v.unjudged,
+            "violation_rate": None if v.violation_rate is None else round(v.violation_rate, 4),
+            "ci_low": None if v.ci is None else round(v.ci[0], 4), "ci_high": None if v.ci is None else round(v.ci[1], 4),
+            "threshold": v.threshold, "verdict": v.verdict,
+        } for v in relation_verdicts(relations, pairs)]
+        write_table(pa.Table.from_pylist(rows), fmt)
+        sys.exit(_exit_for({r["verdict"] for r in rows}))
