@@ -46,9 +46,15 @@ def _pb_attrs(kvs) -> Iterator[tuple[str, Any]]:
         yield kv.key, _pb_value(kv.value)
 
 
-def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
-    """Parse an ExportTraceServiceRequest (TracesData has the same wire format)."""
-    req = ExportTraceServiceRequest()
+def parse_protobuf(body: bytes):
+    """Parse an ExportTraceServiceRequest (TracesData has the same wire format).
+
+    Returns the receiver's shadow message (see ``_fastpb``): attributes stay serialized
+    until :func:`add_protobuf` decodes them.
+    """
+    from ._fastpb import Request
+
+    req = Request()
     try:
         req.ParseFromString(body)
     except Exception as e:  # protobuf raises DecodeError, or RuntimeError on deep nesting
@@ -56,12 +62,17 @@ def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
     return req
 
 
-def add_protobuf(req: ExportTraceServiceRequest, batch: SpanBatch) -> int:
+def add_protobuf(req, batch: SpanBatch) -> int:
     """Append every span of ``req`` to ``batch``; return the number of spans seen."""
     seen = 0
     limits = batch.limits
+    from ._fastpb import decode_keyvalue
+
     for rs in req.resource_spans:
-        resource = make_resource(_pb_attrs(rs.resource.attributes), limits)
+        try:
+            resource = make_resource([decode_keyvalue(b) for b in rs.resource.attributes], limits)
+        except Exception as e:
+            raise MalformedOTLP(f"malformed resource attributes: {type(e).__name__}: {str(e)[:200]}") from None
         for ss in rs.scope_spans:
             seen += len(ss.spans)
             batch.add_protobuf_spans(ss.spans, resource, ss.scope.name, ss.scope.version)

@@ -89,6 +89,10 @@ DELTA_COLUMNS = {"start_time_unix_nano", "duration_ns", "time_unix_nano"}
 INT64_MAX = (1 << 63) - 1
 _ZERO16 = bytes(16)
 _ZERO8 = bytes(8)
+# decoded protobuf KeyValues, per Limits (see _fastpb): bounded, small values only
+_KV_CACHES: dict = {}
+_CACHE_ENTRIES = 100_000
+_CACHEABLE_BYTES = 512
 
 # Events and links are partitioned by their span's start time, carried in this column
 # while rows are buffered and dropped by the writer.
@@ -497,58 +501,62 @@ class SpanBatch:
     # directly (ids as bytes, AnyValue oneofs) without building intermediate Python values.
     # It is what lets one core ingest tens of thousands of spans per second; keep it in
     # step with add_span (tests compare both paths on the same data).
-    def _pb_attrs_into(self, maps: _Maps, kvs, promoted: dict | None) -> int:
-        limits = self.limits
-        max_chars = limits.max_value_chars
-        keys, values = maps.keys, maps.values
-        n = dropped = 0
-        for kv in kvs:
-            key = kv.key
-            v = kv.value
-            val = v.string_value  # most values are strings: one call instead of two
-            which = "string_value" if val else v.WhichOneof("value")
-            if which == "string_value":
-                if promoted is not None:
-                    target = _PROMOTED.get(key)
-                    if target is not None and target[1] == "string" and target[0] not in promoted:
-                        if len(val) > max_chars:
-                            val = val[:max_chars] + TRUNCATION_MARK
-                            self.truncated_values += 1
-                        promoted[target[0]] = val
-                        continue
-                s = val
-            elif which == "int_value":
-                val = v.int_value
-                if promoted is not None:
-                    target = _PROMOTED.get(key)
-                    if target is not None and target[1] == "int64" and target[0] not in promoted:
-                        promoted[target[0]] = val
-                        continue
-                s = repr(val)
-            elif which == "double_value":
-                val = v.double_value
-                if promoted is not None:
-                    target = _PROMOTED.get(key)
-                    if target is not None and target[1] == "double" and target[0] not in promoted:
-                        promoted[target[0]] = val
-                        continue
-                s = repr(val)
-            elif which == "bool_value":
-                s = "true" if v.bool_value else "false"
-            elif which is None:
-                s = None
-            else:
-                from .otlp import _pb_value  # arrays, kvlists, bytes: rare, take the general path
+    def _kv_entry(self, b: bytes) -> tuple:
+        """(key or None if unusable, promotion column, promoted value, map value) of a KeyValue."""
+        from ._fastpb import decode_keyvalue
 
-                s = stringify(_pb_value(v))
-            if n >= limits.max_attributes or len(key) > limits.max_key_chars:
+        key, value = decode_keyvalue(b)
+        limits = self.limits
+        col = pval = None
+        target = _PROMOTED.get(key)
+        if target is not None:
+            t = target[1]
+            if ((t == "string" and isinstance(value, str))
+                    or (t == "int64" and isinstance(value, int) and not isinstance(value, bool))
+                    or (t == "double" and isinstance(value, float))):
+                col, pval = target[0], value
+                if t == "string" and len(value) > limits.max_value_chars:
+                    pval = value[: limits.max_value_chars] + TRUNCATION_MARK
+                    self.truncated_values += 1
+        sval = stringify(value)
+        if sval is not None and len(sval) > limits.max_value_chars:
+            sval = sval[: limits.max_value_chars] + TRUNCATION_MARK
+            self.truncated_values += 1
+        return (key if len(key) <= limits.max_key_chars else None), col, pval, sval
+
+    def _warm(self, kvs) -> None:
+        cache = _KV_CACHES.setdefault(self.limits, {})
+        for b in kvs:
+            if b not in cache:
+                ent = self._kv_entry(b)
+                if len(b) <= _CACHEABLE_BYTES:
+                    cache[b] = ent
+
+    def _pb_attrs_into(self, maps: _Maps, kvs, promoted: dict | None) -> int:
+        """Append serialized KeyValues (bytes) to ``maps``; decode errors raise before any append."""
+        cache = _KV_CACHES.setdefault(self.limits, {})
+        entries = []
+        for b in kvs:
+            ent = cache.get(b)
+            if ent is None:
+                ent = self._kv_entry(b)
+                if len(b) <= _CACHEABLE_BYTES:  # repeated small attributes; never a 10 MB value
+                    if len(cache) >= _CACHE_ENTRIES:
+                        cache.clear()
+                    cache[b] = ent
+            entries.append(ent)
+        keys, values = maps.keys, maps.values
+        max_attributes = self.limits.max_attributes
+        n = dropped = 0
+        for key, col, pval, sval in entries:
+            if col is not None and promoted is not None and col not in promoted:
+                promoted[col] = pval
+                continue
+            if key is None or n >= max_attributes:
                 dropped += 1
                 continue
-            if s is not None and len(s) > max_chars:
-                s = s[:max_chars] + TRUNCATION_MARK
-                self.truncated_values += 1
             keys.append(key)
-            values.append(s)
+            values.append(sval)
             n += 1
         maps.offsets.append(len(keys))
         return dropped
@@ -595,7 +603,15 @@ class SpanBatch:
             trace_hex = tid.hex()
             span_hex = sid.hex()
             promoted: dict = {}
-            dropped = self._pb_attrs_into(span_attrs, span.attributes, promoted)
+            try:
+                for e in span.events:  # decode event and link attributes first: a bad one rejects
+                    self._warm(e.attributes)  # the span before anything of it is appended
+                for l in span.links:
+                    self._warm(l.attributes)
+                dropped = self._pb_attrs_into(span_attrs, span.attributes, promoted)
+            except Exception as e:  # invalid UTF-8 or malformed KeyValue bytes; nothing was appended
+                self.reject(f"malformed attribute: {type(e).__name__}: {str(e)[:200]}")
+                continue
             c_trace.append(trace_hex)
             c_span.append(span_hex)
             c_parent.append(pid.hex() if pid and pid != _ZERO8 else None)
