@@ -242,32 +242,6 @@ def sql(lake, query, fmt):
     write_table(table, fmt)
 
 
-# ---------------------------------------------------------------------------- demo
-@cli.command()
-@click.option("--dir", "lake_dir", default="demo-lake", show_default=True, type=click.Path(file_okay=False),
-              help="Where to write the demo's span lake.")
-@click.option("--trials", type=click.IntRange(min=1, max=10_000), default=40, show_default=True,
-              help="Trials per scenario and version.")
-def demo(lake_dir, trials):
-    """Run the offline demo: agents send traces over OTLP to a local receiver, which writes a lake.
-
-    Everything runs on this machine with no network beyond 127.0.0.1.
-    """
-    from .collect.lake import LakeError
-    from .demo import run_demo
-    from .report.output import write_table
-
-    import pyarrow as pa
-
-    try:
-        result = run_demo(lake_dir, trials=trials)
-    except LakeError as e:
-        raise DataError(str(e)) from None
-    click.echo(f"demo: {result.spans_written} spans received over OTLP/HTTP and written to {result.lake}/")
-    write_table(pa.Table.from_pylist(result.rows), "table")
-    click.echo(f"next: otel-assay sql {result.lake} \"SELECT name, count(*) FROM spans GROUP BY ALL\"")
-
-
 def _register_commands() -> None:
     from . import gate_cli
     from .analyze import commands as analyze_commands

@@ -1,86 +1,98 @@
-"""``otel-assay demo``: the whole collection path on one machine, offline.
+"""``otel-assay demo``: the example LangGraph agent, offline, then the gate.
 
-Starts an OTLP receiver on 127.0.0.1, has an OpenTelemetry SDK with the official OTLP/HTTP
-exporter send agent trials of two versions to it (a baseline and a candidate whose tool
-lookups fail more often), writes the Parquet lake, and prints each version's trials and
-pass rate from the lake with DuckDB.
-
-This is the placeholder main job until the gate exists: then the demo runs the example
-agents and the gate on the lake it writes.
+Runs ``examples/langgraph_agent.py`` (a real LangGraph graph with a scripted chat model,
+instrumented by ``import otel_assay.auto``) for a baseline version v1 and a regressed
+candidate v2, in two processes at once, each writing its traces into ``DIR/lake`` through
+otel-assay's capture layer. Then the gate compares them and writes the HTML, JSON and
+JUnit reports into DIR.
 """
 
 from __future__ import annotations
 
-import random
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from opentelemetry.trace import Status, StatusCode
+from .errors import DataError, UsageError
 
-from .collect.receiver import Collector, Receiver
+MARKER = ".otel-assay-demo"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "langgraph_agent.py"
 
 
 @dataclass
 class DemoResult:
     lake: Path
-    spans_written: int
-    rows: list[dict]
+    gate: object  # otel_assay.gate.GateResult
+    html: Path
+    json: Path
+    junit: Path
+    seconds: float
 
 
-def _trial(tracer, rng: random.Random, version: str, scenario: str, index: int, fail_rate: float) -> None:
-    common = {"assay.scenario": scenario, "assay.agent.version": version, "assay.run.id": f"demo-{version}",
-              "assay.trial.index": index}
-    failed = rng.random() < fail_rate
-    with tracer.start_as_current_span(f"assay.trial {scenario}", attributes=common) as root:
-        with tracer.start_as_current_span("invoke_agent support", attributes={
-                **common, "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support"}):
-            for step in range(rng.randint(1, 3)):
-                with tracer.start_as_current_span("chat scripted-model", attributes={
-                        **common, "gen_ai.operation.name": "chat", "gen_ai.request.model": "scripted-model",
-                        "gen_ai.provider.name": "scripted", "gen_ai.usage.input_tokens": rng.randint(200, 900),
-                        "gen_ai.usage.output_tokens": rng.randint(10, 120)}):
-                    pass
-                tool = "lookup_order" if step == 0 else "search_policy"
-                with tracer.start_as_current_span(f"execute_tool {tool}", attributes={
-                        **common, "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
-                        "gen_ai.tool.call.id": f"call_{index}_{step}",
-                        "gen_ai.tool.call.arguments": f'{{"order_id": "A-{rng.randint(1, 999)}"}}'}) as span:
-                    if failed and step == 0:
-                        span.set_attribute("error.type", "LookupError")
-                        span.set_status(Status(StatusCode.ERROR, "order not found"))
-        root.set_attribute("assay.trial.outcome", "fail" if failed else "pass")
+def _prepare(out: Path) -> None:
+    """Recreate DIR, but only if it is empty or an earlier demo's (never someone's data)."""
+    if out.exists():
+        if not out.is_dir():
+            raise UsageError(f"--dir {out} is a file; pick a directory for the demo")
+        if any(out.iterdir()) and not (out / MARKER).exists():
+            raise UsageError(f"--dir {out} is not empty and was not made by the demo; pick a new directory")
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / MARKER).write_text("written by `otel-assay demo`; the demo deletes and recreates this directory\n")
 
 
-def run_demo(lake_dir: str | Path, *, trials: int = 40, seed: int = 7) -> DemoResult:
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+def run_agents(lake: str | os.PathLike, trials: dict[str, int], seed: int, timeout: float = 600) -> None:
+    """Run the LangGraph example for each version (``trials``: version -> trials per
+    scenario), one process per version, all at once, into ``lake``."""
+    if not EXAMPLE.is_file():
+        raise UsageError(f"the demo runs {EXAMPLE}, which is missing: run it from a source checkout of otel-assay")
+    if importlib.util.find_spec("langgraph") is None:
+        raise UsageError("the demo runs a LangGraph agent: pip install 'otel-assay[langgraph]'")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_ASSAY_DIR=str(lake), PYTHONUNBUFFERED="1")
+    versions = list(trials)
+    procs = [subprocess.Popen([sys.executable, str(EXAMPLE), "--version", v, "--trials", str(trials[v]),
+                               "--dir", str(lake), "--seed", str(seed)],
+                              env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for v in versions]
+    failed = []
+    for v, p in zip(versions, procs):
+        try:
+            _, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            err = f"timed out after {timeout:.0f} s\n{err}"
+        if p.returncode != 0:
+            failed.append(f"version {v}: exit {p.returncode}\n{err[-2000:]}")
+    if failed:
+        raise DataError("the example agent failed:\n" + "\n".join(failed))
 
-    from .analyze.engine import Engine
 
-    lake = Path(lake_dir)
-    collector = Collector(lake, flush_seconds=0.2)
-    receiver = Receiver(collector, grpc_addr=None, http_addr=("127.0.0.1", 0))
-    receiver.start()
-    try:
-        port = receiver.listeners[0].port
-        rng = random.Random(seed)
-        for version, fail_rate in (("v1", 0.1), ("v2", 0.35)):
-            tp = TracerProvider(resource=Resource.create({"service.name": "demo-agent", "service.version": version}))
-            tp.add_span_processor(BatchSpanProcessor(
-                OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces"), max_queue_size=100_000))
-            tracer = tp.get_tracer("otel_assay.demo")
-            for scenario in ("refund-request", "order-status"):
-                for i in range(trials):
-                    _trial(tracer, rng, version, scenario, i, fail_rate)
-            tp.shutdown()
-    finally:
-        receiver.stop()
-    with Engine(lake) as eng:
-        rows = eng.query(
-            "SELECT version, scenario, count(*) AS trials, "
-            "round(avg(CASE WHEN outcome = 'pass' THEN 1.0 ELSE 0.0 END), 3) AS pass_rate "
-            "FROM spans WHERE parent_span_id IS NULL AND name LIKE 'assay.trial %' "
-            "GROUP BY ALL ORDER BY version, scenario").to_pylist()
-    return DemoResult(lake, collector.stats.spans_written, rows)
+def run_demo(out_dir: str | os.PathLike, *, trials: int = 60, seed: int = 1,
+             log: Callable[[str], None] = lambda m: None) -> DemoResult:
+    from .gate import GateConfig, run_gate
+    from .report.html import write_html
+    from .report.json_report import write_json
+    from .report.junit import write_junit
+
+    t0 = time.monotonic()
+    out = Path(out_dir)
+    _prepare(out)
+    lake = out / "lake"
+    log(f"demo: running the LangGraph example agent, {trials} trials per scenario, versions v1 (baseline) "
+        f"and v2 (regressed candidate) -> {lake}/")
+    run_agents(lake, {"v1": trials, "v2": trials}, seed)
+    log(f"demo: agents done in {time.monotonic() - t0:.1f} s; running the gate")
+    result = run_gate(lake, GateConfig(), baseline="version=v1", candidate="version=v2")
+    paths = out / "report.html", out / "report.json", out / "junit.xml"
+    write_html(result, paths[0])
+    write_json(result, paths[1])
+    write_junit(result, paths[2])
+    return DemoResult(lake, result, *paths, time.monotonic() - t0)

@@ -1,9 +1,270 @@
-"""CLI commands of the gate layer (gate, verdict, regress, report, init)."""
+"""CLI commands of the gate layer: gate, regress, verdict, report, init, demo.
+
+Each is a thin click shell over :mod:`otel_assay.gate` and :mod:`otel_assay.report`.
+Exit codes: 0 deploy/PASS, 1 block/FAIL, 2 manual/INCONCLUSIVE, 3 usage or configuration
+error, 4 data error.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from pathlib import Path
+
 import click
+
+from .errors import DataError, UsageError
+
+UNIT = click.FloatRange(0, 1, min_open=True, max_open=True)
+SEL_HELP = ("key=value[,key=value] over the trials; keys: version, scenario, run, model, outcome. "
+            "Example: version=v2,model=gpt-4o")
+
+
+def _lake_argument(f):
+    return click.argument("lake", type=click.Path())(f)
+
+
+def _common_options(f):
+    """--config and the report files, shared by gate, regress and report."""
+    for opt in reversed([
+        click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                     help="Gate configuration (YAML; `otel-assay init` writes a starter). Default: α=0.05, "
+                          "β=0.10, δ=0.10, Holm correction, no threshold, no coverage minimum."),
+        click.option("--baseline", metavar="SEL", help=f"Baseline trials. {SEL_HELP}"),
+        click.option("--candidate", metavar="SEL", help="Candidate trials (same form). With neither selector, a "
+                                                        "lake with exactly two versions compares the older "
+                                                        "(baseline) with the newer."),
+        click.option("--baseline-lake", type=click.Path(), metavar="DIR",
+                     help="Take the baseline from this lake (a stored baseline reused across CI runs, so "
+                          "only the candidate needs new trials). Selectors then default to all trials of "
+                          "each lake."),
+        click.option("--threshold", type=UNIT, help="Pass-rate bar θ for the candidate (overrides the config)."),
+        click.option("--alpha", type=UNIT, help="False-alarm rate (overrides the config)."),
+        click.option("--delta", type=UNIT, help="Smallest pass-rate drop that matters (overrides the config)."),
+        click.option("--json", "json_path", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="Write the report as JSON (schema: otel_assay/report/schemas/gate-report.v1.json)."),
+        click.option("--junit", "junit_path", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="Write JUnit XML: one testcase per check (for GitHub Actions, GitLab, Jenkins)."),
+        click.option("--html", "html_path", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="Write a self-contained HTML report with plots (works offline)."),
+        click.option("--emit-otel", metavar="TARGET",
+                     help="Also emit the verdicts as OpenTelemetry gen_ai.evaluation.result events on an "
+                          "`assay.gate` span: TARGET is `lake` (into LAKE) or an OTLP/HTTP traces URL "
+                          "(e.g. http://127.0.0.1:4318/v1/traces)."),
+        click.option("--quiet", "-q", is_flag=True, help="Print only the decision line."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def _config(config_path, threshold=None, alpha=None, delta=None):
+    from .gate import load_config
+
+    cfg = load_config(config_path)
+    if threshold is not None:
+        cfg.threshold = threshold
+    if alpha is not None:
+        cfg.alpha = alpha
+    if delta is not None:
+        cfg.delta = delta
+    return cfg
+
+
+@contextlib.contextmanager
+def _progress():
+    """A spinner with the current step on stderr, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as prog:
+        task = prog.add_task("starting", total=None)
+        yield lambda msg: prog.update(task, description=msg)
+
+
+def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, quiet: bool) -> None:
+    from .report.terminal import render
+
+    if quiet:
+        click.echo(f"decision: {result.decision} (exit {result.exit_code})")
+    else:
+        render(result)
+    try:
+        if json_path:
+            from .report.json_report import write_json
+            write_json(result, json_path)
+        if junit_path:
+            from .report.junit import write_junit
+            write_junit(result, junit_path)
+        if html_path:
+            from .report.html import write_html
+            write_html(result, html_path)
+    except OSError as e:
+        raise UsageError(f"cannot write the report: {e}") from None
+    if emit_otel:
+        from .report.otel import emit_results
+        n = emit_results(result, emit_otel, lake)
+        click.echo(f"emitted {n} gen_ai.evaluation.result events to {emit_otel}", err=True)
+    for path, what in ((json_path, "JSON"), (junit_path, "JUnit"), (html_path, "HTML")):
+        if path and not quiet:
+            click.echo(f"{what} report: {path}", err=True)
+
+
+def _check_emit_target(target) -> None:
+    if target and target != "lake" and not target.startswith(("http://", "https://")):
+        raise UsageError(f"--emit-otel {target!r}: use `lake` or an OTLP/HTTP URL such as "
+                         "http://127.0.0.1:4318/v1/traces")
+
+
+def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, threshold, alpha, delta, json_path,
+         junit_path, html_path, emit_otel, quiet, *, exit_with_decision=True):
+    from .gate import run_gate
+
+    _check_emit_target(emit_otel)
+    cfg = _config(config_path, threshold, alpha, delta)
+    with _progress() as say:
+        result = run_gate(lake, cfg, baseline=baseline, candidate=candidate, baseline_lake=baseline_lake,
+                          mode=mode, progress=say)
+    _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, quiet)
+    ctx.exit(result.exit_code if exit_with_decision else 0)
+
+
+@click.command()
+@_lake_argument
+@_common_options
+@click.pass_context
+def gate(ctx, lake, **kw):
+    """Decide deploy / block / manual for a candidate against a baseline: the CI gate.
+
+    LAKE is the span lake with the candidate's trials (and the baseline's, unless
+    --baseline-lake is given). Per scenario: pass rate against θ (only if a threshold is
+    set), regression test (Fisher, or exact McNemar when trials pair by index), Hotelling
+    T² on behavioural fingerprints, stability drift; multiple-testing corrected across
+    scenarios; coverage against its minimum.
+
+    Exit: 0 deploy (every check PASSes), 1 block (any check FAILs), 2 manual (anything
+    inconclusive, or coverage below the minimum), 3 bad usage or config, 4 bad or missing
+    data.
+
+    \b
+    Examples:
+      otel-assay gate traces --baseline version=v1 --candidate version=v2
+      otel-assay gate traces --baseline-lake baseline-traces --junit junit.xml --html report.html
+    """
+    _run(ctx, "gate", lake, **kw)
+
+
+@click.command()
+@_lake_argument
+@_common_options
+@click.pass_context
+def regress(ctx, lake, **kw):
+    """Compare a candidate with a baseline, all checks, no coverage minimum (exploration).
+
+    Same checks, options and exit codes as `gate`, but a coverage minimum in the config is
+    ignored.
+    """
+    _run(ctx, "regress", lake, **kw)
+
+
+@click.command()
+@_lake_argument
+@_common_options
+@click.pass_context
+def report(ctx, lake, json_path, junit_path, html_path, **kw):
+    """Run the gate and write its reports (--html, --json, --junit); always exits 0.
+
+    For looking at results: the decision does not set the exit code (errors still exit 3
+    or 4).
+    """
+    if not (json_path or junit_path or html_path):
+        raise UsageError("say which report to write: --html FILE (and/or --json FILE, --junit FILE)")
+    _run(ctx, "gate", lake, json_path=json_path, junit_path=junit_path, html_path=html_path,
+         exit_with_decision=False, **kw)
+
+
+@click.command()
+@_lake_argument
+@click.option("--select", "select", metavar="SEL", help=f"The trials to judge. {SEL_HELP}")
+@click.option("--threshold", type=UNIT, help="Pass-rate bar θ (required here or in the config).")
+@click.option("--alpha", type=UNIT, help="Error rate: the interval is at level 1-α.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Gate configuration (YAML).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write the JSON report.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write JUnit XML.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write the HTML report.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only the decision line.")
+@click.pass_context
+def verdict(ctx, lake, select, threshold, alpha, config_path, json_path, junit_path, html_path, quiet):
+    """Judge one version's pass rate against a threshold θ, per scenario (Wilson interval).
+
+    PASS when the interval's lower bound is >= θ, FAIL when its upper bound is < θ
+    (corrected across scenarios), INCONCLUSIVE otherwise. Exit 0 PASS, 1 FAIL, 2
+    INCONCLUSIVE.
+
+    \b
+    Example:
+      otel-assay verdict traces --select version=v2 --threshold 0.85
+    """
+    from .gate import run_verdict
+
+    cfg = _config(config_path, threshold, alpha)
+    with _progress() as say:
+        result = run_verdict(lake, cfg, select=select, progress=say)
+    _write_outputs(result, json_path, junit_path, html_path, None, lake, quiet)
+    ctx.exit(result.exit_code)
+
+
+@click.command()
+@click.argument("path", default="assay.yaml", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def init(path, force):
+    """Write a commented starter gate configuration to PATH (default assay.yaml)."""
+    from .gate import STARTER_CONFIG
+
+    p = Path(path)
+    if p.exists() and not force:
+        raise UsageError(f"{p} exists; pass --force to overwrite it")
+    try:
+        p.write_text(STARTER_CONFIG, encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write {p}: {e}") from None
+    click.echo(f"wrote {p}; use it with: otel-assay gate LAKE --config {p}")
+
+
+@click.command()
+@click.option("--dir", "out_dir", default="assay-demo", show_default=True, type=click.Path(file_okay=False),
+              help="Where the demo writes its lake and reports (recreated on each run).")
+@click.option("--trials", type=click.IntRange(min=5, max=2000), default=60, show_default=True,
+              help="Trials per scenario and version.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the scripted models.")
+def demo(out_dir, trials, seed):
+    """Run the example LangGraph agent offline, then the gate: the first thing to try.
+
+    A baseline (v1) and a regressed candidate (v2: a prompt change that makes the agent
+    call a slower search tool and sometimes skip the order lookup) each run every scenario
+    with a scripted model; their traces go through otel-assay's capture layer into
+    DIR/lake; the gate compares them and writes DIR/report.html, DIR/report.json and
+    DIR/junit.xml. Needs the langgraph extra: pip install 'otel-assay[langgraph]'.
+    Exits 0 when the demo ran (the gate's own exit code is printed).
+    """
+    from .demo import run_demo
+    from .report.terminal import render
+
+    result = run_demo(out_dir, trials=trials, seed=seed, log=lambda m: click.echo(m, err=True))
+    render(result.gate)
+    click.echo("")
+    click.echo(f"In CI this gate would exit {result.gate.exit_code} ({result.gate.decision}).")
+    click.echo(f"Reports: {result.html}  {result.json}  {result.junit}")
+    click.echo(f"Try: otel-assay gate {result.lake} --baseline version=v1 --candidate version=v2 --html report.html")
+
+
+COMMANDS = (gate, regress, verdict, report, init, demo)
 
 
 def register(cli: click.Group) -> None:
     """Add the gate commands to the ``otel-assay`` group."""
+    for cmd in COMMANDS:
+        cli.add_command(cmd)

@@ -1,0 +1,1045 @@
+"""The gate: configuration and the deploy / block / manual decision (DESIGN §8, paper Def. 6.2).
+
+>>> from otel_assay.gate import load_config, run_gate
+>>> result = run_gate("traces", load_config("assay.yaml"), baseline="version=v1", candidate="version=v2")
+>>> result.decision, result.exit_code
+('block', 1)
+
+Per scenario the gate runs, on the trials of a baseline and a candidate selection:
+
+- ``pass_rate``   the candidate's pass rate against the threshold θ (paper Def. 3.6, Wilson
+                  interval); only when a threshold is configured, so that an unchanged
+                  candidate can deploy without one;
+- ``regression``  did the pass rate drop (paper Def. 3.7 as amended by DESIGN §6): FAIL on a
+                  significant drop of at least δ, PASS on non-inferiority; with paired
+                  trials (same trial indices in both arms) the FAIL test is exact McNemar;
+- ``fingerprint`` Hotelling T² on the behavioural fingerprints (paper Thm 7.1): FAIL when
+                  the mean fingerprint moved, with the smallest shift it could have seen;
+- ``stability``   the stability sub-scores (seeds/stability-subscores.txt): drift flags
+                  that the candidate raises and the baseline did not; reported, and gating
+                  only when ``checks.stability`` is on (they are "look here" heuristics).
+
+The FAIL side of each check family is corrected for multiple testing across scenarios
+(Holm by default); a PASS needs every scenario to PASS, which needs no correction. Coverage
+is computed on the candidate's trials. Decision: **deploy** when every gating check PASSes
+and coverage meets its minimum, **block** when any FAILs, **manual** otherwise.
+
+Trials without an outcome are judged only by the checks that do not need one (fingerprint,
+stability, coverage); trials the error classes exclude (infrastructure, pre-validation,
+empty runs) count in no check and are reported.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from . import stats
+from .errors import EXIT_BLOCK, EXIT_DEPLOY, EXIT_MANUAL, DataError, UsageError
+
+CHECKS = ("pass_rate", "regression", "fingerprint", "stability", "contracts")
+CORRECTIONS = ("holm", "bonferroni", "bh", "by", "none")
+COVERAGE_DIMENSIONS = ("tool", "path", "state", "boundary", "model")
+STABILITY_SCORES = ("tool_usage_stability", "response_consistency", "redundancy", "cost_per_progress")
+PASS, FAIL, INCONCLUSIVE, SKIPPED = "PASS", "FAIL", "INCONCLUSIVE", "SKIPPED"
+DECISION_EXIT = {"deploy": EXIT_DEPLOY, "block": EXIT_BLOCK, "manual": EXIT_MANUAL}
+
+# Wall-clock latency differs between machines and days with no change to the agent; with a
+# stored baseline (paper §7.3) it would make the fingerprint test block every run.
+DEFAULT_EXCLUDED_FEATURES = ("latency_s",)
+# Bookkeeping columns of the fingerprint matrix that are not features.
+_ID_COLUMNS = ("trace_id", "scenario", "version", "run_id")
+
+
+# ================================================================== configuration
+@dataclass
+class ScenarioSettings:
+    """The settings one scenario is judged with (the suite's, with its overrides applied)."""
+
+    threshold: float | None
+    delta: float
+    beta: float
+    checks: dict[str, bool]
+
+
+@dataclass
+class GateConfig:
+    """Everything the gate can be told. Defaults are the documented defaults of ``init``."""
+
+    alpha: float = 0.05
+    beta: float = 0.10
+    delta: float = 0.10
+    threshold: float | None = None
+    correction: str = "holm"
+    min_coverage: float | None = None
+    pairing: str = "auto"
+    checks: dict[str, bool] = field(default_factory=lambda: {
+        "pass_rate": True, "regression": True, "fingerprint": True, "stability": False, "contracts": False})
+    exclude_features: tuple[str, ...] = DEFAULT_EXCLUDED_FEATURES
+    permutations: int = 9999
+    seed: int = 0
+    stability_floor: float = 0.5
+    coverage_tools: tuple[str, ...] = ()
+    coverage_models: tuple[str, ...] = ()
+    coverage_weights: dict[str, float] | None = None
+    state_lambda: float = stats.DEFAULT_STATE_LAMBDA
+    scenarios: dict[str, dict[str, Any]] = field(default_factory=dict)
+    source: str = "(defaults)"
+
+    def for_scenario(self, scenario: str) -> ScenarioSettings:
+        o = self.scenarios.get(scenario, {})
+        checks = dict(self.checks)
+        checks.update(o.get("checks", {}))
+        return ScenarioSettings(o.get("threshold", self.threshold), o.get("delta", self.delta),
+                                o.get("beta", self.beta), checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "alpha": self.alpha, "beta": self.beta, "delta": self.delta,
+            "threshold": self.threshold, "correction": self.correction, "min_coverage": self.min_coverage,
+            "pairing": self.pairing, "checks": dict(self.checks),
+            "fingerprint": {"exclude": list(self.exclude_features), "permutations": self.permutations,
+                            "seed": self.seed},
+            "stability": {"floor": self.stability_floor},
+            "coverage": {"tools": list(self.coverage_tools), "models": list(self.coverage_models),
+                         "weights": self.coverage_weights, "state_lambda": self.state_lambda},
+            "scenarios": copy.deepcopy(self.scenarios),
+        }
+
+
+STARTER_CONFIG = """\
+# otel-assay gate configuration (otel-assay gate LAKE --config assay.yaml).
+# Every key is optional; the values below are the defaults. Unknown keys are errors.
+version: 1
+
+# Error rates and effect size.
+alpha: 0.05        # false-alarm rate of each FAIL (after the multiple-testing correction)
+beta: 0.10         # 1 - power, for the reported power, n* and smallest detectable shift
+delta: 0.10        # smallest pass-rate drop that matters: a drop >= delta can FAIL,
+                   # and PASS (non-inferiority) proves the drop is < delta
+
+# Absolute pass-rate bar for the candidate (paper Def. 3.6). Off (null) by default, so an
+# unchanged candidate can deploy; set e.g. 0.85 to also require the rate to be >= 0.85.
+threshold: null
+
+# Multiple testing across scenarios: holm (family-wise), bonferroni, bh, by (false
+# discovery rate) or none.
+correction: holm
+
+# Coverage of the candidate's trials (0..1) needed to deploy; null = report only.
+min_coverage: null
+
+# auto: use exact McNemar when baseline and candidate trials pair by (scenario, trial
+# index); off: always the unpaired Fisher test.
+pairing: auto
+
+# Which checks run. A check that is off is not run; stability is reported either way and
+# gates only when on. contracts is reserved for a later release.
+checks:
+  pass_rate: true      # needs threshold
+  regression: true
+  fingerprint: true
+  stability: false
+
+fingerprint:
+  # Fingerprint columns left out of the Hotelling T^2 test. Wall-clock latency changes
+  # with the machine, so a stored baseline would flag every run.
+  exclude: [latency_s]
+  permutations: 9999   # permutation p-value draws (used below 100 trials per scenario)
+  seed: 0
+
+stability:
+  floor: 0.5           # a mean sub-score below this raises a drift flag
+
+coverage:
+  tools: []            # available tools; empty = the tool definitions recorded on LLM spans
+  models: []           # models you intend to support; empty = model coverage n/a
+  # weights: {tool: 1, path: 1, state: 1, boundary: 1, model: 1}
+  state_lambda: 50     # expected number of distinct abstract states (paper Eq. 17)
+
+# Per-scenario overrides of threshold, delta, beta and checks, e.g.:
+# scenarios:
+#   refund-request:
+#     threshold: 0.9
+#     delta: 0.05
+#   order-status:
+#     checks: {fingerprint: false}
+scenarios: {}
+
+# Reserved for behavioural contracts (not yet supported: must stay empty).
+contracts: {}
+"""
+
+
+class _Located:
+    """Line numbers of the keys of a YAML document, by key path."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.lines: dict[tuple, int] = {}
+
+    def where(self, path: tuple) -> str:
+        for i in range(len(path), -1, -1):
+            if path[:i] in self.lines:
+                return f"{self.source}:{self.lines[path[:i]]}"
+        return self.source
+
+    def error(self, path: tuple, message: str) -> UsageError:
+        key = ".".join(str(p) for p in path) or "(top level)"
+        return UsageError(f"{self.where(path)}: {key}: {message}")
+
+    def walk(self, node, path: tuple = ()) -> None:
+        import yaml
+
+        self.lines[path] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, value_node in node.value:
+                key = key_node.value
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise UsageError(f"{self.source}:{line}: {'.'.join(map(str, path + (key,)))}: "
+                                     f"duplicate key (first at line {seen[key]}); keep one")
+                seen[key] = line
+                self.walk(value_node, path + (key,))
+                self.lines[path + (key,)] = line
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self.walk(item, path + (i,))
+
+
+def _unit(loc: _Located, path: tuple, value, *, closed_high: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise loc.error(path, f"must be a number in (0, 1{']' if closed_high else ')'}, got {value!r}")
+    v = float(value)
+    if not (0.0 < v < 1.0 or (closed_high and v == 1.0)):
+        raise loc.error(path, f"must be in (0, 1{']' if closed_high else ')'}, got {value!r}")
+    return v
+
+
+def _keys(loc: _Located, path: tuple, value, allowed: tuple[str, ...]) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise loc.error(path, f"must be a mapping, got {type(value).__name__}")
+    for k in value:
+        if k not in allowed:
+            raise loc.error(path + (k,), f"unknown key; allowed here: {', '.join(allowed)}")
+    return value
+
+
+def _str_list(loc: _Located, path: tuple, value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
+        raise loc.error(path, f"must be a list of names, got {value!r}")
+    return tuple(value)
+
+
+def _checks(loc: _Located, path: tuple, value) -> dict[str, bool]:
+    value = _keys(loc, path, value, CHECKS)
+    for k, v in value.items():
+        if not isinstance(v, bool):
+            raise loc.error(path + (k,), f"must be true or false, got {v!r}")
+    if value.get("contracts"):
+        raise loc.error(path + ("contracts",), "contracts are reserved and not supported yet; remove it")
+    return dict(value)
+
+
+def parse_config(text: str, source: str = "<config>") -> GateConfig:
+    """Validate a YAML configuration (``yaml.safe_load``); every error names the key and line."""
+    import yaml
+
+    loc = _Located(source)
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise UsageError(f"{where}: malformed YAML: {problem}; fix the syntax (run `otel-assay init` "
+                         "for a valid starter file)") from None
+    if node is not None:
+        loc.walk(node)
+    cfg = GateConfig(source=source)
+    if data is None:
+        return cfg
+    top = ("version", "alpha", "beta", "delta", "threshold", "correction", "min_coverage", "pairing", "checks",
+           "fingerprint", "stability", "coverage", "scenarios", "contracts")
+    data = _keys(loc, (), data, top)
+    if data.get("version", 1) != 1:
+        raise loc.error(("version",), f"unsupported config version {data['version']!r}; this otel-assay reads 1")
+    for key in ("alpha", "beta", "delta"):
+        if key in data:
+            setattr(cfg, key, _unit(loc, (key,), data[key]))
+    if data.get("threshold") is not None:
+        cfg.threshold = _unit(loc, ("threshold",), data["threshold"])
+    if data.get("min_coverage") is not None:
+        cfg.min_coverage = _unit(loc, ("min_coverage",), data["min_coverage"], closed_high=True)
+    if "correction" in data:
+        if data["correction"] not in CORRECTIONS:
+            raise loc.error(("correction",), f"must be one of {', '.join(CORRECTIONS)}, got {data['correction']!r}")
+        cfg.correction = data["correction"]
+    if "pairing" in data:
+        if data["pairing"] not in ("auto", "off"):
+            raise loc.error(("pairing",), f"must be auto or off, got {data['pairing']!r}")
+        cfg.pairing = data["pairing"]
+    cfg.checks.update(_checks(loc, ("checks",), data.get("checks")))
+
+    fp = _keys(loc, ("fingerprint",), data.get("fingerprint"), ("exclude", "permutations", "seed"))
+    if "exclude" in fp:
+        cfg.exclude_features = _str_list(loc, ("fingerprint", "exclude"), fp["exclude"])
+    for key, minimum in (("permutations", 99), ("seed", 0)):
+        if key in fp:
+            v = fp[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                raise loc.error(("fingerprint", key), f"must be an integer >= {minimum}, got {v!r}")
+            setattr(cfg, key, v)
+
+    st = _keys(loc, ("stability",), data.get("stability"), ("floor",))
+    if "floor" in st:
+        cfg.stability_floor = _unit(loc, ("stability", "floor"), st["floor"])
+
+    cov = _keys(loc, ("coverage",), data.get("coverage"), ("tools", "models", "weights", "state_lambda"))
+    cfg.coverage_tools = _str_list(loc, ("coverage", "tools"), cov.get("tools"))
+    cfg.coverage_models = _str_list(loc, ("coverage", "models"), cov.get("models"))
+    if cov.get("weights") is not None:
+        w = _keys(loc, ("coverage", "weights"), cov["weights"], COVERAGE_DIMENSIONS)
+        for k, v in w.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise loc.error(("coverage", "weights", k), f"must be a number >= 0, got {v!r}")
+        cfg.coverage_weights = {k: float(v) for k, v in w.items()}
+    if "state_lambda" in cov:
+        v = cov["state_lambda"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+            raise loc.error(("coverage", "state_lambda"), f"must be a number > 0, got {v!r}")
+        cfg.state_lambda = float(v)
+
+    scen = data.get("scenarios") or {}
+    if not isinstance(scen, dict):
+        raise loc.error(("scenarios",), "must be a mapping of scenario name -> overrides")
+    for name, over in scen.items():
+        path = ("scenarios", name)
+        if over is None:
+            continue
+        if "alpha" in (over if isinstance(over, dict) else {}):
+            raise loc.error(path + ("alpha",), "alpha is suite-wide (the multiple-testing correction needs one "
+                                               "level); set it at the top level")
+        over = _keys(loc, path, over, ("threshold", "delta", "beta", "checks"))
+        parsed: dict[str, Any] = {}
+        for key in ("delta", "beta"):
+            if key in over:
+                parsed[key] = _unit(loc, path + (key,), over[key])
+        if "threshold" in over:
+            parsed["threshold"] = None if over["threshold"] is None else _unit(loc, path + ("threshold",),
+                                                                              over["threshold"])
+        if "checks" in over:
+            parsed["checks"] = _checks(loc, path + ("checks",), over["checks"])
+        cfg.scenarios[str(name)] = parsed
+
+    contracts = data.get("contracts")
+    if contracts not in (None, {}, []):
+        raise loc.error(("contracts",), "contracts are reserved and not supported yet; leave the section empty")
+    return cfg
+
+
+def load_config(path: str | os.PathLike | None) -> GateConfig:
+    """Read and validate a YAML config file; None gives the defaults."""
+    if path is None:
+        return GateConfig()
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"config file {p} does not exist; create one with `otel-assay init {p}`") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read config file {p}: {e}") from None
+    return parse_config(text, str(p))
+
+
+# ================================================================== results
+@dataclass
+class Check:
+    """One check of one scenario. ``gating`` False: reported, not part of the decision."""
+
+    name: str
+    verdict: str
+    reason: str
+    gating: bool = True
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Arm:
+    """One side (baseline or candidate) of one scenario."""
+
+    trials: int = 0            # all trials of the scenario in the selection
+    counted: int = 0           # trials the error classes do not exclude
+    with_outcome: int = 0      # counted trials with a known outcome
+    passes: int = 0
+    excluded: dict[str, int] = field(default_factory=dict)   # error class -> trials
+    rate: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    stability: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"trials": self.trials, "counted": self.counted, "with_outcome": self.with_outcome,
+                "passes": self.passes, "excluded": dict(self.excluded), "pass_rate": self.rate,
+                "ci_low": self.ci_low, "ci_high": self.ci_high, "stability": self.stability}
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str
+    baseline: Arm | None
+    candidate: Arm
+    settings: ScenarioSettings
+    checks: list[Check] = field(default_factory=list)
+
+    def check(self, name: str) -> Check | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    @property
+    def verdict(self) -> str:
+        gating = [c.verdict for c in self.checks if c.gating and c.verdict != SKIPPED]
+        if not gating:
+            return INCONCLUSIVE
+        return stats.suite_verdict(gating).verdict.value
+
+
+@dataclass
+class GateResult:
+    """What the gate found and decided. ``as_dict`` is the JSON report (schema gate-report v1)."""
+
+    mode: str                          # gate | regress | verdict
+    config: GateConfig
+    baseline: dict[str, Any] | None    # {"lake", "selection", "trials"}
+    candidate: dict[str, Any]
+    scenarios: list[ScenarioResult]
+    suite: dict[str, dict[str, Any]]   # check -> {"verdict", "pass", "fail", "inconclusive"}
+    coverage: dict[str, Any] | None
+    decision: str
+    reasons: list[str]
+    notes: list[str]
+    plots: dict[str, Any] = field(default_factory=dict)   # data for the HTML plots only
+
+    @property
+    def exit_code(self) -> int:
+        return DECISION_EXIT[self.decision]
+
+    def as_dict(self) -> dict[str, Any]:
+        from .report.json_report import report_dict
+
+        return report_dict(self)
+
+
+# ================================================================== data access
+def _open(lake) -> Any:
+    from .analyze.engine import Engine
+    from .collect.lake import LakeError
+
+    if not isinstance(lake, (str, os.PathLike)):
+        return lake
+    try:
+        # DuckDB's default is 80 % of RAM; the gate must stay within a CI runner's budget
+        # (2 GB at 2,000,000 spans), and DuckDB spills to disk past the limit.
+        eng = Engine(lake, memory_limit=os.environ.get("OTEL_ASSAY_MEMORY_LIMIT", "1GB"))
+    except LakeError as e:
+        raise DataError(f"{lake}: {e}") from None
+    except Exception as e:  # duckdb raises its own kinds on corrupt or truncated files
+        raise DataError(f"{lake}: cannot read the lake: {str(e).splitlines()[0]}") from None
+    eng.con.execute("SET enable_progress_bar = false")  # ours is on stderr, and only on a terminal
+    return eng
+
+
+def _check_has_trials(eng, lake_name: str) -> None:
+    n_spans = eng.rows("SELECT count(*) FROM spans")[0][0]
+    if n_spans == 0:
+        raise DataError(f"{lake_name}: the lake is empty (no spans); run the agent's trials with "
+                        "otel_assay.trial(...) writing to this lake first")
+    n_trials, n_traces = eng.rows("SELECT count(scenario), count(*) FROM trials")[0]
+    if n_trials == 0:
+        raise DataError(f"{lake_name}: the lake has {n_spans} spans in {n_traces} traces but no trials "
+                        "(no trace carries assay.scenario); wrap each agent run in "
+                        "`with otel_assay.trial(scenario, version=...)`")
+
+
+def _select(eng, selector: str | None, table: str, lake_name: str) -> int:
+    from .analyze.select import NoTrialsError, Selection, SelectorError, select_trials
+
+    try:
+        sel = Selection.parse([selector] if selector else [])
+    except SelectorError as e:
+        raise UsageError(str(e)) from None
+    try:
+        select_trials(eng, sel, table)
+    except NoTrialsError as e:
+        raise DataError(f"{lake_name}: {e}") from None
+    # trials without a scenario are traces that are not trials (e.g. gate result spans)
+    eng.rows(f"DELETE FROM {table} WHERE trace_id IN (SELECT trace_id FROM trials WHERE scenario IS NULL)")
+    n = eng.rows(f"SELECT count(*) FROM {table}")[0][0]
+    if n == 0:
+        raise DataError(f"{lake_name}: no trials match {sel} (the matching traces carry no assay.scenario)")
+    return n
+
+
+def _versions(eng) -> list[tuple[str, int]]:
+    return [(v, n) for v, n in eng.rows(
+        "SELECT version, count(*) FROM trials WHERE scenario IS NOT NULL GROUP BY version "
+        "ORDER BY min(start_time_unix_nano), version")]
+
+
+def _default_selectors(eng, baseline, candidate, separate_baseline: bool) -> tuple[str | None, str | None]:
+    """With no selectors: the two versions of the lake, oldest first, are baseline and candidate."""
+    if separate_baseline or (baseline and candidate):
+        return baseline, candidate
+    versions = _versions(eng)
+    names = [v for v, _ in versions if v is not None]
+    listing = ", ".join(f"{v} ({n} trials)" for v, n in versions) or "none"
+    if baseline is None and candidate is None and len(names) == 2 and len(versions) == 2:
+        return f"version={names[0]}", f"version={names[1]}"
+    if len(names) == 2 and len(versions) == 2:
+        other = {f"version={names[0]}": f"version={names[1]}", f"version={names[1]}": f"version={names[0]}"}
+        if baseline in other:
+            return baseline, other[baseline]
+        if candidate in other:
+            return other[candidate], candidate
+    raise UsageError(f"say which trials to compare with --baseline SEL and --candidate SEL (for example "
+                     f"--baseline version=v1 --candidate version=v2); the lake's versions: {listing}")
+
+
+def _arm_trials(eng, table: str) -> dict[str, np.ndarray]:
+    t = eng.query(f"SELECT trace_id, scenario, trial_index, counted, passed, error_class, "
+                  f"start_time_unix_nano FROM trials SEMI JOIN {table} USING (trace_id) "
+                  f"ORDER BY scenario, start_time_unix_nano, trace_id")
+    cols = {name: t.column(name).to_numpy(zero_copy_only=False) for name in t.column_names}
+    return cols
+
+
+def _arms(cols: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Per-scenario views of an arm's trial columns (contiguous: sorted by scenario)."""
+    sc = cols["scenario"]
+    out = {}
+    if len(sc) == 0:
+        return out
+    starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+    ends = np.r_[starts[1:], len(sc)]
+    for s, e in zip(starts, ends):
+        out[str(sc[s])] = {k: v[s:e] for k, v in cols.items()}
+    return out
+
+
+def _arm_summary(t: dict[str, np.ndarray], alpha: float) -> Arm:
+    counted = t["counted"].astype(bool)
+    passed = t["passed"]
+    known = counted & np.array([p is not None and p == p for p in passed], dtype=bool)
+    passes = int(sum(bool(p) for p in passed[known]))
+    excluded: dict[str, int] = {}
+    for cls in t["error_class"][~counted]:
+        excluded[str(cls)] = excluded.get(str(cls), 0) + 1
+    arm = Arm(trials=len(counted), counted=int(counted.sum()), with_outcome=int(known.sum()), passes=passes,
+              excluded=excluded)
+    if arm.with_outcome:
+        ci = stats.wilson_interval(passes, arm.with_outcome, alpha)
+        arm.rate, arm.ci_low, arm.ci_high = ci.estimate, ci.low, ci.high
+    return arm
+
+
+def _outcomes(t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(trial_index, passed) of the counted trials with a known outcome, in run order."""
+    counted = t["counted"].astype(bool)
+    known = np.array([p is not None and p == p for p in t["passed"]], dtype=bool) & counted
+    idx = t["trial_index"][known]
+    return idx, np.array([bool(p) for p in t["passed"][known]], dtype=bool)
+
+
+# ================================================================== checks
+def _score_pvalue_below(k: int, n: int, theta: float) -> float:
+    """One-sided Wilson score-test p-value for H1: p < theta (its inversion is the Wilson bound)."""
+    z = (theta - k / n) / math.sqrt(theta * (1 - theta) / n)
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def _adjust(pvalues: list[float], method: str, alpha: float) -> list[float]:
+    if not pvalues:
+        return []
+    if method == "none":
+        return list(pvalues)
+    return [float(p) for p in stats.adjust_pvalues(pvalues, method=method, alpha=alpha).adjusted]
+
+
+def _pass_rate_checks(results: list[ScenarioResult], cfg: GateConfig) -> None:
+    todo = []
+    for r in results:
+        s = r.settings
+        if not s.checks["pass_rate"]:
+            continue
+        if s.threshold is None:
+            continue
+        if r.candidate.with_outcome == 0:
+            r.checks.append(Check("pass_rate", SKIPPED, "no candidate trial has an outcome; judged by the "
+                                  "checks that need none (fingerprint, stability, coverage)", gating=False))
+            continue
+        todo.append(r)
+    pvals = [_score_pvalue_below(r.candidate.passes, r.candidate.with_outcome, r.settings.threshold) for r in todo]
+    adjusted = _adjust(pvals, cfg.correction, cfg.alpha)
+    for r, p, p_adj in zip(todo, pvals, adjusted):
+        a, th = r.candidate, r.settings.threshold
+        v = stats.verdict(a.passes, a.with_outcome, th, cfg.alpha)
+        # PASS needs every scenario's lower bound >= theta (intersection-union: no correction);
+        # FAIL compares the corrected score-test p-value with the interval's tail alpha/2.
+        if v.verdict is stats.Verdict.PASS:
+            verdict, reason = PASS, f"lower {1 - cfg.alpha:.0%} bound {v.ci.low:.3f} >= threshold {th}"
+        elif p_adj < cfg.alpha / 2:
+            verdict, reason = FAIL, f"upper bound {v.ci.high:.3f} < threshold {th} (adjusted p={p_adj:.3g})"
+        else:
+            verdict, reason = INCONCLUSIVE, (f"interval [{v.ci.low:.3f}, {v.ci.high:.3f}] contains threshold {th}"
+                                             if v.verdict is not stats.Verdict.FAIL else
+                                             f"upper bound {v.ci.high:.3f} < threshold {th} but not after the "
+                                             f"{cfg.correction} correction (adjusted p={p_adj:.3g})")
+        n_star = None
+        if 0 < th - r.settings.delta:
+            n_star = stats.sample_size_threshold(th, r.settings.delta, cfg.alpha, r.settings.beta)
+        r.checks.append(Check("pass_rate", verdict, reason, stats={
+            "successes": a.passes, "n": a.with_outcome, "pass_rate": v.estimate, "ci_low": v.ci.low,
+            "ci_high": v.ci.high, "threshold": th, "pvalue": p, "pvalue_adjusted": p_adj, "n_star": n_star}))
+
+
+def _sprt_paths(results: list[ScenarioResult], arms_c, cfg: GateConfig) -> dict[str, Any]:
+    """For the HTML plot: Wald's SPRT over the candidate's trials in run order, against the
+    threshold, or the baseline's pass rate when there is none."""
+    out = {}
+    for r in results:
+        if r.scenario not in arms_c:
+            continue
+        s = r.settings
+        theta, from_baseline = s.threshold, False
+        if theta is None and r.baseline is not None and r.baseline.rate is not None:
+            theta, from_baseline = r.baseline.rate, True
+        _, ok = _outcomes(arms_c[r.scenario])
+        if theta is None or not (s.delta < theta < 1.0) or len(ok) == 0:
+            continue
+        test = stats.SPRT(theta, s.delta, cfg.alpha, s.beta)
+        for o in ok:
+            if test.state.done:
+                break
+            test.update(bool(o))
+        d = test.design
+        out[r.scenario] = {"path": [float(x) for x in test.path], "lower": d.lower, "upper": d.upper,
+                           "decision": test.state.decision, "theta": theta, "theta_from_baseline": from_baseline}
+    return out
+
+
+def _paired(ib, ob, ic, oc) -> tuple[int, int] | None:
+    """(regressions, improvements) when both arms hold the same distinct trial indices."""
+    if len(ib) == 0 or len(ib) != len(ic):
+        return None
+    if any(x is None or x != x for x in ib) or any(x is None or x != x for x in ic):
+        return None
+    ib, ic = ib.astype(np.int64), ic.astype(np.int64)
+    if len(np.unique(ib)) != len(ib) or not np.array_equal(np.sort(ib), np.sort(ic)):
+        return None
+    b = ob[np.argsort(ib)]
+    c = oc[np.argsort(ic)]
+    return int(np.sum(b & ~c)), int(np.sum(~b & c))
+
+
+def _regression_checks(results: list[ScenarioResult], arms_b, arms_c, cfg: GateConfig) -> None:
+    todo = []
+    for r in results:
+        if not r.settings.checks["regression"]:
+            continue
+        if r.baseline is None or r.baseline.trials == 0:
+            r.checks.append(Check("regression", INCONCLUSIVE, "no baseline trials for this scenario: "
+                                  "nothing to compare with (run the baseline on it)"))
+            continue
+        if r.candidate.trials == 0:
+            r.checks.append(Check("regression", INCONCLUSIVE, "the candidate did not run this scenario"))
+            continue
+        if r.baseline.with_outcome == 0 or r.candidate.with_outcome == 0:
+            side = "baseline" if r.baseline.with_outcome == 0 else "candidate"
+            r.checks.append(Check("regression", SKIPPED, f"no {side} trial has an outcome; judged by the "
+                                  "checks that need none (fingerprint, stability, coverage)", gating=False))
+            continue
+        todo.append(r)
+    raw, pvals = [], []
+    for r in todo:
+        b, c, s = r.baseline, r.candidate, r.settings
+        res = stats.regression_verdict(b.passes, b.with_outcome, c.passes, c.with_outcome, s.delta, cfg.alpha, s.beta)
+        pairs = None
+        if cfg.pairing == "auto":
+            pairs = _paired(*_outcomes(arms_b[r.scenario]), *_outcomes(arms_c[r.scenario]))
+        mc = stats.mcnemar_exact(*pairs) if pairs else None
+        raw.append((res, mc))
+        pvals.append(mc.pvalue if mc else res.pvalue)
+    adjusted = _adjust(pvals, cfg.correction, cfg.alpha)
+    for r, (res, mc), p_adj in zip(todo, raw, adjusted):
+        s = r.settings
+        test = "McNemar" if mc else "Fisher"
+        tag = "" if cfg.correction == "none" or len(todo) == 1 else "adjusted "
+        if p_adj < cfg.alpha and res.drop >= s.delta - 1e-12:
+            v, reason = FAIL, f"{tag}{test} p={p_adj:.3g} < alpha={cfg.alpha} and drop {res.drop:.3f} >= delta={s.delta}"
+        elif res.drop_upper < s.delta:
+            v, reason = PASS, f"upper {1 - cfg.alpha:.0%} bound on the drop {res.drop_upper:.3f} < delta={s.delta}"
+        else:
+            v = INCONCLUSIVE
+            reason = (f"{tag}{test} p={p_adj:.3g}; upper bound on the drop {res.drop_upper:.3f} >= delta={s.delta}"
+                      + (f": about {res.n_star} trials per version decide (n*)" if res.n_star else ""))
+        e = res.effects
+        st = {"test": test.lower() if mc is None else "mcnemar-exact", "baseline_successes": res.baseline_successes,
+              "baseline_n": res.baseline_n, "candidate_successes": res.candidate_successes,
+              "candidate_n": res.candidate_n, "drop": res.drop, "drop_upper": res.drop_upper,
+              "pvalue": mc.pvalue if mc else res.pvalue, "pvalue_adjusted": p_adj,
+              "neg_log10_pvalue": mc.neg_log10_pvalue if mc else res.neg_log10_pvalue,
+              "fisher_pvalue": res.pvalue, "cohens_h": e.cohens_h, "cohens_h_magnitude": e.cohens_h_magnitude,
+              "odds_ratio": e.odds_ratio, "power": res.power, "n_star": res.n_star, "delta": s.delta}
+        if mc:
+            st.update(regressions=mc.regressions, improvements=mc.improvements)
+        r.checks.append(Check("regression", v, reason, stats=st))
+
+
+def _fingerprint_tables(eng_b, eng_c, table_b: str, table_c: str):
+    from .analyze.fingerprint import fingerprint_matrix, tool_vocabulary
+
+    vocab = sorted(set(tool_vocabulary(eng_b, table_b)) | set(tool_vocabulary(eng_c, table_c)))
+    return fingerprint_matrix(eng_b, table_b, vocab), fingerprint_matrix(eng_c, table_c, vocab)
+
+
+def _matrix(table, features: list[str], rows: np.ndarray) -> np.ndarray:
+    return np.column_stack([table.column(f).to_numpy(zero_copy_only=False)[rows].astype(float)
+                            for f in features]) if features else np.zeros((len(rows), 0))
+
+
+def _fingerprint_checks(results, fp_b, fp_c, counted_b: set, counted_c: set, cfg: GateConfig, plots: dict,
+                        progress: Callable[[str], None]) -> list[str]:
+    notes = []
+    names = [n for n in fp_c.column_names if n not in _ID_COLUMNS]
+    excluded = [n for n in cfg.exclude_features if n in names]
+    names = [n for n in names if n not in cfg.exclude_features]
+    # columns with a missing value (e.g. cost of an unpriced model) cannot enter the test
+    missing = [n for n in names if fp_b.column(n).null_count or fp_c.column(n).null_count]
+    features = [n for n in names if n not in missing]
+    if missing:
+        notes.append(f"fingerprint features left out for missing values: {', '.join(missing)} "
+                     "(cost needs a priced model: see --prices / OTEL_ASSAY_PRICES)")
+
+    def rows_by_scenario(fp, counted):
+        tid = fp.column("trace_id").to_numpy(zero_copy_only=False)
+        sc = fp.column("scenario").to_numpy(zero_copy_only=False)
+        keep = np.fromiter((t in counted for t in tid), bool, len(tid))
+        out: dict[str, np.ndarray] = {}
+        order = np.flatnonzero(keep)
+        for s in np.unique(sc[order].astype(str)) if len(order) else []:
+            out[s] = order[sc[order] == s]
+        return out
+
+    rb, rc = rows_by_scenario(fp_b, counted_b), rows_by_scenario(fp_c, counted_c)
+    todo = []
+    for r in results:
+        if not r.settings.checks["fingerprint"]:
+            continue
+        if r.scenario not in rb or r.scenario not in rc:
+            side = "baseline" if r.scenario not in rb else "candidate"
+            r.checks.append(Check("fingerprint", INCONCLUSIVE, f"no {side} trials for this scenario: no comparison"))
+            continue
+        todo.append(r)
+    found = []
+    for i, r in enumerate(todo):
+        progress(f"fingerprint {r.scenario} ({i + 1}/{len(todo)})")
+        xb, xc = _matrix(fp_b, features, rb[r.scenario]), _matrix(fp_c, features, rc[r.scenario])
+        h = stats.hotelling_t2(xb, xc, alpha=cfg.alpha, beta=r.settings.beta, n_permutations=cfg.permutations,
+                               seed=cfg.seed, feature_names=features, top_k=5)
+        found.append(h)
+        plots.setdefault("pca", {})[r.scenario] = _pca_points(xb, xc)
+    family = [i for i, h in enumerate(found) if h.verdict is not stats.Verdict.INCONCLUSIVE]
+    adjusted = dict(zip(family, _adjust([found[i].pvalue for i in family], cfg.correction, cfg.alpha)))
+    for i, (r, h) in enumerate(zip(todo, found)):
+        crit = _t2_critical(h, cfg.alpha)
+        st = {"t2": None if math.isinf(h.statistic) else h.statistic, "f": h.f_statistic,
+              "df": list(h.df) if h.df else None, "pvalue": h.pvalue, "pvalue_adjusted": adjusted.get(i, h.pvalue),
+              "neg_log10_pvalue": h.neg_log10_pvalue, "method": h.method, "d_eff": h.d_eff,
+              "n_features": h.n_features, "shrinkage": h.shrinkage, "n_baseline": h.n_baseline,
+              "n_candidate": h.n_candidate, "min_detectable_shift": h.min_detectable_shift, "t2_critical": crit,
+              # a pooled SD of rounding noise (a feature constant within each arm) gives an
+              # astronomically large smd: it means "separated", which null (±inf) says
+              "top_features": [{"name": f.name, "smd": None if not abs(f.smd) < 1e6 else f.smd,
+                                "baseline_mean": f.baseline_mean, "candidate_mean": f.candidate_mean}
+                               for f in h.top_features],
+              "excluded_features": excluded + missing}
+        if h.verdict is stats.Verdict.INCONCLUSIVE:
+            r.checks.append(Check("fingerprint", INCONCLUSIVE, h.reason, stats=st))
+            continue
+        p_adj = adjusted[i]
+        mds = f"; smallest detectable shift {h.min_detectable_shift:.2f} SD" if h.min_detectable_shift else ""
+        moved = ", ".join(f.name for f in h.top_features[:3] if f.smd != 0)
+        if p_adj < cfg.alpha:
+            r.checks.append(Check("fingerprint", FAIL, f"behaviour shifted: p={p_adj:.3g} < alpha={cfg.alpha} "
+                                  f"(d_eff={h.d_eff}); moved most: {moved}", stats=st))
+        else:
+            r.checks.append(Check("fingerprint", PASS, f"no shift detected: p={p_adj:.3g} (d_eff={h.d_eff}){mds}",
+                                  stats=st))
+        plots.setdefault("t2", {})[r.scenario] = {"t2": st["t2"], "critical": crit, "verdict": r.checks[-1].verdict}
+    return notes
+
+
+def _t2_critical(h, alpha: float) -> float | None:
+    """The T² a shift must reach to be significant at alpha (from the F reference)."""
+    if not h.df:
+        return None
+    from scipy.special import fdtri
+
+    d1, d2 = h.df
+    n = h.n_baseline + h.n_candidate
+    return float(fdtri(d1, d2, 1.0 - alpha) * (n - 2) * d1 / d2)
+
+
+def _pca_points(xb: np.ndarray, xc: np.ndarray, limit: int = 300) -> dict[str, Any]:
+    """The first two principal components of both arms, up to ``limit`` trials each, for plotting."""
+    x = np.vstack([xb, xc])
+    if x.shape[0] < 3 or x.shape[1] == 0:
+        return {"baseline": [], "candidate": [], "explained": [0.0, 0.0]}
+    sd = x.std(axis=0)
+    keep = sd > 1e-12
+    if not keep.any():
+        return {"baseline": [], "candidate": [], "explained": [0.0, 0.0]}
+    z = (x[:, keep] - x[:, keep].mean(axis=0)) / sd[keep]
+    rng = np.random.default_rng(0)
+    fit = z if len(z) <= 5000 else z[rng.choice(len(z), 5000, replace=False)]
+    _, s, vt = np.linalg.svd(fit, full_matrices=False)
+    comps = vt[:2].T
+    if comps.shape[1] == 1:
+        comps = np.column_stack([comps, np.zeros(len(comps))])
+    pts = z @ comps
+    share = (s ** 2) / max((s ** 2).sum(), 1e-300)
+
+    def sample(p):
+        if len(p) > limit:
+            p = p[np.sort(rng.choice(len(p), limit, replace=False))]
+        return [[round(float(a), 4), round(float(b), 4)] for a, b in p]
+
+    return {"baseline": sample(pts[: len(xb)]), "candidate": sample(pts[len(xb):]),
+            "explained": [float(share[0]), float(share[1]) if len(share) > 1 else 0.0]}
+
+
+def _stability(eng, table: str, floor: float) -> dict[str, dict[str, Any]]:
+    cols = ", ".join(f"avg({s})" for s in STABILITY_SCORES)
+    out = {}
+    for row in eng.rows(f"SELECT scenario, count(*), {cols}, avg(weakest_score), min(weakest_score), "
+                        f"var_pop(weakest_score) FROM stability SEMI JOIN {table} USING (trace_id) "
+                        f"WHERE scenario IS NOT NULL GROUP BY scenario"):
+        means = dict(zip(STABILITY_SCORES, row[2:6]))
+        out[row[0]] = {"trials": row[1], "means": means, "score": row[6], "weakest_score": row[7],
+                       "variance": row[8], "flags": [k for k, v in means.items() if v is not None and v < floor]}
+    return out
+
+
+def _stability_checks(results: list[ScenarioResult], floor: float) -> None:
+    for r in results:
+        c = r.candidate.stability
+        if c is None:
+            continue
+        b = r.baseline.stability if r.baseline else None
+        new = [f for f in c["flags"] if b is None or f not in b["flags"]]
+        gating = r.settings.checks["stability"]
+        st = {"floor": floor, "candidate_flags": c["flags"], "baseline_flags": b["flags"] if b else None,
+              "new_flags": new, "candidate_score": c["score"], "baseline_score": b["score"] if b else None}
+        if new:
+            r.checks.append(Check("stability", INCONCLUSIVE, f"new drift flags below floor {floor}: "
+                                  f"{', '.join(new)} (review the trials)", gating=gating, stats=st))
+        else:
+            r.checks.append(Check("stability", PASS, f"no new drift flags (floor {floor})", gating=gating, stats=st))
+
+
+def _coverage(eng, table: str, cfg: GateConfig, use_minimum: bool) -> dict[str, Any]:
+    from .analyze.coverage import coverage_report, coverage_sets
+
+    rep = coverage_report(coverage_sets(eng, table), tools_available=cfg.coverage_tools or None,
+                          models_target=cfg.coverage_models or None, state_lambda=cfg.state_lambda,
+                          weights=cfg.coverage_weights)
+    minimum = cfg.min_coverage if use_minimum else None
+    if minimum is None:
+        verdict, reason = SKIPPED, "no coverage minimum configured: reported only"
+    elif rep.overall is None:
+        verdict, reason = INCONCLUSIVE, "coverage is undefined (every dimension n/a): declare coverage.tools or models"
+    elif rep.overall >= minimum:
+        verdict, reason = PASS, f"coverage {rep.overall:.3f} >= minimum {minimum}"
+    else:
+        verdict, reason = INCONCLUSIVE, f"coverage {rep.overall:.3f} < minimum {minimum}"
+    return {"overall": rep.overall, "minimum": minimum, "verdict": verdict, "reason": reason,
+            "weights": rep.weights, "undefined": list(rep.undefined),
+            "dimensions": [{"name": d.name, "value": d.value, "observed": d.observed, "denominator": d.denominator,
+                            "sample_coverage": d.sample_coverage, "note": d.note} for d in rep.dimensions]}
+
+
+# ================================================================== the gate
+def _lake_name(lake) -> str:
+    return str(lake) if isinstance(lake, (str, os.PathLike)) else "lake"
+
+
+def _noop(_msg: str) -> None:
+    pass
+
+
+def run_gate(lake, config: GateConfig | None = None, *, baseline: str | None = None,
+             candidate: str | None = None, baseline_lake=None, mode: str = "gate",
+             progress: Callable[[str], None] | None = None) -> GateResult:
+    """Judge ``candidate`` against ``baseline`` and decide deploy / block / manual.
+
+    ``lake`` and ``baseline_lake`` are lake directories (or glob / file list, or an open
+    :class:`~otel_assay.analyze.engine.Engine`). ``baseline`` / ``candidate`` are selectors
+    ``key=value[,key=value]`` over the trials (version, scenario, run, model, outcome). With
+    ``baseline_lake`` the baseline comes from that lake (a stored baseline, paper §7.3) and
+    each selector defaults to all trials of its lake; otherwise, with no selectors, a lake
+    holding exactly two versions compares the older (baseline) with the newer.
+
+    ``mode="regress"`` ignores the coverage minimum (exploration); ``mode="verdict"`` judges
+    the candidate alone against the threshold (see :func:`run_verdict`).
+
+    Raises :class:`UsageError` (bad selector or setting, exit 3) and :class:`DataError`
+    (empty or corrupt lake, no matching trials, exit 4).
+    """
+    cfg = config or GateConfig()
+    say = progress or _noop
+    alone = mode == "verdict"
+    if alone and cfg.threshold is None and not any(o.get("threshold") for o in cfg.scenarios.values()):
+        raise UsageError("a verdict needs a threshold: pass --threshold (e.g. 0.85) or set threshold in the config")
+    if alone:
+        cfg = copy.deepcopy(cfg)
+        cfg.checks.update(regression=False, fingerprint=False, stability=False)
+    say("opening the lake")
+    eng_c = _open(lake)
+    eng_b = _open(baseline_lake) if baseline_lake is not None else eng_c
+    try:
+        return _run(eng_b, eng_c, cfg, baseline, candidate, baseline_lake is not None, _lake_name(lake),
+                    _lake_name(baseline_lake) if baseline_lake is not None else _lake_name(lake), mode, say)
+    finally:
+        if isinstance(lake, (str, os.PathLike)):
+            eng_c.close()
+        if baseline_lake is not None and isinstance(baseline_lake, (str, os.PathLike)):
+            eng_b.close()
+
+
+def run_verdict(lake, config: GateConfig | None = None, *, select: str | None = None,
+                progress: Callable[[str], None] | None = None) -> GateResult:
+    """One version against the threshold θ (paper Def. 3.6): the pass-rate check alone, per
+    scenario, with the suite verdict. Decision deploy = PASS, block = FAIL, manual = INCONCLUSIVE."""
+    return run_gate(lake, config, candidate=select, mode="verdict", progress=progress)
+
+
+def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode, say) -> GateResult:
+    alone = mode == "verdict"
+    say("computing trials")
+    for eng in {id(eng_b): eng_b, id(eng_c): eng_c}.values():
+        eng.materialize(["steps", "trials"])
+    _check_has_trials(eng_c, lake_c)
+    if separate:
+        _check_has_trials(eng_b, lake_b)
+    if not alone:
+        baseline, candidate = _default_selectors(eng_c, baseline, candidate, separate)
+    n_c = _select(eng_c, candidate, "candidate_trials", lake_c)
+    n_b = None if alone else _select(eng_b, baseline, "baseline_trials", lake_b)
+    notes: list[str] = []
+    if not alone and not separate:
+        overlap = eng_c.rows("SELECT count(*) FROM candidate_trials SEMI JOIN baseline_trials USING (trace_id)")[0][0]
+        if overlap:
+            raise UsageError(f"the baseline ({baseline}) and candidate ({candidate}) selections share {overlap} "
+                             "trials; make them disjoint (e.g. select different versions)")
+
+    cols_c = _arm_trials(eng_c, "candidate_trials")
+    arms_c = _arms(cols_c)
+    arms_b = {} if alone else _arms(_arm_trials(eng_b, "baseline_trials"))
+    stab_c = _stability(eng_c, "candidate_trials", cfg.stability_floor)
+    stab_b = {} if alone else _stability(eng_b, "baseline_trials", cfg.stability_floor)
+
+    results = []
+    for sc in sorted(set(arms_c) | set(arms_b)):
+        s = cfg.for_scenario(sc)
+        cand = _arm_summary(arms_c[sc], cfg.alpha) if sc in arms_c else Arm()
+        cand.stability = stab_c.get(sc)
+        base = None
+        if not alone:
+            base = _arm_summary(arms_b[sc], cfg.alpha) if sc in arms_b else Arm()
+            base.stability = stab_b.get(sc)
+        results.append(ScenarioResult(sc, base, cand, s))
+    unknown_config = sorted(set(cfg.scenarios) - {r.scenario for r in results})
+    if unknown_config:
+        notes.append(f"config overrides for scenarios with no trials: {', '.join(unknown_config)}")
+
+    plots: dict[str, Any] = {}
+    say("pass rates")
+    _pass_rate_checks(results, cfg)
+    if not alone:
+        say("regression tests")
+        _regression_checks(results, arms_b, arms_c, cfg)
+        if any(r.settings.checks["fingerprint"] for r in results):
+            say("fingerprints")
+            fp_b, fp_c = _fingerprint_tables(eng_b, eng_c, "baseline_trials", "candidate_trials")
+            counted_b = {str(t) for a in arms_b.values() for t, k in zip(a["trace_id"], a["counted"]) if k}
+            counted_c = {str(t) for a in arms_c.values() for t, k in zip(a["trace_id"], a["counted"]) if k}
+            notes += _fingerprint_checks(results, fp_b, fp_c, counted_b, counted_c, cfg, plots, say)
+        _stability_checks(results, cfg.stability_floor)
+    if alone:
+        for r in results:
+            if r.check("pass_rate") is None:
+                r.checks.append(Check("pass_rate", SKIPPED, "no threshold for this scenario", gating=False))
+
+    plots["sprt"] = _sprt_paths(results, arms_c, cfg)
+    coverage = None
+    if not alone:
+        say("coverage")
+        coverage = _coverage(eng_c, "candidate_trials", cfg, use_minimum=(mode == "gate"))
+
+    unknown = sum(r.candidate.counted - r.candidate.with_outcome for r in results) + sum(
+        r.baseline.counted - r.baseline.with_outcome for r in results if r.baseline)
+    if unknown:
+        notes.append(f"{unknown} trials have no outcome: they are judged only by the checks that need none "
+                     "(fingerprint, stability, coverage)")
+    excluded: dict[str, int] = {}
+    for r in results:
+        for arm in (r.candidate, r.baseline):
+            for k, v in (arm.excluded.items() if arm else ()):
+                excluded[k] = excluded.get(k, 0) + v
+    if excluded:
+        notes.append("trials excluded from every check by error class: "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(excluded.items())))
+
+    suite = {}
+    for name in CHECKS:
+        vs = [c.verdict for r in results for c in r.checks if c.name == name and c.gating and c.verdict != SKIPPED]
+        if vs:
+            sv = stats.suite_verdict(vs)
+            suite[name] = {"verdict": sv.verdict.value, "pass": sv.n_pass, "fail": sv.n_fail,
+                           "inconclusive": sv.n_inconclusive}
+    decision, reasons = _decide(results, suite, coverage)
+    return GateResult(
+        mode=mode, config=cfg,
+        baseline=None if alone else {"lake": lake_b, "selection": baseline or "(all trials)", "trials": n_b},
+        candidate={"lake": lake_c, "selection": candidate or "(all trials)", "trials": n_c},
+        scenarios=results, suite=suite, coverage=coverage, decision=decision, reasons=reasons, notes=notes,
+        plots=plots)
+
+
+def _decide(results: list[ScenarioResult], suite: dict, coverage: dict | None) -> tuple[str, list[str]]:
+    """Paper Def. 6.2: block on any FAIL; deploy when every gating check PASSes and coverage
+    meets its minimum; manual otherwise."""
+    fails = [f"{r.scenario}: {c.name} FAIL ({c.reason})" for r in results for c in r.checks
+             if c.gating and c.verdict == FAIL]
+    if fails:
+        return "block", fails
+    open_ = [f"{r.scenario}: {c.name} INCONCLUSIVE ({c.reason})" for r in results for c in r.checks
+             if c.gating and c.verdict == INCONCLUSIVE]
+    if coverage and coverage["verdict"] == INCONCLUSIVE:
+        open_.append(f"coverage: {coverage['reason']}")
+    if not suite:
+        open_.append("no check ran (all disabled, or no outcomes and no baseline): nothing supports a deploy")
+    if open_:
+        return "manual", open_
+    return "deploy", [f"every check passed in {len(results)} scenario{'s' if len(results) != 1 else ''}"]

@@ -1,0 +1,164 @@
+"""The gate's terminal report (rich): a summary table per scenario, the statistics behind
+each check, coverage by dimension and the decision.
+
+Laid out for 80 columns. On a terminal it uses colour and box lines; otherwise (a CI log,
+a pipe) it prints the same content as plain text, without escape codes or box drawing.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import TextIO
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "SKIPPED": "dim",
+         "deploy": "bold green", "block": "bold red", "manual": "bold yellow"}
+SHORT = {"PASS": "PASS", "FAIL": "FAIL", "INCONCLUSIVE": "INC", "SKIPPED": "skip"}
+COLUMNS = (("pass_rate", "θ"), ("regression", "regr."), ("fingerprint", "T²"), ("stability", "stab."))
+
+
+def _num(x, digits: int = 3) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def _p(x) -> str:
+    return "n/a" if x is None else f"{x:.2g}"
+
+
+def _rate(arm) -> str:
+    return "n/a" if arm is None or arm.rate is None else f"{arm.rate:.2f}"
+
+
+def _verdict(v: str, gating: bool = True) -> Text:
+    label = SHORT.get(v, v)
+    return Text(label if gating else f"({label})", style=STYLE.get(v, ""))
+
+
+def _detail(check) -> list[str]:
+    s = check.stats
+    if check.name == "pass_rate" and s:
+        return [f"{s['successes']}/{s['n']} = {s['pass_rate']:.3f}, CI [{s['ci_low']:.3f}, {s['ci_high']:.3f}] "
+                f"vs θ={s['threshold']}" + (f", n*={s['n_star']}" if s.get("n_star") else "")]
+    if check.name == "regression" and s:
+        test = "McNemar" if s["test"] == "mcnemar-exact" else "Fisher"
+        lines = [f"{test} p={_p(s['pvalue'])} (adj {_p(s['pvalue_adjusted'])}), drop {s['drop']:+.3f} "
+                 f"(upper {s['drop_upper']:.3f})",
+                 f"h={s['cohens_h']:+.2f} {s['cohens_h_magnitude']}, OR={_num(s['odds_ratio'], 3)}, "
+                 f"power {_num(s['power'], 2)}, n*={s['n_star'] if s['n_star'] is not None else 'n/a'}"]
+        if "regressions" in s:
+            lines[-1] += f", pairs {s['regressions']} worse / {s['improvements']} better"
+        return lines
+    if check.name == "fingerprint" and s:
+        t2 = "inf" if s["t2"] is None else f"{s['t2']:.1f}"
+        crit = "" if s.get("t2_critical") is None else f" (crit {s['t2_critical']:.1f})"
+        lines = [f"T²={t2}{crit}, p={_p(s['pvalue'])} (adj {_p(s['pvalue_adjusted'])}), d_eff={s['d_eff']}, "
+                 f"{s['method']}"]
+        if s.get("min_detectable_shift") is not None:
+            lines[-1] += f", min shift {s['min_detectable_shift']:.2f} SD"
+        moved = [f"{f['name']} {'±inf' if f['smd'] is None else format(f['smd'], '+.2f')}"
+                 for f in s.get("top_features", [])[:3] if f["smd"] != 0]
+        if moved:
+            lines.append("moved: " + ", ".join(moved))
+        return lines
+    if check.name == "stability" and s:
+        flags = ", ".join(s["candidate_flags"]) or "none"
+        return [f"score {_num(s['candidate_score'], 2)} (baseline {_num(s['baseline_score'], 2)}), flags: {flags}"]
+    return []
+
+
+def render(result, out: TextIO | None = None, *, width: int | None = None, color: bool | None = None) -> None:
+    """Print the report of a :class:`~otel_assay.gate.GateResult` to ``out`` (stdout)."""
+    out = out or sys.stdout
+    tty = out.isatty() if color is None else color
+    target = out if tty else io.StringIO()
+    console = Console(file=target, width=width or (None if tty else 80), force_terminal=tty,
+                      color_system="auto" if tty else None, highlight=False, soft_wrap=False)
+    _render(result, console, tty)
+    if not tty:  # rich pads cells with spaces; a log reads better without them
+        out.write("".join(line.rstrip() + "\n" for line in target.getvalue().splitlines()))
+
+
+def _render(result, console: Console, tty: bool) -> None:
+    cfg = result.config
+    c = result.candidate
+    console.print(Text(f"otel-assay {result.mode}", style="bold"))
+    console.print(f"  candidate {c['selection']}: {c['trials']} trials in {c['lake']}")
+    if result.baseline:
+        console.print(f"  baseline  {result.baseline['selection']}: {result.baseline['trials']} trials "
+                      f"in {result.baseline['lake']}")
+    theta = "off" if cfg.threshold is None else cfg.threshold
+    console.print(f"α={cfg.alpha} β={cfg.beta} δ={cfg.delta} θ={theta} correction={cfg.correction}"
+                  f" config={cfg.source}", style="dim")
+
+    table = Table(box=box.SIMPLE_HEAD if tty else None, pad_edge=False, show_edge=False, padding=(0, 1),
+                  header_style="bold" if tty else "")
+    table.add_column("scenario", overflow="fold", max_width=20)
+    table.add_column("n b/c" if result.baseline else "n", justify="right", no_wrap=True)
+    table.add_column("pass b→c" if result.baseline else "pass", justify="right", no_wrap=True)
+    table.add_column("95% CI" if abs(cfg.alpha - 0.05) < 1e-12 else f"{1 - cfg.alpha:.0%} CI", no_wrap=True)
+    present = [(name, head) for name, head in COLUMNS if any(r.check(name) for r in result.scenarios)]
+    for _, head in present:
+        table.add_column(head, no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for r in result.scenarios:
+        b, k = r.baseline, r.candidate
+        n = f"{b.trials}/{k.trials}" if b else str(k.trials)
+        rate = f"{_rate(b)}→{_rate(k)}" if b else _rate(k)
+        ci = "n/a" if k.ci_low is None else f"{k.ci_low:.2f}-{k.ci_high:.2f}"
+        cells = []
+        for name, _ in present:
+            ch = r.check(name)
+            cells.append(_verdict(ch.verdict, ch.gating) if ch else Text("-", style="dim"))
+        table.add_row(r.scenario, n, rate, ci, *cells, _verdict(r.verdict))
+    console.print(table)
+    console.print("INC = inconclusive; (…) = reported, not part of the decision", style="dim" if tty else "")
+
+    for r in result.scenarios:
+        console.print(Text(r.scenario, style="bold"))
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(width=1)
+        grid.add_column(width=11, no_wrap=True)
+        grid.add_column(width=6, no_wrap=True)
+        grid.add_column(ratio=1)
+        for ch in r.checks:
+            body = Text(ch.reason)
+            for line in _detail(ch):
+                body.append("\n" + line, style="dim" if tty else "")
+            grid.add_row("", ch.name, _verdict(ch.verdict, ch.gating), body)
+        console.print(grid)
+
+    if result.coverage:
+        cov = result.coverage
+        dims = "  ".join(f"{d['name']} {'n/a' if d['value'] is None else format(d['value'], '.2f')}"
+                         for d in cov["dimensions"])
+        overall = "n/a" if cov["overall"] is None else f"{cov['overall']:.2f}"
+        minimum = "" if cov["minimum"] is None else f" (min {cov['minimum']})"
+        console.print(Text("coverage", style="bold"), f"(candidate) overall {overall}{minimum}: {dims}")
+        if cov["verdict"] != "SKIPPED":
+            line = Text("  ")
+            line.append_text(_verdict(cov["verdict"]))
+            line.append(f"  {cov['reason']}")
+            console.print(line)
+    for note in result.notes:
+        console.print(f"note: {note}", style="dim" if tty else "")
+    decision = Text("decision: ", style="bold")
+    decision.append(result.decision.upper(), style=STYLE[result.decision])
+    decision.append(f" (exit {result.exit_code})")
+    console.print(decision)
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=3)
+    grid.add_column(ratio=1)
+    for reason in result.reasons[:10]:
+        grid.add_row("  -", reason)
+    if len(result.reasons) > 10:
+        grid.add_row("", f"... and {len(result.reasons) - 10} more (see --json)")
+    console.print(grid)

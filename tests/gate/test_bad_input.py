@@ -1,0 +1,96 @@
+"""Bad input through the real CLI: exit 3 (usage) or 4 (data), the offending item named,
+never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import cli
+from .lakes import write_trials
+
+
+@pytest.fixture(scope="module")
+def small_lake(tmp_path_factory):
+    lake = tmp_path_factory.mktemp("small") / "lake"
+    trials = [{"scenario": "s1", "version": v, "outcome": "pass" if i % 5 else "fail"}
+              for v in ("v1", "v2") for i in range(10)]
+    return write_trials(lake, trials)
+
+
+def _check(p, code: int, *needles: str) -> None:
+    assert p.returncode == code, f"exit {p.returncode}\nstdout:{p.stdout}\nstderr:{p.stderr}"
+    assert "Traceback" not in p.stderr + p.stdout
+    for n in needles:
+        assert n in p.stderr, p.stderr
+
+
+def test_unknown_flag(small_lake):
+    _check(cli("gate", small_lake, "--bogus"), 3, "--bogus")
+
+
+def test_unknown_selector_key(small_lake):
+    _check(cli("gate", small_lake, "--baseline", "versio=v1", "--candidate", "version=v2"), 3, "versio")
+
+
+def test_malformed_yaml_names_the_line(small_lake, tmp_path):
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("alpha: 0.05\nchecks:\n  regression: [true\n")
+    _check(cli("gate", small_lake, "--config", cfg), 3, "malformed YAML", str(cfg))
+
+
+def test_threshold_outside_unit_interval(small_lake, tmp_path):
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("alpha: 0.05\n\nthreshold: 1.5\n")
+    _check(cli("gate", small_lake, "--config", cfg), 3, f"{cfg}:3: threshold", "(0, 1)")
+    _check(cli("gate", small_lake, "--threshold", "0"), 3, "--threshold")
+
+
+def test_unknown_config_key(small_lake, tmp_path):
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("checks:\n  regresion: true\n")
+    _check(cli("gate", small_lake, "--config", cfg), 3, ":2: checks.regresion: unknown key")
+
+
+def test_missing_lake(tmp_path):
+    _check(cli("gate", tmp_path / "nope"), 4, "does not exist")
+
+
+def test_empty_lake(tmp_path):
+    (tmp_path / "lake" / "spans").mkdir(parents=True)
+    _check(cli("gate", tmp_path / "lake"), 4, "empty")
+
+
+def test_selector_matching_nothing_lists_what_is_there(small_lake):
+    _check(cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v9"), 4,
+           "no trials match version=v9", "v1 (10)", "v2 (10)")
+
+
+def test_corrupt_parquet(small_lake, tmp_path):
+    import shutil
+
+    lake = tmp_path / "lake"
+    shutil.copytree(small_lake, lake)
+    victim = sorted(lake.glob("spans/**/*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[:300])
+    _check(cli("gate", lake), 4, victim.name)
+
+
+def test_spans_but_no_trials(tmp_path):
+    lake = write_trials(tmp_path / "lake", [{"scenario": None} for _ in range(3)])
+    _check(cli("gate", lake), 4, "no trials", "3 traces")
+
+
+def test_ambiguous_versions_need_selectors(tmp_path):
+    lake = write_trials(tmp_path / "lake", [{"scenario": "s", "version": v, "outcome": "pass"}
+                                            for v in ("a", "b", "c")])
+    _check(cli("gate", lake), 3, "--baseline", "a (1 trials)")
+
+
+def test_overlapping_selections(small_lake):
+    _check(cli("gate", small_lake, "--baseline", "scenario=s1", "--candidate", "version=v2"), 3, "share 10 trials")
+
+
+def test_init_refuses_to_overwrite(tmp_path):
+    p = tmp_path / "assay.yaml"
+    assert cli("init", p).returncode == 0
+    _check(cli("init", p), 3, "--force")

@@ -1,0 +1,125 @@
+"""The report formats: JUnit XML against the shipped XSD (xmlschema), JSON against its
+schema (jsonschema), HTML rendered by headless Chromium; and the gate on trials without
+outcomes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from otel_assay.gate import GateConfig, run_gate
+from otel_assay.report.html import write_html
+from otel_assay.report.json_report import report_dict, schema
+from otel_assay.report.junit import write_junit
+
+from .lakes import write_trials
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """A blocking result (regressed tools and outcomes) and one from trials without outcomes."""
+    root = tmp_path_factory.mktemp("reports")
+    trials = [{"scenario": s, "version": "v1", "outcome": "pass" if i % 10 else "fail", "tools": ["lookup", "refund"],
+               "index": i} for s in ("refund", "status") for i in range(40)]
+    trials += [{"scenario": s, "version": "v2", "outcome": "pass" if i % 3 else "fail", "tools": ["search", "refund"],
+                "index": i} for s in ("refund", "status") for i in range(40)]
+    lake = write_trials(root / "lake", trials)
+    blocked = run_gate(lake, GateConfig(threshold=0.8), baseline="version=v1", candidate="version=v2")
+    unknown = [{"scenario": "s", "version": v, "outcome": None, "tools": t}
+               for v, t in (("v1", ["lookup"]), ("v2", ["search"])) for _ in range(30)]
+    no_outcome = run_gate(write_trials(root / "unknown", unknown), baseline="version=v1", candidate="version=v2")
+    return {"blocked": blocked, "no_outcome": no_outcome, "dir": root}
+
+
+def test_trials_without_outcome_are_judged_by_the_other_checks(results):
+    r = results["no_outcome"]
+    checks = {c.name: c for c in r.scenarios[0].checks}
+    assert checks["regression"].verdict == "SKIPPED" and not checks["regression"].gating
+    assert checks["fingerprint"].verdict == "FAIL"  # lookup -> search
+    assert r.decision == "block"
+    assert any("no outcome" in n for n in r.notes)
+
+
+def test_blocked_result(results):
+    r = results["blocked"]
+    assert r.decision == "block" and r.exit_code == 1
+    assert r.suite["pass_rate"]["verdict"] in ("FAIL", "INCONCLUSIVE")
+    assert r.suite["fingerprint"]["verdict"] == "FAIL"
+
+
+@pytest.mark.parametrize("which", ["blocked", "no_outcome"])
+def test_json_matches_its_schema(results, which):
+    doc = json.loads(json.dumps(report_dict(results[which])))
+    jsonschema.Draft202012Validator.check_schema(schema())
+    jsonschema.validate(doc, schema(), format_checker=jsonschema.FormatChecker())
+    assert doc["schema_version"].startswith("1.")
+
+
+@pytest.mark.parametrize("which", ["blocked", "no_outcome"])
+def test_junit_is_valid_against_the_junit_schema(results, which, tmp_path):
+    import xml.etree.ElementTree as ET
+
+    import xmlschema
+
+    xsd = xmlschema.XMLSchema(str(resources.files("otel_assay.report") / "schemas" / "junit.xsd"))
+    path = tmp_path / "junit.xml"
+    write_junit(results[which], path)
+    xsd.validate(str(path))
+    root = ET.parse(path).getroot()
+    cases = root.findall(".//testcase")
+    assert int(root.get("tests")) == len(cases)
+    by = {(c.get("classname"), c.get("name")): c for c in cases}
+    if which == "blocked":
+        assert by[("otel-assay.refund", "fingerprint")].find("failure") is not None
+        assert by[("otel-assay.gate", "decision")].find("failure") is not None
+        props = {p.get("name") for p in root.iter("property")}
+        assert {"regression.pvalue", "fingerprint.t2", "fingerprint.d_eff"} <= props
+    else:
+        skipped = by[("otel-assay.s", "regression")].find("skipped")
+        assert skipped is not None and "no baseline trial has an outcome" in skipped.get("message")
+
+
+def test_junit_schema_rejects_a_malformed_report(tmp_path):
+    import xmlschema
+
+    xsd = xmlschema.XMLSchema(str(resources.files("otel_assay.report") / "schemas" / "junit.xsd"))
+    bad = tmp_path / "bad.xml"
+    bad.write_text('<testsuites><testsuite name="x" tests="1" failures="0" errors="0">'
+                   '<testcase name="a"/></testsuite></testsuites>')  # testcase without classname
+    assert not xsd.is_valid(str(bad))
+
+
+def _chromium(args: list[str], user_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                           f"--user-data-dir={user_dir}", "--enable-logging=stderr", "--v=0", *args],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="headless Chromium is not installed "
+                    "(apt-get install -y chromium)")
+def test_html_renders_in_chromium(results, tmp_path):
+    page = tmp_path / "report.html"
+    write_html(results["blocked"], page)
+    shot = tmp_path / "report.png"
+    p = _chromium(["--window-size=1200,2600", f"--screenshot={shot}", page.as_uri()], tmp_path / "profile1")
+    assert shot.exists() and shot.stat().st_size > 20_000, p.stderr[-2000:]
+    if os.environ.get("OTEL_ASSAY_KEEP_SCREENSHOT"):
+        shutil.copy(shot, os.environ["OTEL_ASSAY_KEEP_SCREENSHOT"])
+    console = [line for line in p.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    assert not console, console
+    dom = _chromium(["--dump-dom", page.as_uri()], tmp_path / "profile2")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    for plot in ("plot-pass-rates", "plot-sprt", "plot-t2", "plot-coverage", "plot-pca-0"):
+        assert f'id="{plot}"' in dom.stdout, plot
+    assert "<polyline" in dom.stdout and "<circle" in dom.stdout
+    assert "BLOCK (exit 1)" in dom.stdout
