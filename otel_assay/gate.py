@@ -43,7 +43,7 @@ import numpy as np
 from . import stats
 from .errors import EXIT_BLOCK, EXIT_DEPLOY, EXIT_MANUAL, DataError, UsageError
 
-CHECKS = ("pass_rate", "regression", "fingerprint", "stability", "contracts")
+CHECKS = ("pass_rate", "regression", "fingerprint", "stability", "contracts", "metamorphic")
 CORRECTIONS = ("holm", "bonferroni", "bh", "by", "none")
 COVERAGE_DIMENSIONS = ("tool", "path", "state", "boundary", "model")
 STABILITY_SCORES = ("tool_usage_stability", "response_consistency", "redundancy", "cost_per_progress")
@@ -80,7 +80,8 @@ class GateConfig:
     min_coverage: float | None = None
     pairing: str = "auto"
     checks: dict[str, bool] = field(default_factory=lambda: {
-        "pass_rate": True, "regression": True, "fingerprint": True, "stability": False, "contracts": False})
+        "pass_rate": True, "regression": True, "fingerprint": True, "stability": False, "contracts": True,
+        "metamorphic": True})
     exclude_features: tuple[str, ...] = DEFAULT_EXCLUDED_FEATURES
     permutations: int = 9999
     seed: int = 0
@@ -90,6 +91,9 @@ class GateConfig:
     coverage_weights: dict[str, float] | None = None
     state_lambda: float = stats.DEFAULT_STATE_LAMBDA
     scenarios: dict[str, dict[str, Any]] = field(default_factory=dict)
+    contracts: list = field(default_factory=list)          # oracles.contracts.Contract
+    metamorphic: list = field(default_factory=list)        # oracles.metamorphic.Relation
+    outcome_from_contracts: tuple[str, ...] = ()           # contract names; () = keep recorded outcomes only
     source: str = "(defaults)"
 
     def for_scenario(self, scenario: str) -> ScenarioSettings:
@@ -140,12 +144,14 @@ min_coverage: null
 pairing: auto
 
 # Which checks run. A check that is off is not run; stability is reported either way and
-# gates only when on. contracts is reserved for a later release.
+# gates only when on. contracts and metamorphic run when their sections below are not empty.
 checks:
   pass_rate: true      # needs threshold
   regression: true
   fingerprint: true
   stability: false
+  contracts: true
+  metamorphic: true
 
 fingerprint:
   # Fingerprint columns left out of the Hotelling T^2 test. Wall-clock latency changes
@@ -172,8 +178,29 @@ coverage:
 #     checks: {fingerprint: false}
 scenarios: {}
 
-# Reserved for behavioural contracts (not yet supported: must stay empty).
-contracts: {}
+# Behavioural contracts, judged on the recorded traces (no agent runs, no tokens). Each
+# holds in at least `threshold` (default 0.95) of the candidate's trials, per scenario;
+# `otel-assay contracts --help` lists every kind. For example:
+# contracts:
+#   - max_steps: 12
+#   - must_call: [lookup_order]
+#   - never_call: delete_account
+#   - final_output_matches: "(?i)refund"
+#     threshold: 0.9
+#   - tool_args_schema:
+#       issue_refund: {type: object, required: [amount], properties: {amount: {maximum: 500}}}
+contracts: []
+
+# For agents that record no outcome: a trial passes when all of these contracts hold.
+# outcome_from_contracts: [max_steps, must_call]
+
+# Metamorphic relations on (source, follow-up) trial pairs recorded with
+# otel_assay.metamorphic.follow_up(...); `otel-assay metamorphic --help`. For example:
+# metamorphic:
+#   - relation: doc-order
+#     family: permutation
+#     compare: same_final_answer
+metamorphic: []
 """
 
 
@@ -247,8 +274,6 @@ def _checks(loc: _Located, path: tuple, value) -> dict[str, bool]:
     for k, v in value.items():
         if not isinstance(v, bool):
             raise loc.error(path + (k,), f"must be true or false, got {v!r}")
-    if value.get("contracts"):
-        raise loc.error(path + ("contracts",), "contracts are reserved and not supported yet; remove it")
     return dict(value)
 
 
@@ -272,7 +297,7 @@ def parse_config(text: str, source: str = "<config>") -> GateConfig:
     if data is None:
         return cfg
     top = ("version", "alpha", "beta", "delta", "threshold", "correction", "min_coverage", "pairing", "checks",
-           "fingerprint", "stability", "coverage", "scenarios", "contracts")
+           "fingerprint", "stability", "coverage", "scenarios", "contracts", "outcome_from_contracts", "metamorphic")
     data = _keys(loc, (), data, top)
     if data.get("version", 1) != 1:
         raise loc.error(("version",), f"unsupported config version {data['version']!r}; this otel-assay reads 1")
@@ -344,9 +369,26 @@ def parse_config(text: str, source: str = "<config>") -> GateConfig:
             parsed["checks"] = _checks(loc, path + ("checks",), over["checks"])
         cfg.scenarios[str(name)] = parsed
 
-    contracts = data.get("contracts")
-    if contracts not in (None, {}, []):
-        raise loc.error(("contracts",), "contracts are reserved and not supported yet; leave the section empty")
+    from .oracles.contracts import ContractError, parse_contracts
+    from .oracles.metamorphic import parse_relations
+
+    for key, parse in (("contracts", parse_contracts), ("metamorphic", parse_relations)):
+        spec = data.get(key)
+        if spec in (None, {}):
+            continue
+        try:
+            setattr(cfg, key, parse(spec, where=key))
+        except ContractError as e:
+            raise loc.error((key,), str(e)) from None
+    oc = data.get("outcome_from_contracts")
+    if oc is not None:
+        names = [c.name for c in cfg.contracts]
+        chosen = names if oc is True else list(_str_list(loc, ("outcome_from_contracts",), oc))
+        unknown = [n for n in chosen if n not in names]
+        if unknown or not chosen:
+            raise loc.error(("outcome_from_contracts",), f"names contracts that are not configured: "
+                            f"{', '.join(unknown) or '(none)'}; configured: {', '.join(names) or 'none'}")
+        cfg.outcome_from_contracts = tuple(chosen)
     return cfg
 
 
@@ -953,9 +995,22 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
             raise UsageError(f"the baseline ({baseline}) and candidate ({candidate}) selections share {overlap} "
                              "trials; make them disjoint (e.g. select different versions)")
 
+    oracle_c = oracle_b = None
+    if cfg.contracts or cfg.metamorphic:
+        say("contracts")
+        oracle_c = _oracles(eng_c, "candidate_trials", cfg)
+        oracle_b = None if alone else _oracles(eng_b, "baseline_trials", cfg)
     cols_c = _arm_trials(eng_c, "candidate_trials")
+    cols_b = None if alone else _arm_trials(eng_b, "baseline_trials")
+    if cfg.outcome_from_contracts:
+        filled = _outcomes_from_contracts(cols_c, oracle_c, cfg)
+        if cols_b is not None:
+            filled += _outcomes_from_contracts(cols_b, oracle_b, cfg)
+        if filled:
+            notes.append(f"{filled} trials without a recorded outcome took it from the contracts "
+                         f"{', '.join(cfg.outcome_from_contracts)} (pass when all hold)")
     arms_c = _arms(cols_c)
-    arms_b = {} if alone else _arms(_arm_trials(eng_b, "baseline_trials"))
+    arms_b = {} if alone else _arms(cols_b)
     stab_c = _stability(eng_c, "candidate_trials", cfg.stability_floor)
     stab_b = {} if alone else _stability(eng_b, "baseline_trials", cfg.stability_floor)
 
@@ -986,6 +1041,8 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
             counted_c = {str(t) for a in arms_c.values() for t, k in zip(a["trace_id"], a["counted"]) if k}
             notes += _fingerprint_checks(results, fp_b, fp_c, counted_b, counted_c, cfg, plots, say)
         _stability_checks(results, cfg.stability_floor)
+    if oracle_c is not None:
+        _oracle_checks(results, oracle_b, oracle_c, cfg)
     if alone:
         for r in results:
             if r.check("pass_rate") is None:
@@ -1025,6 +1082,124 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
         candidate={"lake": lake_c, "selection": candidate or "(all trials)", "trials": n_c},
         scenarios=results, suite=suite, coverage=coverage, decision=decision, reasons=reasons, notes=notes,
         plots=plots)
+
+
+# ================================================================== contracts and relations
+@dataclass
+class _Oracles:
+    contracts: Any = None            # oracles.contracts.ContractResults
+    pairs: list | None = None        # oracles.metamorphic pair dicts
+
+
+def _oracles(eng, table: str, cfg: GateConfig) -> _Oracles:
+    """Contracts and metamorphic relations judged on one arm's recorded trials."""
+    from .oracles.contracts import ContractError, check_tools, evaluate
+    from .oracles.metamorphic import RelationDataError, evaluate as evaluate_relations
+
+    eng.rows(f"CREATE OR REPLACE TEMP TABLE {table}_rows AS SELECT * FROM trials SEMI JOIN {table} USING (trace_id)")
+    out = _Oracles()
+    try:
+        if cfg.contracts:
+            check_tools(eng, cfg.contracts)
+            out.contracts = evaluate(eng, cfg.contracts, trials=f"{table}_rows")
+        if cfg.metamorphic:
+            out.pairs = evaluate_relations(eng, cfg.metamorphic, trials=f"{table}_rows")
+    except ContractError as e:
+        raise UsageError(f"{cfg.source}: {e}") from None
+    except RelationDataError as e:
+        raise DataError(f"{table.replace('_', ' ')}: {e}") from None
+    return out
+
+
+def _outcomes_from_contracts(cols: dict[str, np.ndarray], oracle: _Oracles, cfg: GateConfig) -> int:
+    """Fill unknown outcomes of counted trials from the named contracts; return how many."""
+    from .oracles.contracts import outcome_from_contracts
+
+    derived = outcome_from_contracts(oracle.contracts, cfg.outcome_from_contracts)
+    passed = cols["passed"].astype(object)
+    n = 0
+    for i, (tid, counted) in enumerate(zip(cols["trace_id"], cols["counted"])):
+        p = passed[i]
+        if counted and (p is None or p != p) and derived.get(str(tid)) is not None:
+            passed[i] = derived[str(tid)]
+            n += 1
+    cols["passed"] = passed
+    return n
+
+
+def _counts(holds_by_scenario: dict, scenario: str, name: str) -> tuple[int, int, int]:
+    """(trials judged, trials where it holds, trials it could not judge) of one scenario."""
+    values = holds_by_scenario.get(scenario, {}).get(name, [])
+    judged = [v for v in values if v is not None]
+    return len(judged), sum(judged), len(values) - len(judged)
+
+
+def _group(scenarios: list, columns: dict[str, list]) -> dict[str, dict[str, list]]:
+    out: dict[str, dict[str, list]] = {}
+    for i, sc in enumerate(scenarios):
+        per = out.setdefault(sc, {})
+        for name, values in columns.items():
+            per.setdefault(name, []).append(values[i])
+    return out
+
+
+def _oracle_checks(results: list[ScenarioResult], oracle_b: _Oracles | None, oracle_c: _Oracles,
+                   cfg: GateConfig) -> None:
+    """Per scenario, a ``contracts`` and a ``metamorphic`` check from the candidate's trials.
+
+    Each contract (relation) must hold in at least its threshold share of the candidate's
+    trials (pairs): the Wilson verdict at level alpha / k for the k contracts (relations) of
+    the scenario (Bonferroni, so one scenario's many contracts do not multiply false FAILs).
+    The check PASSes when every one PASSes and FAILs when any FAILs. The regression verdict
+    against the baseline's share is reported alongside (paper Prop. 6.1), not gating.
+    """
+    def tables(o: _Oracles | None, kind: str):
+        if o is None:
+            return None
+        if kind == "contracts" and o.contracts is not None:
+            t = o.contracts.table
+            return _group(t.column("scenario").to_pylist(),
+                          {c.name: o.contracts.holds(c.name) for c in cfg.contracts})
+        if kind == "metamorphic" and o.pairs is not None:
+            return _group([p["scenario"] for p in o.pairs],
+                          {r.name: [p["holds"] if p["relation"] == r.name else None for p in o.pairs]
+                           for r in cfg.metamorphic})
+        return None
+
+    for kind, items in (("contracts", cfg.contracts), ("metamorphic", cfg.metamorphic)):
+        cand, base = tables(oracle_c, kind), tables(oracle_b, kind)
+        if cand is None:
+            continue
+        for r in results:
+            if not r.settings.checks.get(kind, True):
+                r.checks.append(Check(kind, SKIPPED, "turned off for this scenario", gating=False))
+                continue
+            applicable = [it for it in items if getattr(it, "applies_to", lambda s: True)(r.scenario)]
+            judged = [it for it in applicable if _counts(cand, r.scenario, it.name)[0] > 0]
+            if not judged:
+                continue
+            level = min(it.alpha for it in judged) / len(judged)
+            verdicts, detail, reasons = [], {}, []
+            for it in judged:
+                n, k, unknown = _counts(cand, r.scenario, it.name)
+                v = stats.verdict(k, n, it.threshold, level)
+                verdicts.append(v.verdict.value)
+                entry = {"holds": k, "n": n, "unjudged": unknown, "rate": k / n, "ci_low": v.ci.low,
+                         "ci_high": v.ci.high, "threshold": it.threshold, "verdict": v.verdict.value}
+                if base is not None:
+                    nb, kb, _u = _counts(base, r.scenario, it.name)
+                    if nb:
+                        reg = stats.regression_verdict(kb, nb, k, n, delta=r.settings.delta, alpha=level)
+                        entry["baseline"] = {"holds": kb, "n": nb, "regression": reg.verdict.value,
+                                             "pvalue": reg.pvalue}
+                detail[it.name] = entry
+                if v.verdict.value != PASS:
+                    reasons.append(f"{it.name} {v.verdict.value} ({k}/{n} hold, interval upper bound "
+                                   f"{v.ci.high:.3f} vs threshold {it.threshold})")
+            verdict = stats.suite_verdict(verdicts).verdict.value
+            what = "contracts" if kind == "contracts" else "relations"
+            reason = "; ".join(reasons) if reasons else f"all {len(judged)} {what} hold often enough"
+            r.checks.append(Check(kind, verdict, reason, stats={"level": level, kind: detail}))
 
 
 def _decide(results: list[ScenarioResult], suite: dict, coverage: dict | None) -> tuple[str, list[str]]:

@@ -38,7 +38,7 @@ def test_empty_file_gives_defaults():
     ("coverage:\n  weights: {speed: 1}\n", "coverage.weights.speed: unknown key"),
     ("scenarios:\n  s1:\n    alpha: 0.1\n", "x.yaml:3: scenarios.s1.alpha: alpha is suite-wide"),
     ("scenarios:\n  s1:\n    threshold: 2\n", "x.yaml:3: scenarios.s1.threshold"),
-    ("contracts:\n  - no_pii\n", "contracts: contracts are reserved"),
+    ("contracts:\n  - no_pii\n", "contracts: contracts[1]: expected a mapping"),
     ("alpha: 0.05\nalpha: 0.01\n", "x.yaml:2: alpha: duplicate key (first at line 1)"),
     ("version: 2\n", "unsupported config version"),
     ("- a\n- b\n", "must be a mapping"),

@@ -1,0 +1,68 @@
+"""Contracts and metamorphic relations inside the gate (config, checks, outcomes from contracts)."""
+
+from __future__ import annotations
+
+import json
+
+from .conftest import cli
+from .lakes import write_trials
+
+
+def test_contract_violated_by_the_regressed_agent_blocks(agent_lakes, tmp_path):
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("contracts:\n  - must_call: lookup_order\n  - max_tool_calls: 10\n    name: bounded\n")
+    out = tmp_path / "report.json"
+    r = cli("gate", str(agent_lakes["candidate_lake"]), "--baseline-lake", str(agent_lakes["lake"]),
+            "--baseline", "version=v1", "--config", str(cfg), "--json", str(out))
+    assert r.returncode == 1, r.stdout + r.stderr
+    report = json.loads(out.read_text())
+    checks = {(s["scenario"], c["name"]): c for s in report["scenarios"] for c in s["checks"]}
+    for scenario in ("refund-request", "order-status"):
+        c = checks[(scenario, "contracts")]
+        assert c["verdict"] == "FAIL" and "must_call FAIL" in c["reason"]
+        detail = c["stats"]["contracts"]["must_call"]
+        assert detail["holds"] == 0 and detail["baseline"]["holds"] == detail["baseline"]["n"] > 0
+        assert detail["baseline"]["regression"] == "FAIL"
+    assert any("contracts FAIL" in reason for reason in report["reasons"])
+
+
+def test_outcomes_from_contracts_feed_the_regression_check(tmp_path):
+    lake = tmp_path / "lake"
+    trials = [{"scenario": "s", "version": "v1", "outcome": None, "tools": ["lookup", "answer"]} for _ in range(60)]
+    trials += [{"scenario": "s", "version": "v2", "outcome": None,
+                "tools": ["lookup", "answer"] if i % 2 else ["answer"]} for i in range(60)]
+    write_trials(lake, trials)
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("checks: {fingerprint: false}\ncontracts:\n  - must_call: lookup\n"
+                   "outcome_from_contracts: [must_call]\n")
+    out = tmp_path / "r.json"
+    r = cli("gate", str(lake), "--baseline", "version=v1", "--candidate", "version=v2", "--config", str(cfg),
+            "--json", str(out))
+    assert r.returncode == 1, r.stdout + r.stderr
+    report = json.loads(out.read_text())
+    checks = {c["name"]: c for c in report["scenarios"][0]["checks"]}
+    assert checks["regression"]["verdict"] == "FAIL"
+    assert any("took it from the contracts must_call" in n for n in report["notes"])
+    # without the contract-derived outcomes there is nothing for the regression check to test
+    cfg.write_text("checks: {fingerprint: false}\ncontracts:\n  - must_call: lookup\n    threshold: 0.3\n")
+    r = cli("gate", str(lake), "--baseline", "version=v1", "--candidate", "version=v2", "--config", str(cfg),
+            "--json", str(out))
+    checks = {c["name"]: c for c in json.loads(out.read_text())["scenarios"][0]["checks"]}
+    assert checks["regression"]["verdict"] == "SKIPPED"
+    assert checks["contracts"]["verdict"] == "PASS"  # 30/60 hold: Wilson lower bound 0.375 >= 0.3
+
+
+def test_oracle_config_errors(tmp_path):
+    lake = write_trials(tmp_path / "lake", [{"scenario": "s", "version": v, "outcome": "pass"}
+                                            for v in ("v1", "v2") for _ in range(5)])
+    cfg = tmp_path / "assay.yaml"
+    for text, code, message in [
+        ("contracts:\n  - must_call: lookupp\n", 3, "unknown tool 'lookupp'"),
+        ("contracts:\n  - max_stepz: 3\n", 3, "unknown key 'max_stepz'"),
+        ("contracts:\n  - max_steps: 3\noutcome_from_contracts: [nope]\n", 3, "nope"),
+        ("metamorphic:\n  - relation: doc-order\n    compare: same_tool_set\n", 4, "no follow-up trials"),
+    ]:
+        cfg.write_text(text)
+        r = cli("gate", str(lake), "--baseline", "version=v1", "--candidate", "version=v2", "--config", str(cfg))
+        assert r.returncode == code, (text, r.stderr)
+        assert message in r.stderr and "Traceback" not in r.stderr
