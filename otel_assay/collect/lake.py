@@ -250,7 +250,7 @@ class Lake:
         order = ", ".join(k for k, _ in SORT_KEYS[table])
         files_sql = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in group) + "]"
         before = con.execute(f"SELECT count(*) FROM read_parquet({files_sql}, union_by_name=true)").fetchone()[0]
-        merged = con.execute(
+        merged = con.sql(
             f"SELECT DISTINCT ON ({distinct}) {cols} FROM read_parquet({files_sql}, union_by_name=true) "
             f"ORDER BY {order}"
         ).to_arrow_table()
