@@ -69,9 +69,9 @@ SELECT
     coalesce(h.max_depth, 0)::DOUBLE AS max_depth,
     coalesce(h.n_branches, 0)::DOUBLE AS n_branches,
     coalesce(h.final_output_tokens, 0)::DOUBLE AS output_tokens,
-    CASE WHEN r.n_words > 0 THEN
+    CAST(CASE WHEN r.n_words > 0 THEN
         greatest(0.0, least(1.0, (0.39 * r.n_words / r.n_sentences + 11.8 * r.n_syllables / r.n_words - 15.59) / 18.0))
-    ELSE 0.0 END AS output_complexity,
+    ELSE 0 END AS DOUBLE) AS output_complexity,
     coalesce(h.n_llm / h.n_steps, 0.0) AS frac_llm,
     coalesce(h.n_tool / h.n_steps, 0.0) AS frac_tool,
     coalesce(h.n_agent / h.n_steps, 0.0) AS frac_agent,
@@ -79,8 +79,8 @@ SELECT
     coalesce(h.n_respond / h.n_steps, 0.0) AS frac_respond,
     coalesce(h.n_workflow / h.n_steps, 0.0) AS frac_workflow,
     coalesce(h.n_other / h.n_steps, 0.0) AS frac_other,
-    CASE WHEN coalesce(h.n_error_steps, 0) > 0 THEN 1.0 ELSE 0.0 END AS error_flag,
-    CASE WHEN coalesce(h.n_error_steps, 0) = 0 THEN 1.0 ELSE h.n_recovered / h.n_error_steps END AS recovery_rate,
+    CAST(CASE WHEN coalesce(h.n_error_steps, 0) > 0 THEN 1 ELSE 0 END AS DOUBLE) AS error_flag,
+    CAST(CASE WHEN coalesce(h.n_error_steps, 0) = 0 THEN 1 ELSE h.n_recovered / h.n_error_steps END AS DOUBLE) AS recovery_rate,
     coalesce(t.input_tokens + t.output_tokens, 0)::DOUBLE AS total_tokens,
     coalesce((t.input_tokens + t.output_tokens) / h.n_steps, 0.0) AS tokens_per_step,
     t.cost_usd::DOUBLE AS cost_usd,

@@ -47,6 +47,9 @@ classified AS (
             ELSE 'none'
         END AS source_convention,
         CASE
+            -- Traceloop marks the graph run twice (`invoke_agent <graph>` and `<graph>.workflow`,
+            -- both with operation invoke_agent); the workflow span is the run as a whole
+            WHEN tl_kind = 'workflow' THEN 'workflow'
             WHEN op_name IN ('chat', 'text_completion', 'generate_content') THEN 'llm'
             WHEN op_name = 'execute_tool' THEN 'tool'
             WHEN op_name = 'invoke_agent' THEN 'agent'

@@ -4,9 +4,10 @@
 --   tool_usage_stability  1 - (distinct tools - 1) / (tool calls - 1), clamped; 1 with
 --                         fewer than two calls. Low when the agent thrashes across tools.
 --   response_consistency  1 - min(1, cv) of the character counts of the assistant turns
---                         (LLM calls whose output is known; a tool-call-only turn counts
---                         0 characters), cv = population std / mean; 1 with fewer than two
---                         turns or all empty.
+--                         (LLM calls that returned text; a turn that only called tools is
+--                         not a response, and counting it as 0 characters would flag
+--                         every tool-using agent), cv = population std / mean; 1 with
+--                         fewer than two turns or all empty.
 --   redundancy            distinct (tool, canonical arguments) / tool calls; 1 without
 --                         calls. Low when the agent loops on the same call.
 --   cost_per_progress     2000 / max(2000, tokens / distinct calls), with tokens = input
@@ -28,7 +29,7 @@ WITH calls AS (
 turns AS (
     SELECT trace_id, count(*) AS n_turns, avg(chars) AS mean_chars, stddev_pop(chars) AS sd_chars
     FROM (SELECT trace_id, length(coalesce(output_text, '')) AS chars
-          FROM steps WHERE llm_call AND (output_text IS NOT NULL OR requested_tools IS NOT NULL))
+          FROM steps WHERE llm_call AND output_text IS NOT NULL)
     GROUP BY trace_id
 ),
 scored AS (

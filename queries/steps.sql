@@ -5,7 +5,7 @@
 --                             spans and dropped duplicates are skipped); NULL at the top
 --   depth                     1 for a top-level step, parent's depth + 1 below it
 --   seq                       1, 2, ... order of the step in its trial (start time, then
---                             depth, then span id)
+--                             depth; ties broken by a hash of the span id)
 --   step_kind                 llm / tool / agent / reason / respond / workflow / other
 --   llm_call                  true for llm and respond steps: the only steps whose tokens
 --                             and cost count (aggregating spans repeat their children's
@@ -33,146 +33,184 @@
 --     without a parent, or whose parent is not in the lake (orphans). Spans whose parent
 --     chain loops never meet a root; they are treated as top level.
 --
+-- Cost: the lake is read once (`base`); the tree, the order and the dedupe work on narrow
+-- rows (integer keys) and the wide columns join back once at the end, by row id.
+--
 -- respond is derived (instrumentation.md §7.2): the last llm step of a trial becomes
 -- respond when it did not ask for tools (known from its output messages or finish
 -- reasons; when the span does not say, when no tool step follows it).
 CREATE OR REPLACE VIEW steps AS
 WITH RECURSIVE
-kinds AS MATERIALIZED (
+base AS MATERIALIZED (
     SELECT *,
+        row_number() OVER () AS rid,
+        -- integer join keys: hashing the hex ids once makes every join below several times
+        -- cheaper than joining on strings; a false match needs two 64-bit hashes to collide
+        hash(trace_id) AS tk, hash(span_id) AS sk,
+        CASE WHEN parent_span_id IS NOT NULL THEN hash(parent_span_id) END AS pk,
         CASE source_convention
             WHEN 'otel_assay' THEN 1 WHEN 'otel_genai' THEN 2 WHEN 'autogen_native' THEN 2
             WHEN 'crewai_native' THEN 2 WHEN 'openinference' THEN 3 WHEN 'openllmetry' THEN 4
             WHEN 'langsmith' THEN 5 ELSE 6 END AS priority
     FROM span_kinds
-    QUALIFY row_number() OVER (PARTITION BY trace_id, span_id
-                               ORDER BY start_time_unix_nano, duration_ns DESC, name, parent_span_id) = 1
 ),
--- only trials with steps from two or more conventions can hold duplicates
+-- rule (1): only the (normally no) span ids that occur twice go through a window
+repeated AS (SELECT tk, sk FROM base GROUP BY tk, sk HAVING count(*) > 1),
+dropped_copies AS (
+    SELECT rid FROM (SELECT * FROM base SEMI JOIN repeated USING (tk, sk))
+    QUALIFY row_number() OVER (PARTITION BY tk, sk
+                               ORDER BY start_time_unix_nano, duration_ns DESC, name, parent_span_id) > 1
+),
+core AS MATERIALIZED (
+    SELECT rid, tk, sk, pk, span_id, start_time_unix_nano, duration_ns, step_kind, priority, tool_call_id,
+        CASE WHEN step_kind = 'tool' THEN lower(coalesce(tool_name, '')) ELSE '' END AS identity,
+        CASE WHEN step_kind = 'agent' THEN agent_name END AS agent_here
+    FROM base ANTI JOIN dropped_copies USING (rid)
+),
+-- rule (2): only trials with steps from two or more conventions can hold duplicates
 mixed AS (
-    SELECT trace_id FROM kinds WHERE step_kind <> 'structural'
-    GROUP BY trace_id HAVING min(priority) <> max(priority)
-),
-candidates AS (
-    SELECT k.*,
-        k.start_time_unix_nano + k.duration_ns AS end_ns,
-        CASE WHEN k.step_kind = 'tool' THEN lower(coalesce(k.tool_name, '')) ELSE '' END AS identity
-    FROM kinds k SEMI JOIN mixed m ON k.trace_id = m.trace_id
-    WHERE k.step_kind <> 'structural'
+    SELECT tk FROM core WHERE step_kind <> 'structural'
+    GROUP BY tk HAVING min(priority) <> max(priority)
 ),
 -- clusters of time-overlapping steps of one kind and identity (a sweep over start times)
 swept AS (
-    SELECT *,
-        max(end_ns) OVER (PARTITION BY trace_id, step_kind, identity ORDER BY start_time_unix_nano, span_id
-                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM candidates
+    SELECT c.*,
+        max(start_time_unix_nano + duration_ns) OVER (
+            PARTITION BY tk, step_kind, identity ORDER BY start_time_unix_nano, sk
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    FROM core c SEMI JOIN mixed m ON c.tk = m.tk
+    WHERE c.step_kind <> 'structural'
 ),
 clustered AS (
     SELECT *,
         sum(CASE WHEN prev_end IS NULL OR start_time_unix_nano > prev_end THEN 1 ELSE 0 END)
-            OVER (PARTITION BY trace_id, step_kind, identity ORDER BY start_time_unix_nano, span_id
-                  ROWS UNBOUNDED PRECEDING) AS cluster
+            OVER (PARTITION BY tk, step_kind, identity ORDER BY start_time_unix_nano, sk ROWS UNBOUNDED PRECEDING)
+            AS cluster
     FROM swept
 ),
 judged AS (
     SELECT *,
         priority > min(priority) OVER w
             -- two calls with different call ids are different calls, whatever their timing
-            AND NOT (tool_call_id IS NOT NULL AND count(DISTINCT tool_call_id) OVER w > 1) AS duplicate
+            AND NOT (tool_call_id IS NOT NULL AND count(DISTINCT tool_call_id) OVER w > 1) AS duplicate,
+        count(*) OVER w AS n_in_cluster
     FROM clustered
-    WINDOW w AS (PARTITION BY trace_id, step_kind, identity, cluster)
+    WINDOW w AS (PARTITION BY tk, step_kind, identity, cluster)
 ),
+-- a kept step takes the fields it lacks from the duplicates it replaces, only when it
+-- replaces them alone (so a field never comes from a different call)
 merged AS (
-    SELECT trace_id, span_id, duplicate,
-        -- fields a kept step lacks, from the duplicates it replaces (only when it replaces
-        -- them alone, so a field is never taken from a different call)
-        CASE WHEN n_kept = 1 THEN arg_min(tool_call_id, priority) FILTER (WHERE tool_call_id IS NOT NULL) OVER c END AS m_tool_call_id,
-        CASE WHEN n_kept = 1 THEN arg_min(tool_args_raw, priority) FILTER (WHERE tool_args_raw IS NOT NULL) OVER c END AS m_tool_args_raw,
-        CASE WHEN n_kept = 1 THEN arg_min(output_text, priority) FILTER (WHERE output_text IS NOT NULL) OVER c END AS m_output_text,
-        CASE WHEN n_kept = 1 THEN arg_min(model, priority) FILTER (WHERE model IS NOT NULL) OVER c END AS m_model,
-        CASE WHEN n_kept = 1 THEN arg_min(response_model, priority) FILTER (WHERE response_model IS NOT NULL) OVER c END AS m_response_model,
-        CASE WHEN n_kept = 1 THEN arg_min(provider, priority) FILTER (WHERE provider IS NOT NULL) OVER c END AS m_provider,
-        CASE WHEN n_kept = 1 THEN arg_min(input_tokens, priority) FILTER (WHERE input_tokens IS NOT NULL) OVER c END AS m_input_tokens,
-        CASE WHEN n_kept = 1 THEN arg_min(output_tokens, priority) FILTER (WHERE output_tokens IS NOT NULL) OVER c END AS m_output_tokens,
-        CASE WHEN n_kept = 1 THEN arg_min(cost_attr_usd, priority) FILTER (WHERE cost_attr_usd IS NOT NULL) OVER c END AS m_cost_attr_usd,
-        CASE WHEN n_kept = 1 THEN arg_min(requested_tools, priority) FILTER (WHERE requested_tools IS NOT NULL) OVER c END AS m_requested_tools,
-        CASE WHEN n_kept = 1 THEN arg_min(agent_name, priority) FILTER (WHERE agent_name IS NOT NULL) OVER c END AS m_agent_name
-    FROM (SELECT *, count(*) FILTER (WHERE NOT duplicate) OVER c AS n_kept FROM judged
-          WINDOW c AS (PARTITION BY trace_id, step_kind, identity, cluster))
-    WINDOW c AS (PARTITION BY trace_id, step_kind, identity, cluster)
+    SELECT j.rid, j.duplicate,
+        CASE WHEN n_kept = 1 AND NOT j.duplicate THEN j.cluster_key END AS cluster_key
+    FROM (SELECT *, count(*) FILTER (WHERE NOT duplicate) OVER (PARTITION BY tk, step_kind, identity, cluster) AS n_kept,
+                 (tk, step_kind, identity, cluster) AS cluster_key
+          FROM judged) j
+),
+donors AS (
+    SELECT (j.tk, j.step_kind, j.identity, j.cluster) AS cluster_key,
+        arg_min(b.tool_call_id, j.priority) FILTER (WHERE b.tool_call_id IS NOT NULL) AS tool_call_id,
+        arg_min(b.tool_args_raw, j.priority) FILTER (WHERE b.tool_args_raw IS NOT NULL) AS tool_args_raw,
+        arg_min(b.output_text, j.priority) FILTER (WHERE b.output_text IS NOT NULL) AS output_text,
+        arg_min(b.model, j.priority) FILTER (WHERE b.model IS NOT NULL) AS model,
+        arg_min(b.response_model, j.priority) FILTER (WHERE b.response_model IS NOT NULL) AS response_model,
+        arg_min(b.provider, j.priority) FILTER (WHERE b.provider IS NOT NULL) AS provider,
+        arg_min(b.input_tokens, j.priority) FILTER (WHERE b.input_tokens IS NOT NULL) AS input_tokens,
+        arg_min(b.output_tokens, j.priority) FILTER (WHERE b.output_tokens IS NOT NULL) AS output_tokens,
+        arg_min(b.cost_attr_usd, j.priority) FILTER (WHERE b.cost_attr_usd IS NOT NULL) AS cost_attr_usd,
+        arg_min(b.requested_tools, j.priority) FILTER (WHERE b.requested_tools IS NOT NULL) AS requested_tools,
+        arg_min(b.agent_name, j.priority) FILTER (WHERE b.agent_name IS NOT NULL) AS agent_name
+    FROM judged j JOIN base b ON b.rid = j.rid
+    GROUP BY 1
 ),
 -- the tree: every span once, with whether it is a step
 nodes AS MATERIALIZED (
-    SELECT k.trace_id, k.span_id, k.parent_span_id,
-        k.step_kind <> 'structural' AND NOT coalesce(d.duplicate, false) AS is_step,
-        CASE WHEN k.step_kind = 'agent' THEN coalesce(k.agent_name, d.m_agent_name) END AS agent_here
-    FROM kinds k LEFT JOIN merged d ON d.trace_id = k.trace_id AND d.span_id = k.span_id
+    SELECT c.rid, c.tk, c.sk, c.pk, c.span_id,
+        c.step_kind <> 'structural' AND NOT coalesce(m.duplicate, false) AS is_step,
+        coalesce(c.agent_here, CASE WHEN c.step_kind = 'agent' THEN d.agent_name END) AS agent_here
+    FROM core c
+    LEFT JOIN merged m ON m.rid = c.rid
+    LEFT JOIN donors d ON d.cluster_key = m.cluster_key
 ),
 roots AS (
-    SELECT n.* FROM nodes n
-    WHERE n.parent_span_id IS NULL OR n.parent_span_id = n.span_id
-       OR NOT EXISTS (SELECT 1 FROM nodes p WHERE p.trace_id = n.trace_id AND p.span_id = n.parent_span_id)
-),
-walk(trace_id, span_id, is_step, agent_here, step_parent_id, step_ancestors, inherited_agent) AS (
-    SELECT trace_id, span_id, is_step, agent_here, NULL::VARCHAR, 0, NULL::VARCHAR FROM roots
+    SELECT n.* FROM nodes n WHERE n.pk IS NULL OR n.pk = n.sk
     UNION ALL
-    SELECT c.trace_id, c.span_id, c.is_step, c.agent_here,
+    SELECT n.* FROM nodes n ANTI JOIN nodes p ON p.tk = n.tk AND p.sk = n.pk WHERE n.pk IS NOT NULL AND n.pk <> n.sk
+),
+walk(rid, tk, sk, span_id, is_step, agent_here, step_parent_id, step_ancestors, inherited_agent) AS (
+    SELECT rid, tk, sk, span_id, is_step, agent_here, NULL::VARCHAR, 0, NULL::VARCHAR FROM roots
+    UNION ALL
+    SELECT c.rid, c.tk, c.sk, c.span_id, c.is_step, c.agent_here,
         CASE WHEN p.is_step THEN p.span_id ELSE p.step_parent_id END,
         p.step_ancestors + CASE WHEN p.is_step THEN 1 ELSE 0 END,
         coalesce(p.agent_here, p.inherited_agent)
     FROM walk p
-    JOIN nodes c ON c.trace_id = p.trace_id AND c.parent_span_id = p.span_id AND c.span_id <> c.parent_span_id
+    JOIN nodes c ON c.tk = p.tk AND c.pk = p.sk AND c.sk <> c.pk
 ),
+-- the steps, narrow: placement in the tree and order in the trial
 placed AS (
-    SELECT k.*,
-        w.step_parent_id,
-        coalesce(w.step_ancestors, 0) + 1 AS depth,
-        w.inherited_agent,
-        d.m_tool_call_id, d.m_tool_args_raw, d.m_output_text, d.m_model, d.m_response_model, d.m_provider,
-        d.m_input_tokens, d.m_output_tokens, d.m_cost_attr_usd, d.m_requested_tools, d.m_agent_name
-    FROM kinds k
-    LEFT JOIN walk w ON w.trace_id = k.trace_id AND w.span_id = k.span_id
-    LEFT JOIN merged d ON d.trace_id = k.trace_id AND d.span_id = k.span_id
-    WHERE k.step_kind <> 'structural' AND NOT coalesce(d.duplicate, false)
+    SELECT n.rid, n.tk, n.sk, c.step_kind, c.start_time_unix_nano,
+        w.step_parent_id, coalesce(w.step_ancestors, 0) + 1 AS depth, w.inherited_agent
+    FROM nodes n
+    JOIN core c ON c.rid = n.rid
+    LEFT JOIN walk w ON w.rid = n.rid
+    WHERE n.is_step
 ),
-filled AS (
-    SELECT trace_id, span_id, step_parent_id, depth, step_kind, source_convention, scope_name, name,
-        coalesce(agent_name, m_agent_name, inherited_agent) AS agent_name,
-        tool_name,
-        coalesce(tool_call_id, m_tool_call_id) AS tool_call_id,
-        coalesce(tool_args_raw, m_tool_args_raw) AS tool_args_raw,
-        coalesce(model, m_model) AS model,
-        coalesce(response_model, m_response_model) AS response_model,
-        coalesce(provider, m_provider) AS provider,
-        coalesce(input_tokens, m_input_tokens) AS input_tokens,
-        coalesce(output_tokens, m_output_tokens) AS output_tokens,
-        coalesce(cost_attr_usd, m_cost_attr_usd) AS cost_attr_usd,
-        coalesce(requested_tools, m_requested_tools) AS requested_tools,
-        status, error_type, start_time_unix_nano, duration_ns, finish_reasons,
-        coalesce(output_text, m_output_text) AS output_text,
-        row_number() OVER (PARTITION BY trace_id ORDER BY start_time_unix_nano, depth, span_id) AS seq
+-- sorted on integers only (the hashed span id breaks ties): sorting strings here would
+-- cost more than the whole tree walk
+ordered AS (
+    SELECT rid, tk, step_kind,
+        row_number() OVER (PARTITION BY tk ORDER BY start_time_unix_nano, depth, sk) AS seq
     FROM placed
 ),
-ordered AS (
-    SELECT *,
-        max(seq) FILTER (WHERE step_kind = 'llm') OVER t AS last_llm_seq,
-        max(seq) FILTER (WHERE step_kind = 'tool') OVER t AS last_tool_seq
-    FROM filled
-    WINDOW t AS (PARTITION BY trace_id)
+trial_ends AS (
+    SELECT tk,
+        max(seq) FILTER (WHERE step_kind = 'llm') AS last_llm_seq,
+        max(seq) FILTER (WHERE step_kind = 'tool') AS last_tool_seq
+    FROM ordered GROUP BY tk
+),
+-- the wide columns, joined back once
+filled AS (
+    SELECT o.seq, p.depth, p.step_parent_id, e.last_llm_seq, e.last_tool_seq,
+        b.trace_id, b.span_id, b.step_kind, b.source_convention, b.scope_name, b.name,
+        coalesce(b.agent_name, d.agent_name, p.inherited_agent) AS agent_name,
+        b.tool_name,
+        coalesce(b.tool_call_id, d.tool_call_id) AS tool_call_id,
+        coalesce(b.tool_args_raw, d.tool_args_raw) AS tool_args_raw,
+        coalesce(b.model, d.model) AS model,
+        coalesce(b.response_model, d.response_model) AS response_model,
+        coalesce(b.provider, d.provider) AS provider,
+        coalesce(b.input_tokens, d.input_tokens) AS input_tokens,
+        coalesce(b.output_tokens, d.output_tokens) AS output_tokens,
+        coalesce(b.cost_attr_usd, d.cost_attr_usd) AS cost_attr_usd,
+        coalesce(b.requested_tools, d.requested_tools) AS requested_tools,
+        b.status, b.error_type, b.start_time_unix_nano, b.duration_ns, b.finish_reasons,
+        coalesce(b.output_text, d.output_text) AS output_text
+    FROM ordered o
+    JOIN placed p ON p.rid = o.rid
+    JOIN base b ON b.rid = o.rid
+    JOIN trial_ends e ON e.tk = o.tk
+    LEFT JOIN merged m ON m.rid = o.rid
+    LEFT JOIN donors d ON d.cluster_key = m.cluster_key
 ),
 -- canonical_json() is a Python function (JSON with sorted keys cannot be written in SQL);
 -- it runs once per distinct argument string, not once per step
 canonical_args AS (
     SELECT raw, canonical_json(raw) AS tool_args
-    FROM (SELECT DISTINCT tool_args_raw AS raw FROM filled WHERE tool_args_raw IS NOT NULL)
+    FROM (SELECT tool_args_raw AS raw FROM base WHERE step_kind = 'tool' AND tool_args_raw IS NOT NULL
+          UNION
+          SELECT tool_args_raw FROM donors WHERE tool_args_raw IS NOT NULL)
 ),
 -- one price per distinct model, so the prefix match runs over a handful of rows
 priced_models AS (
     SELECT m.priced_model, m.provider,
         arg_max(p.input_usd_per_mtok, (p.provider IS NOT NULL, length(p.model))) AS input_usd_per_mtok,
         arg_max(p.output_usd_per_mtok, (p.provider IS NOT NULL, length(p.model))) AS output_usd_per_mtok
-    FROM (SELECT DISTINCT lower(coalesce(response_model, model)) AS priced_model, provider
-          FROM filled WHERE step_kind = 'llm') m
+    FROM (SELECT lower(coalesce(response_model, model)) AS priced_model, provider FROM base WHERE step_kind = 'llm'
+          UNION
+          -- the model a kept step took from the duplicate it replaced
+          SELECT lower(coalesce(b.response_model, d.response_model, b.model, d.model)), coalesce(b.provider, d.provider)
+          FROM merged m JOIN base b ON b.rid = m.rid JOIN donors d ON d.cluster_key = m.cluster_key
+          WHERE b.step_kind = 'llm') m
     JOIN model_prices p
       ON (m.priced_model = lower(p.model) OR starts_with(m.priced_model, lower(p.model) || '-'))
      AND (p.provider IS NULL OR lower(p.provider) = m.provider)
@@ -212,7 +250,7 @@ SELECT
     o.finish_reasons,
     o.requested_tools,
     o.output_text
-FROM ordered o
+FROM filled o
 LEFT JOIN priced_models pm
   ON o.step_kind = 'llm' AND pm.priced_model = lower(coalesce(o.response_model, o.model))
  AND pm.provider IS NOT DISTINCT FROM o.provider

@@ -17,7 +17,8 @@
 --                   no-op
 --   passed          the success indicator the rates use: outcome = 'pass', except that a
 --                   counted timeout is a failure; NULL when the outcome is unknown
---   started_at, start_time_unix_nano, duration_ns   first span start to last span end
+--   started_at (UTC, microseconds), start_time_unix_nano, duration_ns
+--                   first span start to last span end
 --   n_spans, n_steps, n_llm (LLM calls: llm + respond steps), n_tool, n_errors (steps
 --   with status error)
 --   input_tokens, output_tokens   summed over LLM calls only (0 without LLM calls;
@@ -76,7 +77,7 @@ joined AS (
             WHEN 'empty' THEN 'empty-run'
             ELSE replace(lower(trim(f.error_class)), '_', '-') END AS explicit_class,
         f.root_timed_out,
-        make_timestamp_ns(f.start_time_unix_nano) AS started_at,
+        make_timestamp(f.start_time_unix_nano // 1000) AS started_at,  -- microseconds: what Python datetimes hold
         f.start_time_unix_nano,
         f.end_time_unix_nano - f.start_time_unix_nano AS duration_ns,
         f.n_spans,
@@ -84,8 +85,8 @@ joined AS (
         coalesce(st.n_llm, 0) AS n_llm,
         coalesce(st.n_tool, 0) AS n_tool,
         coalesce(st.n_errors, 0) AS n_errors,
-        CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0 ELSE st.input_tokens END AS input_tokens,
-        CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0 ELSE st.output_tokens END AS output_tokens,
+        CAST(CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0 ELSE st.input_tokens END AS BIGINT) AS input_tokens,
+        CAST(CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0 ELSE st.output_tokens END AS BIGINT) AS output_tokens,
         CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0.0 WHEN st.n_unpriced > 0 THEN NULL ELSE st.cost_usd END AS cost_usd,
         l.trace_id IS NOT NULL AS labelled
     FROM span_facts f

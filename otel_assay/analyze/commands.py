@@ -1,9 +1,245 @@
-"""CLI commands over the analysis views (steps, trials, fingerprint, coverage, stability)."""
+"""CLI commands over the analysis views: steps, trials, fingerprint, coverage, stability,
+pass-rates and label. Each opens the lake, selects trials and prints a view."""
 
 from __future__ import annotations
 
+import contextlib
+
 import click
+import pyarrow as pa
+
+from ..errors import DataError, UsageError
+from ..report.output import FORMATS, write_table
+from ..stats.coverage import DEFAULT_STATE_LAMBDA
+
+SELECTOR_HELP = ("Trial selector key=value (repeatable, ANDed; keys: version, scenario, run, model, "
+                 "outcome). Example: --select version=v2 --select scenario=refund.")
+STABILITY_SCORES = ("tool_usage_stability", "response_consistency", "redundancy", "cost_per_progress")
+
+# the columns the terminal table shows (csv and json get every column)
+_TABLE_COLUMNS = {
+    "steps": ["trace_id", "seq", "depth", "step_kind", "agent_name", "tool_name", "model", "input_tokens",
+              "output_tokens", "cost_usd", "status", "source_convention"],
+    "trials": ["trace_id", "scenario", "version", "run_id", "outcome", "error_class", "n_steps", "n_llm",
+               "n_tool", "input_tokens", "output_tokens", "cost_usd", "duration_ns"],
+}
+
+
+def _common(f):
+    f = click.option("--prices", type=click.Path(dir_okay=False), default=None,
+                     help="CSV price table (provider,model,input_usd_per_mtok,output_usd_per_mtok) "
+                          "replacing the shipped one; also $OTEL_ASSAY_PRICES.")(f)
+    f = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+                     help="Output format.")(f)
+    f = click.option("--select", "selectors", multiple=True, metavar="KEY=VALUE", help=SELECTOR_HELP)(f)
+    f = click.argument("lake")(f)
+    return f
+
+
+@contextlib.contextmanager
+def _open(lake: str, selectors, prices):
+    """An engine with the selected trials in temp table ``selected_trials``; errors become
+    exit 3 (usage) or 4 (data)."""
+    import duckdb
+
+    from ..collect.lake import LakeError
+    from .engine import Engine
+    from .select import NoTrialsError, Selection, SelectorError, select_trials
+
+    try:
+        selection = Selection.parse(selectors)
+    except SelectorError as e:
+        raise UsageError(str(e)) from None
+    try:
+        eng = Engine(lake, prices=prices)
+    except LakeError as e:
+        raise DataError(str(e)) from None
+    try:
+        eng.materialize()
+        select_trials(eng, selection)
+        yield eng
+    except NoTrialsError as e:
+        raise DataError(str(e)) from None
+    except duckdb.Error as e:
+        raise DataError(f"reading the lake failed: {str(e).splitlines()[0]}") from None
+    finally:
+        eng.close()
+
+
+def _show(table: pa.Table, fmt: str, view: str | None = None) -> None:
+    if fmt == "table" and view in _TABLE_COLUMNS:
+        table = table.select(_TABLE_COLUMNS[view])
+    write_table(table, fmt)
+
+
+def _view(eng, view: str, order: str) -> pa.Table:
+    return eng.query(f"SELECT * FROM {view} SEMI JOIN selected_trials USING (trace_id) ORDER BY {order}")
+
+
+def steps(lake, selectors, fmt, prices):
+    """One row per agent step of the selected trials (the steps view).
+
+    Every instrumentation dialect is normalised (OTel GenAI of any vintage, OpenInference,
+    OpenLLMetry, LangSmith, AutoGen and CrewAI native). The terminal table shows the main
+    columns; --format csv/json gives all of them.
+    """
+    with _open(lake, selectors, prices) as eng:
+        _show(_view(eng, "steps", "trace_id, seq"), fmt, "steps")
+
+
+def trials(lake, selectors, fmt, prices):
+    """One row per trial (trace) with scenario, version, outcome, error class, counts,
+    tokens, cost and duration (the trials view)."""
+    with _open(lake, selectors, prices) as eng:
+        _show(_view(eng, "trials", "start_time_unix_nano, trace_id"), fmt, "trials")
+
+
+def pass_rates(lake, selectors, fmt, prices):
+    """Per-protocol and intent-to-treat pass rates per scenario and version.
+
+    Infrastructure errors, pre-validation failures and empty runs are excluded from the
+    per-protocol rate; a timeout after a tool call counts as a failure.
+    """
+    with _open(lake, selectors, prices) as eng:
+        write_table(eng.query(
+            "SELECT p.* FROM pass_rates p WHERE EXISTS (SELECT 1 FROM trials t SEMI JOIN selected_trials "
+            "USING (trace_id) WHERE t.scenario IS NOT DISTINCT FROM p.scenario AND t.version IS NOT DISTINCT "
+            "FROM p.version) ORDER BY scenario, version"), fmt)
+
+
+def fingerprint(lake, selectors, fmt, prices, tools):
+    """The behavioural fingerprint of each selected trial (paper Def. 7.1).
+
+    Columns are documented in queries/fingerprints.sql; `tool:<name>` columns are the
+    tool-usage frequencies over the tool vocabulary (--tools, default: every tool the
+    selected trials called).
+    """
+    from .fingerprint import fingerprint_matrix
+
+    vocabulary = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
+    with _open(lake, selectors, prices) as eng:
+        write_table(fingerprint_matrix(eng, "selected_trials", vocabulary), fmt)
+
+
+def coverage(lake, selectors, fmt, prices, tools, models, state_lambda, show_sets):
+    """Coverage of the selected trials: tool, decision path (Chao1), state, boundary and
+    model coverage, and their geometric mean over the defined dimensions.
+
+    Tools available come from --tools, else from the tool definitions recorded on LLM
+    spans; model coverage needs --models (otherwise n/a). --sets prints the sets instead.
+    """
+    from .coverage import coverage_report, coverage_sets
+
+    with _open(lake, selectors, prices) as eng:
+        sets = coverage_sets(eng, "selected_trials")
+    available = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
+    target = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    if show_sets:
+        rows = ([("tool_used", k, v) for k, v in sorted(sets.tools_used.items())]
+                + [("tool_available", k, None) for k in sorted(available or sets.tools_defined)]
+                + [("path", k, v) for k, v in sets.path_counts.most_common()]
+                + [("state", k, v) for k, v in sets.state_counts.most_common()]
+                + [("boundary", "/".join(b), int(b in sets.boundaries_hit)) for b in sorted(sets.boundaries)]
+                + [("model", k, v) for k, v in sorted(sets.models_tested.items())])
+        write_table(pa.table({"set": [r[0] for r in rows], "item": [r[1] for r in rows],
+                              "count": pa.array([r[2] for r in rows], pa.int64())}), fmt)
+        return
+    try:
+        report = coverage_report(sets, tools_available=available, models_target=target, state_lambda=state_lambda)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    dims = report.dimensions
+    table = pa.table({
+        "dimension": [d.name for d in dims] + ["overall"],
+        "value": pa.array([d.value for d in dims] + [report.overall], pa.float64()),
+        "observed": pa.array([d.observed for d in dims] + [None], pa.int64()),
+        "denominator": pa.array([d.denominator for d in dims] + [None], pa.float64()),
+        "sample_coverage": pa.array([d.sample_coverage for d in dims] + [None], pa.float64()),
+        "note": [d.note or ("n/a" if d.value is None else "") for d in dims]
+                + [f"{sets.n_trials} trials; n/a: {', '.join(report.undefined) or 'none'}"],
+    })
+    write_table(table, fmt)
+
+
+def _parse_floors(floors) -> dict[str, float]:
+    out = {name: 0.5 for name in STABILITY_SCORES}
+    for f in floors:
+        name, sep, value = f.partition("=")
+        names = STABILITY_SCORES if not sep else (name.strip(),)
+        try:
+            v = float(value if sep else name)
+        except ValueError:
+            raise UsageError(f"--floor {f!r}: give a number or NAME=NUMBER") from None
+        for n in names:
+            if n not in STABILITY_SCORES:
+                raise UsageError(f"--floor {f!r}: unknown sub-score {n!r}; use one of {', '.join(STABILITY_SCORES)}")
+            out[n] = v
+    return out
+
+
+def stability(lake, selectors, fmt, prices, floors, per_trial):
+    """Stability sub-scores (tool usage stability, response consistency, redundancy, cost
+    per progress): across the trials of each scenario and version (score, weakest_score,
+    variance) or, with --per-trial, per trial. drift_flags lists the sub-scores strictly
+    below their floor (default 0.5; --floor 0.6 or --floor redundancy=0.8).
+    """
+    floor = _parse_floors(floors)
+    with _open(lake, selectors, prices) as eng:
+        scored = "{}" if per_trial else "mean_{}"
+        flags = ", ".join(f"CASE WHEN {scored.format(n)} < ? THEN '{n}' END" for n in STABILITY_SCORES)
+        source = ("SELECT * FROM stability SEMI JOIN selected_trials USING (trace_id)" if per_trial else
+                  "SELECT * FROM stability_summary s WHERE EXISTS (SELECT 1 FROM trials t SEMI JOIN selected_trials "
+                  "USING (trace_id) WHERE t.scenario IS NOT DISTINCT FROM s.scenario "
+                  "AND t.version IS NOT DISTINCT FROM s.version)")
+        table = eng.query(f"SELECT * REPLACE (list_filter([{flags}], lambda x: x IS NOT NULL) AS drift_flags) "
+                          f"FROM ({source}) ORDER BY scenario, version{', trace_id' if per_trial else ''}",
+                          [floor[n] for n in STABILITY_SCORES])
+    write_table(table, fmt)
+
+
+def label(lake, file):
+    """Label traces that carry no assay.* attributes.
+
+    FILE is a CSV with one key column (trace_id, gen_ai.conversation.id or session.id) and
+    any of scenario, version, outcome (pass/fail), run, score. The labels go to a new file
+    under LAKE/labels/; span files are never modified. A later label for the same key wins.
+    """
+    from ..collect.lake import LakeError
+    from .labels import LabelError, read_labels_csv, write_labels
+
+    try:
+        table = read_labels_csv(file)
+    except LabelError as e:
+        raise UsageError(str(e)) from None
+    try:
+        path = write_labels(lake, table)
+    except LakeError as e:
+        raise DataError(str(e)) from None
+    click.echo(f"labelled {table.num_rows} key(s): {path}")
 
 
 def register(cli: click.Group) -> None:
     """Add the analysis commands to the ``otel-assay`` group."""
+    cli.command("steps")(_common(steps))
+    cli.command("trials")(_common(trials))
+    cli.command("pass-rates")(_common(pass_rates))
+    cli.command("fingerprint")(click.option(
+        "--tools", default=None, metavar="A,B,...",
+        help="Tool vocabulary for the tool-usage columns (default: tools the selected trials called).")(
+        _common(fingerprint)))
+    cov = _common(coverage)
+    cov = click.option("--sets", "show_sets", is_flag=True, help="Print the coverage sets, not the metrics.")(cov)
+    cov = click.option("--lambda", "state_lambda", type=click.FloatRange(min=0, min_open=True),
+                       default=DEFAULT_STATE_LAMBDA, show_default=True,
+                       help="λ of state coverage 1 - exp(-states/λ): the expected number of abstract states.")(cov)
+    cov = click.option("--models", default=None, metavar="A,B,...", help="Target models (model coverage).")(cov)
+    cov = click.option("--tools", default=None, metavar="A,B,...",
+                       help="Tools available (default: tool definitions recorded on LLM spans).")(cov)
+    cli.command("coverage")(cov)
+    stab = _common(stability)
+    stab = click.option("--per-trial", is_flag=True, help="One row per trial instead of per scenario and version.")(stab)
+    stab = click.option("--floor", "floors", multiple=True, metavar="[NAME=]VALUE",
+                        help="Drift floor for all sub-scores or one (repeatable; default 0.5).")(stab)
+    cli.command("stability")(stab)
+    cli.command("label")(click.option("--file", "file", required=True, type=click.Path(dir_okay=False),
+                                      help="Labels CSV.")(click.argument("lake", type=click.Path(file_okay=False))(label)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob as _glob
 import os
 import re
+import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
@@ -97,6 +98,11 @@ class Engine:
                  prices: str | os.PathLike | None = None):
         self.files = resolve_sources(source)
         self.con = duckdb.connect()
+        # every view and command orders explicitly, so DuckDB need not keep scan order (which
+        # costs memory on large lakes); spill to the system temp dir, not the working directory
+        self.con.execute("SET preserve_insertion_order = false")
+        self.con.execute("SET enable_progress_bar = false")  # it would fill CI logs with redraws
+        self.con.execute("SET temp_directory = ?", [os.path.join(tempfile.gettempdir(), f"otel-assay-duckdb-{os.getpid()}")])
         if threads:
             self.con.execute(f"SET threads = {int(threads)}")
         if memory_limit:
@@ -190,8 +196,8 @@ class Engine:
         for view in views:
             if view in self.materialized:
                 continue
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _cached_{view} AS SELECT * FROM {view}")
-            self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _cached_{view}")
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _cached_{view} AS SELECT * FROM {view}").fetchall()
+            self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _cached_{view}").fetchall()
             self.materialized.add(view)
 
     def lock_down(self) -> None:
@@ -213,6 +219,10 @@ class Engine:
     def query(self, sql: str, params: Sequence[Any] | dict | None = None) -> pa.Table:
         """Run SQL over the views and return an Arrow table."""
         return self.con.sql(sql, params=params or None).to_arrow_table()
+
+    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        """Run SQL and return all rows as tuples (the result is always consumed)."""
+        return self.con.execute(sql, params or []).fetchall()
 
     def close(self) -> None:
         self.con.close()

@@ -1,0 +1,90 @@
+"""Trial selectors: ``--select key=value`` over the trials view (DESIGN §5).
+
+Keys: version, scenario, run, model, outcome. Several selectors are ANDed; one selector may
+also hold several comma-separated pairs (``version=v2,scenario=refund``, the gate's form).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+# selector key -> SQL predicate over the trials view (one parameter)
+SELECTOR_KEYS = {
+    "version": "version = ?",
+    "scenario": "scenario = ?",
+    "run": "run_id = ?",
+    "model": "list_contains(models, ?)",
+    "outcome": "outcome = ?",
+}
+# what to list when nothing matches: the values the lake has for the key
+_FOUND_SQL = {
+    "version": "SELECT version AS v, count(*) AS n FROM trials GROUP BY ALL ORDER BY n DESC, v LIMIT 10",
+    "scenario": "SELECT scenario AS v, count(*) AS n FROM trials GROUP BY ALL ORDER BY n DESC, v LIMIT 10",
+    "run": "SELECT run_id AS v, count(*) AS n FROM trials GROUP BY ALL ORDER BY n DESC, v LIMIT 10",
+    "model": "SELECT m AS v, count(*) AS n FROM (SELECT unnest(models) AS m FROM trials) GROUP BY ALL "
+             "ORDER BY n DESC, v LIMIT 10",
+    "outcome": "SELECT outcome AS v, count(*) AS n FROM trials GROUP BY ALL ORDER BY n DESC, v LIMIT 10",
+}
+
+
+class SelectorError(ValueError):
+    """A selector that cannot be parsed or names an unknown key (a usage error)."""
+
+
+class NoTrialsError(LookupError):
+    """No trial matches the selectors (a data error); the message says what the lake has."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    pairs: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, selectors: Iterable[str]) -> "Selection":
+        pairs = []
+        for sel in selectors:
+            for part in sel.split(","):
+                part = part.strip()
+                if not part:
+                    continue
+                key, sep, value = part.partition("=")
+                key = key.strip()
+                if not sep or not key:
+                    raise SelectorError(f"selector {part!r} is not key=value (keys: {', '.join(SELECTOR_KEYS)})")
+                if key not in SELECTOR_KEYS:
+                    raise SelectorError(f"unknown selector key {key!r} in {part!r}; "
+                                        f"use one of: {', '.join(SELECTOR_KEYS)}")
+                pairs.append((key, value.strip()))
+        return cls(tuple(pairs))
+
+    def where(self) -> tuple[str, list[str]]:
+        """A SQL predicate over the trials view and its parameters ('true' when empty)."""
+        if not self.pairs:
+            return "true", []
+        return " AND ".join(SELECTOR_KEYS[k] for k, _ in self.pairs), [v for _, v in self.pairs]
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.pairs) or "(all trials)"
+
+
+def select_trials(engine, selection: Selection, table: str = "selected_trials") -> int:
+    """Put the trace ids of the matching trials into temp table ``table``; return how many.
+
+    Raises :class:`NoTrialsError` naming what the lake has for the selector keys when none
+    match (or when the lake has no trials at all).
+    """
+    where, params = selection.where()
+    engine.rows(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT trace_id FROM trials WHERE {where}",
+                       params)
+    n = engine.rows(f"SELECT count(*) FROM {table}")[0][0]
+    if n:
+        return n
+    total = engine.rows("SELECT count(*) FROM trials")[0][0]
+    if total == 0:
+        raise NoTrialsError("the lake has no trials (no spans)")
+    found = []
+    for key in dict(selection.pairs):
+        rows = engine.rows(_FOUND_SQL[key])
+        found.append(f"{key}: " + ", ".join(f"{'(none)' if v is None else v} ({n})" for v, n in rows))
+    raise NoTrialsError(f"no trials match {selection}; the lake has {total} trials, with " + "; ".join(found))

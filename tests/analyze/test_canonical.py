@@ -1,0 +1,32 @@
+"""Canonical JSON for tool arguments: every observed shape of one call gives one text."""
+
+from __future__ import annotations
+
+import pytest
+
+from otel_assay.analyze.canonical import canonical_json
+
+SAME = '{"a":2,"b":3}'
+
+
+@pytest.mark.parametrize("raw", [
+    '{"a": 2, "b": 3}',                                   # JSON string (semconv, OpenInference)
+    '{"b":3,"a":2}',                                      # other key order
+    "{'a': 2, 'b': 3}",                                   # Python repr (CrewAI, LangChain input_str)
+    '{"inputs": {"a": 2, "b": 3}, "tags": [], "metadata": {}}',   # Traceloop wrapper
+    '{"input_str": "{\'a\': 2, \'b\': 3}", "tags": null}',        # Traceloop wrapper around a repr
+    '"{\\"a\\": 2, \\"b\\": 3}"',                         # JSON-encoded JSON string
+])
+def test_shapes_of_one_call_agree(raw):
+    assert canonical_json(raw) == SAME
+
+
+def test_values_that_are_not_wrappers_stay():
+    assert canonical_json('{"input": "x"}') == '{"input":"x"}'      # a tool whose parameter is named input
+    assert canonical_json('{"inputs": {"a": 1}, "other": 2}') == '{"inputs":{"a":1},"other":2}'
+    assert canonical_json("plain text") == '"plain text"'
+    assert canonical_json("{not json") == '"{not json"'
+    assert canonical_json("{'s': {1, 2}, 't': (1, 2), 'n': None, 'b': True}") == '{"b":true,"n":null,"s":[1,2],"t":[1,2]}'
+    assert canonical_json(None) is None
+    assert canonical_json('{"x": NaN}') == '{"x":null}'
+    assert canonical_json('{"k": "é"}') == '{"k":"é"}'

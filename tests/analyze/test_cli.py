@@ -1,0 +1,152 @@
+"""The analysis commands end to end: selectors, formats, exit codes, labels."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+
+import pytest
+
+from otel_assay.cli import main
+
+from .lakes import span, tid, write_lake
+
+
+def run(capsys, *args):
+    with pytest.raises(SystemExit) as e:
+        main(list(args))
+    out = capsys.readouterr()
+    return e.value.code, out.out, out.err
+
+
+def A(version, outcome):
+    return {"assay.scenario": "s1", "assay.agent.version": version, "assay.trial.outcome": outcome}
+
+
+@pytest.fixture
+def lake(tmp_path):
+    spans = []
+    for n, (version, outcome) in enumerate([("v1", "pass"), ("v1", "fail"), ("v2", "pass")], start=1):
+        spans += [
+            span(n, 1, None, "assay.trial s1", 0, 10, A(version, outcome)),
+            span(n, 2, 1, "chat", 1, 2, {**A(version, outcome), "gen_ai.operation.name": "chat",
+                                         "gen_ai.request.model": "gpt-4o" if n < 3 else "gpt-4o-mini",
+                                         "gen_ai.usage.input_tokens": 10, "gen_ai.usage.output_tokens": 2}),
+            span(n, 3, 1, "execute_tool add", 3, 4, {**A(version, outcome), "gen_ai.operation.name": "execute_tool",
+                                                     "gen_ai.tool.name": "add"}),
+        ]
+    # a foreign trace: no assay.* attributes, in a conversation
+    spans.append(span(9, 1, None, "chat", 0, 1, {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o",
+                                                  "gen_ai.conversation.id": "conv-9"}, scope="some.instrumentation"))
+    return write_lake(tmp_path / "lake", spans)
+
+
+def test_trials_select_and_formats(capsys, lake):
+    code, out, _ = run(capsys, "trials", str(lake), "--select", "version=v1", "--format", "json")
+    assert code == 0
+    got = json.loads(out)
+    assert sorted(t["trace_id"] for t in got) == [tid(1), tid(2)]
+    code, out, _ = run(capsys, "trials", str(lake), "--select", "version=v1,outcome=pass", "--format", "csv")
+    assert code == 0
+    assert [r["trace_id"] for r in csv.DictReader(io.StringIO(out))] == [tid(1)]
+    code, out, _ = run(capsys, "trials", str(lake), "--select", "model=gpt-4o-mini")
+    assert code == 0 and tid(3) in out and tid(1) not in out and "(1 row)" in out
+
+
+def test_unknown_selector_key_exits_3(capsys, lake):
+    code, _, err = run(capsys, "steps", str(lake), "--select", "colour=blue")
+    assert code == 3 and "'colour'" in err and "Traceback" not in err
+
+
+def test_no_match_exits_4_with_what_was_found(capsys, lake):
+    code, _, err = run(capsys, "fingerprint", str(lake), "--select", "version=v9")
+    assert code == 4
+    assert "no trials match version=v9" in err and "v1 (2)" in err and "v2 (1)" in err
+
+
+def test_missing_lake_exits_4(capsys, tmp_path):
+    code, _, err = run(capsys, "trials", str(tmp_path / "nope"))
+    assert code == 4 and "does not exist" in err
+
+
+@pytest.mark.parametrize("command", ["steps", "trials", "fingerprint", "coverage", "stability", "pass-rates"])
+def test_every_command_runs(capsys, lake, command):
+    code, out, err = run(capsys, command, str(lake), "--format", "json")
+    assert code == 0, err
+    assert isinstance(json.loads(out), list)
+
+
+def test_help_is_complete(capsys):
+    for command in ["steps", "trials", "fingerprint", "coverage", "stability", "pass-rates", "label"]:
+        code, out, _ = run(capsys, command, "--help")
+        assert code == 0 and "Usage:" in out
+        if command != "label":
+            assert "--select" in out and "--format" in out
+
+
+def test_fingerprint_tool_columns(capsys, lake):
+    code, out, _ = run(capsys, "fingerprint", str(lake), "--tools", "add,search", "--format", "json")
+    rows = {r["trace_id"]: r for r in json.loads(out)}
+    assert rows[tid(1)]["tool:add"] == 0.5 and rows[tid(1)]["tool:search"] == 0.0
+
+
+def test_stability_floor(capsys, lake):
+    code, out, _ = run(capsys, "stability", str(lake), "--per-trial", "--floor", "2", "--format", "json")
+    assert code == 0
+    assert all(r["drift_flags"] == ["tool_usage_stability", "response_consistency", "redundancy", "cost_per_progress"]
+               for r in json.loads(out))
+    code, _, err = run(capsys, "stability", str(lake), "--floor", "speed=1")
+    assert code == 3 and "speed" in err
+
+
+def _span_files_digest(lake):
+    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((lake / "spans").rglob("*.parquet"))}
+
+
+def test_label_by_trace_and_conversation(capsys, lake, tmp_path):
+    before = _span_files_digest(lake)
+    f = tmp_path / "labels.csv"
+    f.write_text(f"trace_id,scenario,version,outcome\n{tid(1).upper()},relabelled,v7,fail\n")
+    code, out, _ = run(capsys, "label", str(lake), "--file", str(f))
+    assert code == 0 and "labelled 1" in out
+    g = tmp_path / "conv.csv"
+    g.write_text("gen_ai.conversation.id,scenario,version,outcome,score\nconv-9,foreign,v1,pass,0.75\n")
+    assert run(capsys, "label", str(lake), "--file", str(g))[0] == 0
+    code, out, _ = run(capsys, "trials", str(lake), "--format", "json")
+    t = {r["trace_id"]: r for r in json.loads(out)}
+    assert (t[tid(1)]["scenario"], t[tid(1)]["version"], t[tid(1)]["outcome"], t[tid(1)]["labelled"]) == (
+        "relabelled", "v7", "fail", True)
+    assert (t[tid(9)]["scenario"], t[tid(9)]["version"], t[tid(9)]["outcome"], t[tid(9)]["score"]) == (
+        "foreign", "v1", "pass", 0.75)
+    assert t[tid(2)]["labelled"] is False
+    # a later label for the same key wins
+    f.write_text(f"trace_id,outcome\n{tid(1)},pass\n")
+    run(capsys, "label", str(lake), "--file", str(f))
+    code, out, _ = run(capsys, "trials", str(lake), "--select", "outcome=pass", "--format", "json")
+    assert tid(1) in {r["trace_id"] for r in json.loads(out)}
+    assert _span_files_digest(lake) == before
+    assert len(list((lake / "labels").glob("*.parquet"))) == 3
+
+
+@pytest.mark.parametrize("content, message", [
+    ("scenario,version\ns,v\n", "key column"),
+    ("trace_id,outcome\nxyz,pass\n", "32 hex"),
+    (f"trace_id,outcome\n{tid(1)},maybe\n", "pass, fail"),
+    (f"trace_id,colour\n{tid(1)},red\n", "unknown column"),
+])
+def test_bad_labels_exit_3(capsys, lake, tmp_path, content, message):
+    f = tmp_path / "bad.csv"
+    f.write_text(content)
+    code, _, err = run(capsys, "label", str(lake), "--file", str(f))
+    assert code == 3 and message in err
+    assert not (lake / "labels").exists()
+
+
+def test_price_override(capsys, lake, tmp_path):
+    prices = tmp_path / "prices.csv"
+    prices.write_text("provider,model,input_usd_per_mtok,output_usd_per_mtok\n,gpt-4o,1000000,0\n")
+    code, out, _ = run(capsys, "steps", str(lake), "--select", "version=v1", "--prices", str(prices), "--format", "json")
+    llm = [s for s in json.loads(out) if s["llm_call"]]
+    assert [s["cost_usd"] for s in llm] == [10.0, 10.0]

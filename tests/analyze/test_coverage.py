@@ -1,0 +1,108 @@
+"""Coverage sets and numbers against values computed by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from otel_assay.analyze.coverage import boundary_tests, coverage_report, coverage_sets
+from otel_assay.stats.coverage import chao1
+
+from .lakes import span, write_lake
+
+DEFS = json.dumps([
+    {"type": "function", "name": "add", "parameters": {"type": "object", "properties": {
+        "a": {"type": "integer", "minimum": 0, "maximum": 10}, "b": {"type": "integer"}}}},
+    {"type": "function", "name": "search", "parameters": {"type": "object", "properties": {
+        "q": {"type": "string", "maxLength": 5}, "mode": {"type": "string", "enum": ["fast", "deep"]}}}},
+    {"type": "function", "name": "unused_tool", "parameters": {"type": "object", "properties": {
+        "flag": {"type": "boolean"}}}},
+])
+
+
+def trial(n, model, calls):
+    """LLM call (offered DEFS) -> the tool calls -> final LLM answer."""
+    out = [span(n, 1, None, "chat", 0, 1, {"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+                                            "gen_ai.tool.definitions": DEFS})]
+    for i, (tool, args) in enumerate(calls):
+        out.append(span(n, 2 + i, None, f"execute_tool {tool}", 2 + i, 2.5 + i,
+                        {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                         "gen_ai.tool.call.arguments": json.dumps(args)}))
+    out.append(span(n, 20, None, "chat", 30, 31, {"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+                                                 "gen_ai.output.messages": '[{"role":"assistant","parts":[{"type":"text","content":"ok"}]}]'}))
+    return out
+
+
+@pytest.fixture
+def lake(tmp_path):
+    return write_lake(tmp_path, [
+        *trial(1, "gpt-4o", [("add", {"a": 0, "b": 1})]),
+        *trial(2, "gpt-4o", [("add", {"a": 5, "b": 1})]),
+        *trial(3, "claude-3-5-sonnet", [("search", {"q": "", "mode": "fast"})]),
+        *trial(4, "gpt-4o", [("add", {"a": 10}), ("add", {"a": 10})]),
+    ])
+
+
+def test_boundaries_from_schema():
+    schema = json.loads(DEFS)[1]["parameters"]
+    assert set(boundary_tests("search", schema)) == {
+        ("search", "q", "maxLength=5"), ("search", "q", "empty"),
+        ("search", "mode", 'enum="fast"'), ("search", "mode", 'enum="deep"')}
+    tests = boundary_tests("x", {"type": "object", "properties": {
+        "n": {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10},
+        "f": {"type": "number", "minimum": 0.5},
+        "l": {"type": "array", "minItems": 1, "maxItems": 3}}})
+    hit = {b[2] for b, t in tests.items() if t({"n": 1, "f": 0.5, "l": [1, 2, 3]}[b[1]])}
+    assert hit == {"min>0", "min=0.5", "maxItems=3"}
+    assert not tests[("x", "n", "max<10")](10) and tests[("x", "n", "max<10")](9)
+    assert not tests[("x", "f", "min=0.5")](True)
+
+
+def test_coverage_sets(open_engine, lake):
+    sets = coverage_sets(open_engine(lake))
+    assert sets.n_trials == 4
+    assert dict(sets.tools_used) == {"add": 4, "search": 1}
+    assert sets.tools_defined == {"add", "search", "unused_tool"}
+    assert dict(sets.path_counts) == {
+        "llm > tool:add > respond": 2, "llm > tool:search > respond": 1,
+        "llm > tool:add > tool:add > respond": 1}
+    assert dict(sets.state_counts) == {
+        " | llm | start": 4, " | tool:add | llm": 3, " | respond | tool:add": 3,
+        " | tool:search | llm": 1, " | respond | tool:search": 1, " | tool:add | tool:add": 1}
+    assert sets.boundaries == {("add", "a", "min=0"), ("add", "a", "max=10"), ("search", "q", "maxLength=5"),
+                               ("search", "q", "empty"), ("search", "mode", 'enum="fast"'),
+                               ("search", "mode", 'enum="deep"'), ("unused_tool", "flag", "true"),
+                               ("unused_tool", "flag", "false")}
+    assert sets.boundaries_hit == {("add", "a", "min=0"), ("add", "a", "max=10"), ("search", "q", "empty"),
+                                   ("search", "mode", 'enum="fast"')}
+    assert dict(sets.models_tested) == {"gpt-4o": 6, "claude-3-5-sonnet": 2}
+
+
+def test_coverage_numbers(open_engine, lake):
+    sets = coverage_sets(open_engine(lake))
+    report = coverage_report(sets, models_target=["gpt-4o", "o1"], state_lambda=50)
+    dims = {d.name: d for d in report.dimensions}
+    assert chao1({"a": 2, "b": 1, "c": 1}) == 3 + 2 * 2 / (2 * 1)
+    expected = {"tool": 2 / 3, "path": 3 / 5, "state": 1 - math.exp(-6 / 50), "boundary": 4 / 8, "model": 1 / 2}
+    for name, want in expected.items():
+        assert dims[name].value == pytest.approx(want), name
+    assert dims["path"].sample_coverage == pytest.approx(1 - 2 / 4)
+    assert dims["state"].sample_coverage == pytest.approx(1 - 3 / 13)
+    assert report.overall == pytest.approx(math.prod(expected.values()) ** (1 / 5))
+    # configured tools override the recorded definitions; no target models: n/a, not 1.0
+    report = coverage_report(sets, tools_available=["add"])
+    dims = {d.name: d for d in report.dimensions}
+    assert dims["tool"].value == 1.0 and dims["model"].value is None and "model" in report.undefined
+
+
+def test_openinference_tool_definitions(tmp_path, open_engine):
+    schema = {"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"k": {"type": "string", "enum": ["x"]}}}}}
+    write_lake(tmp_path, [span(1, 1, None, "ChatModel", 0, 1, {
+        "openinference.span.kind": "LLM", "llm.model_name": "gpt-4o",
+        "llm.tools.0.tool.json_schema": json.dumps(schema)}, scope="openinference.instrumentation.langchain")])
+    eng = open_engine(tmp_path)
+    assert eng.query("SELECT tool_name, parameters FROM tool_definitions").to_pylist() == [
+        {"tool_name": "lookup", "parameters": '{"properties":{"k":{"enum":["x"],"type":"string"}},"type":"object"}'}]

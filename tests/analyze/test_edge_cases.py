@@ -1,0 +1,145 @@
+"""Hand-built edge cases: broken trees, duplicates, spread trials, very large trials,
+double instrumentation."""
+
+from __future__ import annotations
+
+import time
+
+from otel_assay.collect.schema import make_resource
+
+from .conftest import rows
+from .lakes import MS, T0, sid, span, tid, write_lake
+
+TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t"}
+AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}
+
+
+def steps_of(eng, trace):
+    return rows(eng, "SELECT span_id, step_parent_id, depth, seq, step_kind FROM steps WHERE trace_id = ? ORDER BY seq",
+                [tid(trace)])
+
+
+def test_orphan_spans_become_top_level(tmp_path, open_engine):
+    write_lake(tmp_path, [
+        span(1, 2, 99, "invoke_agent a", 1, 10, AGENT),   # parent 99 was never received
+        span(1, 3, 2, "execute_tool t", 2, 3, TOOL),
+    ])
+    eng = open_engine(tmp_path)
+    assert steps_of(eng, 1) == [
+        {"span_id": sid(2), "step_parent_id": None, "depth": 1, "seq": 1, "step_kind": "agent"},
+        {"span_id": sid(3), "step_parent_id": sid(2), "depth": 2, "seq": 2, "step_kind": "tool"},
+    ]
+
+
+def test_cycle_in_parent_links_terminates(tmp_path, open_engine):
+    write_lake(tmp_path, [
+        span(1, 1, None, "invoke_agent a", 0, 10, AGENT),
+        span(1, 2, 1, "execute_tool t", 1, 2, TOOL),
+        span(1, 3, 4, "execute_tool t", 3, 4, TOOL),     # 3 -> 4 -> 3
+        span(1, 4, 3, "execute_tool t", 5, 6, TOOL),
+    ])
+    eng = open_engine(tmp_path)
+    got = steps_of(eng, 1)
+    assert [r["span_id"] for r in got] == [sid(1), sid(2), sid(3), sid(4)]
+    assert [(r["step_parent_id"], r["depth"]) for r in got] == [(None, 1), (sid(1), 2), (None, 1), (None, 1)]
+    assert rows(eng, "SELECT n_steps FROM trials")[0]["n_steps"] == 4
+
+
+def test_duplicate_span_ids_count_once(tmp_path, open_engine):
+    spans = [
+        span(1, 1, None, "invoke_agent a", 0, 10, AGENT),
+        span(1, 2, 1, "execute_tool t", 1, 2, TOOL),
+        span(1, 3, 2, "execute_tool t", 3, 4, TOOL),
+    ]
+    write_lake(tmp_path, spans, token="a")
+    write_lake(tmp_path, spans[1:], token="b")            # a retransmission in another file
+    # a broken emitter reusing id 2 with a parent below it: would loop if both copies were kept
+    write_lake(tmp_path, [span(1, 2, 3, "execute_tool t", 5, 6, TOOL)], token="c")
+    eng = open_engine(tmp_path)
+    assert rows(eng, "SELECT count(*) AS n FROM spans")[0]["n"] == 6
+    assert [(r["span_id"], r["depth"]) for r in steps_of(eng, 1)] == [(sid(1), 1), (sid(2), 2), (sid(3), 3)]
+    assert rows(eng, "SELECT n_steps, n_tool FROM trials")[0] == {"n_steps": 3, "n_tool": 2}
+
+
+def test_trial_spread_over_files_and_partitions(tmp_path, open_engine):
+    day = 86_400_000  # ms
+    write_lake(tmp_path, [span(1, 1, None, "invoke_agent a", 0, day + 10, {**AGENT, "assay.scenario": "s"}),
+                          span(1, 2, 1, "execute_tool t", 1, 2, TOOL)], token="one")
+    write_lake(tmp_path, [span(1, 3, 1, "execute_tool t", day + 1, day + 2, TOOL)], token="two")
+    parts = sorted(p.parent.name for p in (tmp_path / "spans").glob("dt=*/*.parquet"))
+    assert parts == ["dt=2023-11-14", "dt=2023-11-15"]
+    eng = open_engine(tmp_path)
+    assert [(r["span_id"], r["seq"], r["depth"]) for r in steps_of(eng, 1)] == [(sid(1), 1, 1), (sid(2), 2, 2), (sid(3), 3, 2)]
+    t = rows(eng, "SELECT scenario, n_steps, duration_ns FROM trials")[0]
+    assert t == {"scenario": "s", "n_steps": 3, "duration_ns": (day + 10) * MS}
+    # a list of files works as well as the directory
+    files = sorted((tmp_path / "spans").glob("dt=*/*.parquet"))
+    assert rows(open_engine(files), "SELECT n_steps FROM trials")[0]["n_steps"] == 3
+
+
+def test_fifty_thousand_step_trial(tmp_path, open_engine):
+    n = 50_000
+    res = make_resource([("service.name", "big")])
+
+    def s(i, parent, name, attrs):
+        return dict(trace_id=tid(7), span_id=sid(i), parent_span_id=sid(parent) if parent else None, name=name,
+                    kind=0, start_time_unix_nano=T0 + i * 1000, end_time_unix_nano=T0 + i * 1000 + 500,
+                    status_code=0, status_message=None, trace_state=None, scope_name="otel_assay",
+                    scope_version=None, resource=res, attributes=attrs)
+
+    tool_attrs = list(TOOL.items())
+    spans = [s(1, None, "invoke_agent a", list(AGENT.items()))]
+    spans += [s(i, 1, "execute_tool t", tool_attrs) for i in range(2, n + 1)]
+    spans[0]["end_time_unix_nano"] = T0 + (n + 1) * 1000
+    write_lake(tmp_path, spans)
+    eng = open_engine(tmp_path)
+    t0 = time.perf_counter()
+    t = rows(eng, "SELECT n_steps, n_tool FROM trials")[0]
+    f = rows(eng, "SELECT n_steps, max_depth, n_branches, frac_tool FROM fingerprints")[0]
+    elapsed = time.perf_counter() - t0
+    assert t == {"n_steps": n, "n_tool": n - 1}
+    assert f == {"n_steps": n, "max_depth": 2, "n_branches": n - 1, "frac_tool": (n - 1) / n}
+    assert rows(eng, "SELECT max(seq) AS m FROM steps")[0]["m"] == n
+    assert elapsed < 60
+
+
+def test_deep_chain(tmp_path, open_engine):
+    depth = 300
+    write_lake(tmp_path, [span(1, i, i - 1 if i > 1 else None, "invoke_agent a", i, 2 * depth - i, AGENT)
+                          for i in range(1, depth + 1)])
+    eng = open_engine(tmp_path)
+    f = rows(eng, "SELECT max_depth, n_branches FROM fingerprints")[0]
+    assert f == {"max_depth": depth, "n_branches": 1}
+
+
+def test_double_instrumentation_counts_once(tmp_path, open_engine):
+    """AutoGen native + OpenInference's autogen-agentchat instrumentor both emit the agent and
+    the tool call (instrumentation.md §3); the native span wins and takes the arguments the
+    OpenInference span recorded."""
+    oi = "openinference.instrumentation.autogen_agentchat"
+    write_lake(tmp_path, [
+        span(1, 1, None, "calc.on_messages_stream", 0, 100,
+             {"openinference.span.kind": "AGENT", "agent.name": "calc"}, scope=oi),
+        span(1, 2, 1, "invoke_agent calc", 1, 99,
+             {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "calc", "gen_ai.system": "autogen"},
+             scope="autogen-core"),
+        span(1, 3, 2, "calc.add", 10, 20,
+             {"openinference.span.kind": "TOOL", "tool.name": "add", "tool.parameters": '{"a": 2, "b": 3}'}, scope=oi),
+        span(1, 4, 3, "execute_tool add", 11, 19,
+             {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "add", "gen_ai.tool.call.id": "call_1",
+              "gen_ai.system": "autogen"}, scope="autogen-core"),
+        # two parallel calls from one convention are two steps, not duplicates
+        span(1, 5, 2, "execute_tool add", 30, 40, {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "add",
+                                                   "gen_ai.tool.call.id": "call_2"}, scope="autogen-core"),
+        span(1, 6, 2, "execute_tool add", 31, 39, {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "add",
+                                                   "gen_ai.tool.call.id": "call_3"}, scope="autogen-core"),
+    ])
+    eng = open_engine(tmp_path)
+    got = rows(eng, "SELECT span_id, step_kind, source_convention, depth, step_parent_id, tool_call_id, tool_args, "
+                    "agent_name FROM steps ORDER BY seq")
+    assert [(r["span_id"], r["step_kind"], r["source_convention"], r["depth"]) for r in got] == [
+        (sid(2), "agent", "autogen_native", 1), (sid(4), "tool", "autogen_native", 2),
+        (sid(5), "tool", "autogen_native", 2), (sid(6), "tool", "autogen_native", 2)]
+    tool = got[1]
+    assert (tool["step_parent_id"], tool["tool_call_id"], tool["tool_args"], tool["agent_name"]) == (
+        sid(2), "call_1", '{"a":2,"b":3}', "calc")
