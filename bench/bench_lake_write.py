@@ -18,7 +18,7 @@ import time
 import pyarrow as pa
 
 from otel_assay.collect import Lake, synthetic
-from otel_assay.collect.otlp import add_protobuf
+from otel_assay.collect.otlp import add_protobuf, parse_protobuf
 from otel_assay.collect.schema import SpanBatch
 
 
@@ -31,7 +31,7 @@ def main() -> None:
     made = 0
     while made < args.spans:
         b = SpanBatch()
-        add_protobuf(synthetic.request(5000, rng=rng), b)
+        add_protobuf(parse_protobuf(synthetic.request(5000, rng=rng).SerializeToString()), b)
         parts.append(b.tables())
         made += len(b)
     tables = {k: pa.concat_tables([p[k] for p in parts]) for k in parts[0]}

@@ -21,6 +21,7 @@ import resource
 import time
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -184,7 +185,13 @@ def main() -> None:
 
         timings = {}
         t0 = time.perf_counter()
-        eng.materialize()
+        try:
+            eng.materialize()
+        except duckdb.OutOfMemoryException as e:
+            print(json.dumps({"bench": "views", "spans": n_spans, "threads": args.threads,
+                              "memory_limit": args.memory_limit, "error": str(e).splitlines()[0],
+                              "after_s": round(time.perf_counter() - t0, 2)}))
+            raise SystemExit(1) from None
         timings["steps"] = time.perf_counter() - t0
         t = time.perf_counter()
         trials = eng.query("SELECT * FROM trials")
@@ -198,7 +205,7 @@ def main() -> None:
         total = time.perf_counter() - t0
 
     print(json.dumps({
-        "bench": "views", "spans": n_spans, "trials": trials.num_rows, "fingerprints": fps.num_rows,
+        "bench": "views", "spans": n_spans, "memory_limit": args.memory_limit, "trials": trials.num_rows, "fingerprints": fps.num_rows,
         "distinct_paths": len(sets.path_counts), "threads": args.threads, "generate_s": gen_s,
         "total_s": round(total, 2), **{f"{k}_s": round(v, 2) for k, v in timings.items()},
         "floor_group_by_s": round(floor_s, 2), "ratio_to_floor": round(total / floor_s, 1),
