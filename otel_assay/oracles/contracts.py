@@ -24,9 +24,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-import pyarrow as pa
-
-from ..stats import Verdict, regression_verdict, verdict as pass_rate_verdict
 
 SEP = "\x1f"  # joins a trial's tool names for the call_order pattern; not a character tool names use
 
@@ -258,7 +255,7 @@ class ContractResults:
     """One row per trial: trace_id, scenario, version, then one BOOLEAN column per contract."""
 
     contracts: list[Contract]
-    table: pa.Table
+    table: "pa.Table"
 
     def holds(self, name: str) -> list[bool | None]:
         return self.table.column(name).to_pylist()
@@ -292,6 +289,7 @@ def check_tools(engine, contracts: Sequence[Contract]) -> None:
 def evaluate(engine, contracts: Sequence[Contract], *, trials: str = "trials") -> ContractResults:
     """Judge every contract on every trial of ``trials`` (a view or table of trial rows)."""
     import duckdb
+    import pyarrow as pa
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", trials):
         raise ValueError(f"not a table name: {trials!r}")
@@ -380,6 +378,8 @@ class ContractVerdict:
 
 def verdicts(results: ContractResults) -> list[ContractVerdict]:
     """Per contract, scenario and version: the share of trials where it holds, against its threshold."""
+    from ..stats import verdict as pass_rate_verdict
+
     groups: dict[tuple, list[int]] = {}
     cols = {c.name: results.holds(c.name) for c in results.contracts}
     scen = results.table.column("scenario").to_pylist()
@@ -399,7 +399,7 @@ def verdicts(results: ContractResults) -> list[ContractVerdict]:
         for (s, v), (n, k, unknown) in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
             if n == 0:
                 out.append(ContractVerdict(c.name, c.kind, s, v, 0, 0, unknown, None, None, c.threshold,
-                                           Verdict.INCONCLUSIVE.value, "no trial could be judged"))
+                                           "INCONCLUSIVE", "no trial could be judged"))
                 continue
             r = pass_rate_verdict(k, n, c.threshold, c.alpha)
             out.append(ContractVerdict(c.name, c.kind, s, v, n, k, unknown, k / n, (r.ci.low, r.ci.high),
@@ -420,6 +420,8 @@ class ContractRegression:
 def regressions(results: ContractResults, baseline_version: str, candidate_version: str, *,
                 delta: float = 0.10, alpha: float = 0.05) -> list[ContractRegression]:
     """Whether each contract holds less often in the candidate version (paper Prop. 6.1)."""
+    from ..stats import regression_verdict
+
     by = {(v.contract, v.scenario, v.version): v for v in verdicts(results)}
     out = []
     for c in results.contracts:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .. import semconv
-from ..stats import regression_verdict, verdict as pass_rate_verdict
 from .contracts import ContractError
 
 FAMILIES = ("permutation", "perturbation", "composition", "oracle")
@@ -180,6 +179,8 @@ def evaluate(engine, relations: list[Relation], *, trials: str = "trials") -> li
 
 
 def verdicts(relations: list[Relation], pairs: list[dict]) -> list[RelationVerdict]:
+    from ..stats import verdict as pass_rate_verdict
+
     out = []
     for rel in relations:
         versions: dict[Any, list[int]] = {}
@@ -206,6 +207,8 @@ def verdicts(relations: list[Relation], pairs: list[dict]) -> list[RelationVerdi
 def compare_versions(relations: list[Relation], pairs: list[dict], baseline: str, candidate: str, *,
                      delta: float = 0.10, alpha: float = 0.05) -> dict[str, Any]:
     """Per relation: the regression verdict on the share of pairs where it holds (Prop. 6.1)."""
+    from ..stats import regression_verdict
+
     by = {(v.relation, v.version): v for v in verdicts(relations, pairs)}
     out = {}
     for rel in relations:

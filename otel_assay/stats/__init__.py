@@ -32,74 +32,96 @@ Drift (drift)
     CUSUM, BernoulliCUSUM, PageHinkley, cusum, bernoulli_cusum, page_hinkley
 """
 
-from ._common import Verdict
-from .bayes import BayesResult, bayes_regression
-from .budget import (
-    BudgetResult,
-    CombinedPValue,
-    MultiFidelityPlan,
-    adaptive_budget,
-    adaptive_sample_size,
-    fingerprint_sample_size,
-    fingerprint_variance,
-    multi_fidelity_allocation,
-    multi_fidelity_combine,
-    stouffer_combine,
-    variance_class,
-)
-from .coverage import (
-    DEFAULT_STATE_LAMBDA,
-    CoverageDimension,
-    CoverageReport,
-    agent_coverage,
-    boundary_coverage,
-    chao1,
-    good_turing_coverage,
-    model_coverage,
-    overall_coverage,
-    path_coverage,
-    state_coverage,
-    tool_coverage,
-)
-from .drift import CUSUM, BernoulliCUSUM, DriftResult, PageHinkley, bernoulli_cusum, cusum, page_hinkley
-from .hotelling import FeatureShift, HotellingResult, hotelling_detectable_shift, hotelling_t2
-from .multiple import AdjustedPValues, SuiteVerdict, adjust_pvalues, suite_verdict
-from .proportions import (
-    ProportionCI,
-    VerdictResult,
-    clopper_pearson_interval,
-    sample_size_threshold,
-    verdict,
-    wilson_interval,
-)
-from .regression import (
-    DifferenceCI,
-    EffectSizes,
-    FisherResult,
-    McNemarResult,
-    RegressionResult,
-    ZTestResult,
-    effect_sizes,
-    fisher_exact_test,
-    mcnemar_exact,
-    newcombe_interval,
-    regression_power,
-    regression_verdict,
-    regression_verdicts,
-    sample_size_regression,
-    two_proportion_ztest,
-)
-from .sprt import (
-    SPRT,
-    SPRTCharacteristics,
-    SPRTDesign,
-    SPRTState,
-    beta_prior_llr,
-    sprt_design,
-    sprt_expected_n,
-    sprt_operating_characteristics,
-    sprt_test,
-)
+import importlib
+
+# public name -> submodule; submodules load on first use, so importing one piece (the CLI,
+# a coverage constant) does not pay for scipy
+_EXPORTS = {
+    "AdjustedPValues": "multiple",
+    "BayesResult": "bayes",
+    "BernoulliCUSUM": "drift",
+    "BudgetResult": "budget",
+    "CUSUM": "drift",
+    "CombinedPValue": "budget",
+    "CoverageDimension": "coverage",
+    "CoverageReport": "coverage",
+    "DEFAULT_STATE_LAMBDA": "coverage",
+    "DifferenceCI": "regression",
+    "DriftResult": "drift",
+    "EffectSizes": "regression",
+    "FeatureShift": "hotelling",
+    "FisherResult": "regression",
+    "HotellingResult": "hotelling",
+    "McNemarResult": "regression",
+    "MultiFidelityPlan": "budget",
+    "PageHinkley": "drift",
+    "ProportionCI": "proportions",
+    "RegressionResult": "regression",
+    "SPRT": "sprt",
+    "SPRTCharacteristics": "sprt",
+    "SPRTDesign": "sprt",
+    "SPRTState": "sprt",
+    "SuiteVerdict": "multiple",
+    "Verdict": "_common",
+    "VerdictResult": "proportions",
+    "ZTestResult": "regression",
+    "adaptive_budget": "budget",
+    "adaptive_sample_size": "budget",
+    "adjust_pvalues": "multiple",
+    "agent_coverage": "coverage",
+    "bayes_regression": "bayes",
+    "bernoulli_cusum": "drift",
+    "beta_prior_llr": "sprt",
+    "boundary_coverage": "coverage",
+    "chao1": "coverage",
+    "clopper_pearson_interval": "proportions",
+    "cusum": "drift",
+    "effect_sizes": "regression",
+    "fingerprint_sample_size": "budget",
+    "fingerprint_variance": "budget",
+    "fisher_exact_test": "regression",
+    "good_turing_coverage": "coverage",
+    "hotelling_detectable_shift": "hotelling",
+    "hotelling_t2": "hotelling",
+    "mcnemar_exact": "regression",
+    "model_coverage": "coverage",
+    "multi_fidelity_allocation": "budget",
+    "multi_fidelity_combine": "budget",
+    "newcombe_interval": "regression",
+    "overall_coverage": "coverage",
+    "page_hinkley": "drift",
+    "path_coverage": "coverage",
+    "regression_power": "regression",
+    "regression_verdict": "regression",
+    "regression_verdicts": "regression",
+    "sample_size_regression": "regression",
+    "sample_size_threshold": "proportions",
+    "sprt_design": "sprt",
+    "sprt_expected_n": "sprt",
+    "sprt_operating_characteristics": "sprt",
+    "sprt_test": "sprt",
+    "state_coverage": "coverage",
+    "stouffer_combine": "budget",
+    "suite_verdict": "multiple",
+    "tool_coverage": "coverage",
+    "two_proportion_ztest": "regression",
+    "variance_class": "budget",
+    "verdict": "proportions",
+    "wilson_interval": "proportions",
+}
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
 
 __all__ = [
     "AdjustedPValues",
