@@ -9,7 +9,7 @@ framework): ``trial``, ``step``, ``flush``, ``instrument``, ``uninstrument``; an
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "trial", "step", "flush", "instrument", "uninstrument"]
+__all__ = ["__version__", "trial", "step", "flush", "instrument", "uninstrument", "stochastic"]
 
 _LAZY = {
     "trial": ("otel_assay.capture.trial", "trial"),
@@ -17,6 +17,7 @@ _LAZY = {
     "flush": ("otel_assay.capture._runtime", "flush"),
     "instrument": ("otel_assay.capture.registry", "instrument"),
     "uninstrument": ("otel_assay.capture.registry", "uninstrument"),
+    "stochastic": ("otel_assay.live.stochastic", "stochastic"),
 }
 
 

@@ -245,11 +245,13 @@ def sql(lake, query, fmt):
 def _register_commands() -> None:
     from . import gate_cli
     from .analyze import commands as analyze_commands
+    from .live import commands as live_commands
     from .oracles import commands as oracle_commands
 
     analyze_commands.register(cli)
     gate_cli.register(cli)
     oracle_commands.register(cli)
+    live_commands.register(cli)
 
 
 _register_commands()

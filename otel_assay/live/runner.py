@@ -1,0 +1,689 @@
+"""Run an agent's trials, as few as the statistics allow.
+
+:func:`run_suite` runs ``agent(scenario.input)`` once per trial under
+:func:`otel_assay.trial` (so every trial is a trace in the lake), judges the output with the
+scenario's evaluator, and per scenario:
+
+- ``method: sprt`` feeds the outcomes, in trial-index order, to Wald's SPRT
+  (H0: p >= threshold vs H1: p <= threshold - delta) and stops launching trials once it
+  crosses a boundary; at ``n_max`` the fixed-sample verdict decides.
+- ``method: fixed`` runs ``trials`` counted trials and gives the Wilson verdict (Def. 3.6).
+- ``method: adaptive`` runs ``calibration`` trials, computes the variance class and n* from
+  their fingerprints (paper Alg. 4) and runs up to n* trials (fixed-sample verdict).
+
+Which trials count is what the lake's ``trials`` view says (DESIGN §7): infrastructure
+errors are retried (``retries``, same trial index) and excluded; empty runs (no LLM call and
+no tool step) are excluded; a timeout counts as a failure only when a tool was called
+before it. So the run's counts and the gate's counts agree.
+
+Resumption: before running, the trials already in the lake for (scenario, version) are
+read back and replayed in index order (``SPRT.resume``, an exact warm start); new trials
+continue the index sequence. A scenario that already decided runs nothing.
+
+Parallelism: at most ``concurrency`` trials run at once over all scenarios. Sync agents run
+in worker threads (the trial's context goes with them), async agents on the event loop.
+A trial that outlives ``timeout`` is ended as a timeout; a sync agent's thread cannot be
+killed and finishes in the background (its late spans are ignored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import inspect
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import semconv
+from ..errors import DataError, UsageError
+from ..stats import SPRT, Verdict, adaptive_budget, sample_size_threshold, verdict as wilson_verdict
+from .scenarios import RunConfig, Scenario, StepFacts, Suite
+
+EXCLUDED_CLASSES = ("infrastructure", "pre-validation", "empty-run")
+ATTEMPT_ATTR = "assay.trial.attempt"
+REASON_ATTR = "assay.trial.reason"
+
+
+# ================================================================== prices
+_PRICES: list[tuple[str, float, float]] | None = None
+
+
+def model_prices() -> list[tuple[str, float, float]]:
+    """(model, input $/Mtok, output $/Mtok), longest model name first: the shipped
+    ``model_prices`` table, or the CSV in $OTEL_ASSAY_PRICES (same columns)."""
+    global _PRICES
+    if _PRICES is None:
+        import os
+
+        import duckdb
+
+        from ..analyze.engine import PRICES_ENV, query_files
+        con = duckdb.connect()
+        csv = os.environ.get(PRICES_ENV)
+        if csv:
+            if not os.path.isfile(csv):
+                raise UsageError(f"price table {csv} ({PRICES_ENV}) does not exist")
+            rows = con.execute("SELECT lower(model), CAST(input_usd_per_mtok AS DOUBLE), "
+                               "CAST(output_usd_per_mtok AS DOUBLE) FROM read_csv(?, header = true, "
+                               "all_varchar = true)", [csv]).fetchall()
+        else:
+            con.execute(query_files()["model_prices"])
+            rows = con.execute("SELECT lower(model), input_usd_per_mtok, output_usd_per_mtok "
+                               "FROM model_prices").fetchall()
+        con.close()
+        _PRICES = sorted(rows, key=lambda r: -len(r[0]))
+    return _PRICES
+
+
+def price_of(model: str | None) -> tuple[float, float] | None:
+    if not model:
+        return None
+    m = model.lower()
+    for name, pin, pout in model_prices():
+        if m == name or m.startswith(name + "-"):
+            return pin, pout
+    return None
+
+
+# ================================================================== step facts per trace
+from opentelemetry.sdk.trace import SpanProcessor as _SpanProcessor
+
+
+class _StepCollector(_SpanProcessor):
+    """A span processor that tallies each trial's steps, tool names and tokens as its spans
+    end (so the runner knows without reading the lake back)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._facts: dict[int, StepFacts] = {}
+        self._watch: set[int] = set()
+        self.price_calls = False
+
+    def watch(self, trace_id: int) -> None:
+        with self._lock:
+            self._watch.add(trace_id)
+            self._facts[trace_id] = StepFacts()
+
+    def take(self, trace_id: int) -> StepFacts:
+        with self._lock:
+            self._watch.discard(trace_id)
+            return self._facts.pop(trace_id, StepFacts())
+
+    def peek(self, trace_id: int) -> StepFacts:
+        with self._lock:
+            return self._facts.get(trace_id, StepFacts())
+
+    def on_end(self, span) -> None:
+        tid = span.context.trace_id
+        if tid not in self._watch:
+            return
+        a = span.attributes or {}
+        kind = a.get(semconv.ASSAY_STEP_KIND)
+        if kind is None:
+            op = a.get("gen_ai.operation.name")
+            kind = {"chat": "llm", "text_completion": "llm", "generate_content": "llm",
+                    "execute_tool": "tool", "invoke_agent": "agent"}.get(op)
+        if kind is None:
+            return
+        with self._lock:
+            f = self._facts.get(tid)
+            if f is None:
+                return
+            f.n_steps += 1
+            if kind in ("llm", "respond"):
+                f.n_llm += 1
+                tin = int(a.get(semconv.GEN_AI_USAGE_INPUT_TOKENS) or 0)
+                tout = int(a.get(semconv.GEN_AI_USAGE_OUTPUT_TOKENS) or 0)
+                f.input_tokens += tin
+                f.output_tokens += tout
+                if self.price_calls and (tin or tout):
+                    model = a.get("gen_ai.response.model") or a.get("gen_ai.request.model")
+                    price = price_of(model)
+                    if price is None:
+                        f.unpriced.append(str(model))
+                    else:
+                        f.cost_usd += (tin * price[0] + tout * price[1]) / 1e6
+            elif kind == "tool":
+                f.tools.append(str(a.get(semconv.GEN_AI_TOOL_NAME) or span.name))
+
+
+_COLLECTOR: _StepCollector | None = None
+_COLLECTOR_LOCK = threading.Lock()
+
+
+def step_collector() -> _StepCollector | None:
+    """The process's collector, added to the capture pipeline's provider on first use."""
+    global _COLLECTOR
+    from ..capture import _runtime
+
+    with _COLLECTOR_LOCK:
+        if _COLLECTOR is None:
+            p = _runtime.pipeline()
+            if p is None:
+                return None
+            _COLLECTOR = _StepCollector()
+            p.provider.add_span_processor(_COLLECTOR)
+        return _COLLECTOR
+
+
+# ================================================================== results
+@dataclass
+class TrialRecord:
+    scenario: str
+    index: int
+    attempt: int
+    passed: bool | None
+    counted: bool
+    error_class: str | None
+    score: float | None = None
+    reason: str | None = None
+    duration_s: float = 0.0
+    tokens: int = 0
+    trace_id: str | None = None
+    output: Any = None
+    n_steps: int = 0
+    n_tools: int = 0
+    cost_usd: float = 0.0
+    unpriced: list = field(default_factory=list)
+
+
+@dataclass
+class ScenarioRun:
+    """Where one scenario stands. ``n``/``successes`` are the trials the decision used."""
+
+    scenario: str
+    config: RunConfig
+    method: str
+    decision: str = "CONTINUE"          # PASS / FAIL / INCONCLUSIVE / CONTINUE (running)
+    n: int = 0
+    successes: int = 0
+    resumed: int = 0                    # counted trials reused from the lake
+    ran: int = 0                        # trials run now (attempts, including excluded ones)
+    excluded: int = 0                   # excluded trials run now (infrastructure, empty runs)
+    retried: int = 0
+    extra: int = 0                      # counted trials that finished after the decision
+    llr: float = 0.0
+    lower: float | None = None
+    upper: float | None = None
+    path: list[float] = field(default_factory=list)
+    stop_reason: str | None = None      # boundary | n_max | trials | budget | t_max | attempts
+    target_n: int | None = None         # fixed / adaptive: trials to run
+    variance_class: str | None = None   # adaptive
+    ci_low: float | None = None
+    ci_high: float | None = None
+    more_trials_needed: int | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
+    records: list[TrialRecord] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return self.decision != "CONTINUE"
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.INCONCLUSIVE if self.decision == "CONTINUE" else Verdict(self.decision)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in (
+            "scenario", "method", "decision", "n", "successes", "resumed", "ran", "excluded", "retried",
+            "extra", "llr", "lower", "upper", "stop_reason", "target_n", "variance_class", "ci_low", "ci_high",
+            "more_trials_needed", "tokens", "cost_usd")}
+
+
+@dataclass
+class RunResult:
+    suite: str
+    version: str
+    lake: str
+    scenarios: list[ScenarioRun]
+    elapsed_s: float
+    tokens: int
+    gate: Any = None
+    cost_usd: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        if self.gate is not None:
+            return self.gate.exit_code
+        vs = [s.verdict for s in self.scenarios]
+        if Verdict.FAIL in vs:
+            return 1
+        if Verdict.INCONCLUSIVE in vs:
+            return 2
+        return 0
+
+    @property
+    def decision(self) -> str:
+        return {0: "PASS", 1: "FAIL", 2: "INCONCLUSIVE"}.get(self.exit_code, "?")
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {"suite": self.suite, "version": self.version, "lake": self.lake, "elapsed_s": self.elapsed_s,
+             "tokens": self.tokens, "cost_usd": self.cost_usd, "decision": self.decision, "exit_code": self.exit_code,
+             "scenarios": [s.as_dict() for s in self.scenarios]}
+        if self.gate is not None:
+            d["gate"] = {"decision": self.gate.decision, "reasons": list(self.gate.reasons)}
+        return d
+
+
+# ================================================================== the lake: trials so far
+def existing_trials(lake: str, version: str, scenarios: list[str]) -> dict[str, list[tuple[int, bool | None, bool]]]:
+    """Trials already in the lake for ``version``: scenario -> [(index, passed, counted)] in
+    index order, one entry per index (a counted attempt wins over excluded ones)."""
+    import os
+
+    from ..analyze.engine import Engine
+    from ..collect.lake import LakeError
+
+    out: dict[str, list[tuple[int, bool | None, bool]]] = {s: [] for s in scenarios}
+    spans_dir = os.path.join(lake, "spans")
+    if not os.path.isdir(spans_dir) or not any(f.endswith(".parquet") for _, _, fs in os.walk(spans_dir) for f in fs):
+        return out  # an empty lake: nothing to resume (and no engine to start)
+    try:
+        eng = Engine(lake)
+    except LakeError as e:
+        raise DataError(f"cannot read the lake {lake} to resume: {e}") from None
+    try:
+        eng.materialize(["steps", "trials"])
+        rows = eng.con.execute(
+            "SELECT scenario, trial_index, passed, counted FROM trials "
+            "WHERE version = ? AND trial_index IS NOT NULL AND list_contains(?, scenario) "
+            "ORDER BY scenario, trial_index, counted DESC, start_time_unix_nano",
+            [version, scenarios]).fetchall()
+    finally:
+        eng.close()
+    last: dict[str, int] = {}
+    for sc, idx, passed, counted in rows:
+        if last.get(sc) == idx:
+            continue
+        last[sc] = idx
+        out[sc].append((int(idx), None if passed is None else bool(passed), bool(counted) and passed is not None))
+    return out
+
+
+# ================================================================== per-scenario state machine
+class _ScenarioState:
+    def __init__(self, scenario: Scenario, prior: list[tuple[int, bool | None, bool]]):
+        self.scenario = scenario
+        cfg = scenario.config
+        self.cfg = cfg
+        self.run = ScenarioRun(scenario.name, cfg, cfg.method)
+        self.next_index = (max(i for i, _, _ in prior) + 1) if prior else 0
+        self.sprt: SPRT | None = None
+        self.outcomes: list[int] = []        # counted outcomes in index order (all of them)
+        self.fed_upto = self.next_index      # indices below this are settled
+        self.buffer: dict[int, TrialRecord] = {}
+        self.calibration: list[list[float]] = []
+        self.in_flight = 0
+        prior_outcomes = [int(p) for _, p, c in prior if c]
+        self.run.resumed = len(prior_outcomes)
+        if cfg.method == "sprt":
+            self.sprt = SPRT(cfg.threshold, cfg.delta, cfg.alpha, cfg.beta, cfg.sprt_n_max)
+            self.run.lower, self.run.upper = self.sprt.design.lower, self.sprt.design.upper
+            self.sprt.update_many(prior_outcomes)
+            self.outcomes = prior_outcomes
+            self._sync_sprt()
+            if self.sprt.state.done:
+                self.run.stop_reason = "resumed"
+        else:
+            self.outcomes = prior_outcomes
+            if cfg.method == "fixed":
+                self.run.target_n = cfg.trials
+            else:
+                self.run.target_n = None  # set after calibration
+            self._check_fixed_done()
+
+    # -------------------------------------------------------------- bookkeeping
+    @property
+    def counted(self) -> int:
+        return self.sprt.state.n if self.sprt is not None else len(self.outcomes)
+
+    def _sync_sprt(self) -> None:
+        st = self.sprt.state
+        r = self.run
+        r.n, r.successes, r.llr, r.path = st.n, st.successes, st.llr, list(self.sprt.path)
+        if st.done:
+            r.decision = st.decision
+            if r.stop_reason is None:
+                r.stop_reason = "n_max" if st.truncated else "boundary"
+
+    def _check_fixed_done(self) -> None:
+        r = self.run
+        r.n, r.successes = len(self.outcomes), int(sum(self.outcomes))
+        if r.target_n is not None and r.n >= r.target_n:
+            self._finish_fixed("trials")
+
+    def _finish_fixed(self, reason: str) -> None:
+        r = self.run
+        outs = self.outcomes[: r.target_n] if r.target_n is not None else self.outcomes
+        r.n, r.successes = len(outs), int(sum(outs))
+        if r.n == 0:
+            r.decision = "INCONCLUSIVE"
+        else:
+            v = wilson_verdict(r.successes, r.n, self.cfg.threshold, self.cfg.alpha)
+            r.decision = v.verdict.value
+            r.ci_low, r.ci_high = v.ci.low, v.ci.high
+        r.stop_reason = reason
+
+    def finalize(self, reason: str | None) -> None:
+        """No more trials will run (budget, deadline, attempts): settle the verdict."""
+        r = self.run
+        if self.sprt is not None:
+            if not r.done:
+                r.decision = "INCONCLUSIVE"
+                r.stop_reason = reason
+        elif not r.done:
+            self._finish_fixed(reason or "trials")
+        if r.n:
+            from ..stats import wilson_interval
+            ci = wilson_interval(r.successes, r.n, self.cfg.alpha)
+            r.ci_low, r.ci_high = ci.low, ci.high
+        if r.decision == "INCONCLUSIVE":
+            r.more_trials_needed = self.more_needed()
+
+    def more_needed(self) -> int:
+        """Further trials a rerun would likely need: Wald's expected N at the observed rate for
+        SPRT (minus those run), Eq. 1's n* for fixed samples."""
+        cfg, r = self.cfg, self.run
+        p = (r.successes + 0.5) / (r.n + 1.0)
+        p = min(max(p, 0.01), 0.99)
+        if self.sprt is not None:
+            from ..stats import sprt_operating_characteristics
+            oc = sprt_operating_characteristics(cfg.threshold, cfg.delta, cfg.alpha, cfg.beta, p=p,
+                                                initial_llr=r.llr if r.lower < r.llr < r.upper else 0.0)
+            return max(1, int(math.ceil(oc.expected_n)))
+        return max(1, sample_size_threshold(p, cfg.delta, cfg.alpha, cfg.beta) - r.n)
+
+    def cap(self) -> int:
+        """Counted trials the method may still use (beyond those settled)."""
+        if self.sprt is not None:
+            return self.cfg.sprt_n_max
+        if self.run.target_n is not None:
+            return self.run.target_n
+        return self.cfg.calibration
+
+    def can_launch(self) -> bool:
+        return not self.run.done and self.counted + self.in_flight < self.cap()
+
+    # -------------------------------------------------------------- results
+    def settle(self, rec: TrialRecord) -> None:
+        """A trial index is settled (counted or not); feed every settled index in order."""
+        self.buffer[rec.index] = rec
+        while self.fed_upto in self.buffer:
+            r = self.buffer.pop(self.fed_upto)
+            self.fed_upto += 1
+            if not r.counted:
+                continue
+            if self.run.done:
+                self.run.extra += 1
+                continue
+            self.outcomes.append(int(bool(r.passed)))
+            if self.sprt is not None:
+                self.sprt.update(bool(r.passed))
+                self._sync_sprt()
+            else:
+                self.calibration.append([r.n_steps, r.n_tools, r.tokens, float(bool(r.passed))])
+                self._check_fixed_done()
+                if self.cfg.method == "adaptive" and self.run.target_n is None and len(self.outcomes) >= self.cfg.calibration:
+                    self._calibrate(r)
+
+    def _calibrate(self, rec: TrialRecord) -> None:
+        cal = np.array(self.calibration, dtype=float)
+        budget = adaptive_budget(cal, self.cfg.alpha, self.cfg.beta)
+        self.run.variance_class = budget.variance_class
+        self.run.target_n = max(budget.n_star, len(self.outcomes))
+        self._check_fixed_done()
+
+
+# ================================================================== the run
+def _call_agent_sync(agent, inp):
+    result = agent(inp)
+    if inspect.isawaitable(result):
+        return asyncio.run(_await(result))
+    return result
+
+
+async def _await(x):
+    return await x
+
+
+def _is_async(agent) -> bool:
+    return inspect.iscoroutinefunction(agent) or inspect.iscoroutinefunction(getattr(agent, "__call__", None))
+
+
+class _Budget:
+    def __init__(self, t_max: float | None, tokens: int | None, dollars: float | None = None):
+        self.start = time.monotonic()
+        self.deadline = None if t_max is None else self.start + t_max
+        self.tokens_max = tokens
+        self.tokens = 0
+        self.dollars_max = dollars
+        self.dollars = 0.0
+
+    def exhausted(self) -> str | None:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return "t_max"
+        if self.tokens_max is not None and self.tokens >= self.tokens_max:
+            return "budget"
+        if self.dollars_max is not None and self.dollars >= self.dollars_max:
+            return "budget"
+        return None
+
+
+def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: str,
+              concurrency: int | None = None, timeout: float | None = None, retries: int | None = None,
+              t_max: float | None = None, budget_tokens: int | None = None,
+              budget_dollars: float | None = None, resume: bool = True,
+              scenarios: list[str] | None = None, method: str | None = None,
+              progress: Callable[[list[ScenarioRun]], None] | None = None,
+              baseline: str | None = None, gate_config: Any = None) -> RunResult:
+    """Run ``suite`` against ``agent`` (sync or async callable of the scenario input) as
+    ``version``, writing trials to the lake at ``lake``; see the module docstring.
+
+    Keyword overrides win over the suite's config. ``progress`` is called with the scenario
+    states after every settled trial. With ``baseline`` (a selector such as ``version=v1``)
+    the gate judges this version against it at the end (``result.gate``).
+    """
+    if not callable(agent):
+        raise UsageError("the agent must be a callable taking the scenario input")
+    if not version:
+        raise UsageError("a version is required (--version): trials of the same version resume each other")
+    selected = suite.scenarios
+    if scenarios:
+        names = {s.name for s in suite.scenarios}
+        missing = [s for s in scenarios if s not in names]
+        if missing:
+            raise UsageError(f"no scenario {missing[0]!r} in {suite.source}; it has {', '.join(sorted(names))}")
+        selected = [s for s in suite.scenarios if s.name in scenarios]
+    if method is not None:
+        from dataclasses import replace
+        selected = [Scenario(s.name, s.input, s.properties, s.evaluator, replace(s.config, method=method))
+                    for s in selected]
+    cfg = suite.config
+    conc = concurrency or cfg.concurrency or 1
+    budget = _Budget(t_max if t_max is not None else cfg.t_max,
+                     budget_tokens if budget_tokens is not None else cfg.budget_tokens,
+                     budget_dollars if budget_dollars is not None else cfg.budget_dollars)
+    if budget.dollars_max is not None:
+        model_prices()  # fail early on a bad price table
+
+    import otel_assay
+    from ..capture import _runtime
+    from ..capture.trial import patch_threads
+
+    if _runtime.disabled():
+        raise UsageError("capture is disabled (OTEL_ASSAY_DISABLED): trials would not reach the lake")
+    otel_assay.capture.use_lake(lake)
+    otel_assay.flush()
+    prior = existing_trials(lake, version, [s.name for s in selected])
+    states = []
+    for s in selected:
+        got = prior.get(s.name, [])
+        st = _ScenarioState(s, got if resume else [])
+        if not resume and got:  # start fresh, but never reuse a trial index of this version
+            st.next_index = st.fed_upto = max(i for i, _, _ in got) + 1
+        states.append(st)
+    collector = step_collector()
+    if collector is not None:
+        collector.price_calls = budget.dollars_max is not None or collector.price_calls
+    patch_threads()
+    started = time.monotonic()
+    asyncio.run(_run_all(states, agent, version, conc, timeout, retries, budget, collector, progress))
+    otel_assay.flush()
+    for st in states:
+        st.finalize(budget.exhausted() or (("empty-runs" if _only_empty_runs(st) else "attempts")
+                                           if not st.run.done else None))
+    if progress:
+        progress([s.run for s in states])
+    result = RunResult(suite.name, version, str(lake), [s.run for s in states], time.monotonic() - started,
+                       budget.tokens, cost_usd=budget.dollars)
+    if baseline:
+        from ..gate import GateConfig, run_gate
+        gcfg = gate_config or GateConfig(alpha=cfg.alpha, beta=cfg.beta, delta=cfg.delta, threshold=cfg.threshold)
+        result.gate = run_gate(lake, gcfg, baseline=baseline, candidate=f"version={version}")
+    return result
+
+
+async def _run_all(states, agent, version, conc, timeout, retries, budget, collector, progress):
+    sem = asyncio.Semaphore(conc)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=conc + 4, thread_name_prefix="otel-assay-trial")
+    is_async = _is_async(agent)
+    try:
+        await asyncio.gather(*[
+            _run_scenario(st, agent, is_async, version, sem, pool, timeout, retries, budget, collector, progress,
+                          states)
+            for st in states])
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+async def _run_scenario(st: _ScenarioState, agent, is_async, version, sem, pool, timeout, retries, budget,
+                        collector, progress, states):
+    cfg = st.cfg
+    timeout = timeout if timeout is not None else cfg.timeout
+    retries = retries if retries is not None else cfg.retries
+    max_attempts = 3 * st.cap() + 10  # excluded trials (empty runs) must not loop forever
+    pending: set[asyncio.Task] = set()
+    attempts = 0
+    while True:
+        while (st.can_launch() and attempts < max_attempts and budget.exhausted() is None
+               and not _only_empty_runs(st)):
+            if sem.locked() and pending:
+                break  # let our own trials finish first: their outcomes may end the test
+            await sem.acquire()
+            if not (st.can_launch() and budget.exhausted() is None):
+                sem.release()
+                break
+            idx = st.next_index
+            st.next_index += 1
+            st.in_flight += 1
+            attempts += 1
+            pending.add(asyncio.create_task(
+                _one_index(st, idx, agent, is_async, version, sem, pool, timeout, retries, budget, collector)))
+        if not pending:
+            break
+        done, pending = await asyncio.wait(pending, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            rec = t.result()
+            st.in_flight -= 1
+            st.settle(rec)
+            if progress:
+                progress([s.run for s in states])
+        pending = set(pending)
+
+
+def _only_empty_runs(st: _ScenarioState, limit: int = 5) -> bool:
+    """The first ``limit`` trials were all empty runs: the agent records no steps; stop."""
+    recs = st.run.records
+    return st.counted == 0 and len(recs) >= limit and all(r.error_class == "empty-run" for r in recs)
+
+
+async def _one_index(st, idx, agent, is_async, version, sem, pool, timeout, retries, budget, collector):
+    try:
+        attempt = 0
+        while True:
+            rec = await _one_trial(st, idx, attempt, agent, is_async, version, pool, timeout, collector)
+            st.run.ran += 1
+            st.run.tokens += rec.tokens
+            budget.tokens += rec.tokens
+            budget.dollars += rec.cost_usd
+            st.run.cost_usd += rec.cost_usd
+            if budget.dollars_max is not None and rec.unpriced:
+                raise UsageError(f"a dollar budget is set but model {rec.unpriced[0]!r} has no price; add it to a "
+                                 "price CSV (OTEL_ASSAY_PRICES) or budget in tokens instead")
+            st.run.records.append(rec)
+            if not rec.counted:
+                st.run.excluded += 1
+            if rec.error_class == "infrastructure" and attempt < retries and budget.exhausted() is None:
+                attempt += 1
+                st.run.retried += 1
+                await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))
+                continue
+            return rec
+    finally:
+        sem.release()
+
+
+async def _one_trial(st: _ScenarioState, idx: int, attempt: int, agent, is_async, version, pool, timeout,
+                     collector) -> TrialRecord:
+    from ..capture.trial import Trial, classify_error
+
+    sc = st.scenario
+    t = Trial(sc.name, version=version, index=idx,
+              attributes={ATTEMPT_ATTR: attempt, "assay.run.method": st.cfg.method})
+    t.start()
+    tid = t.span.get_span_context().trace_id if t.span is not None else None
+    if collector is not None and tid is not None:
+        collector.watch(tid)
+    t0 = time.monotonic()
+    output, exc = None, None
+    try:
+        if is_async:
+            output = await asyncio.wait_for(agent(sc.input), timeout)
+        else:
+            ctx = contextvars.copy_context()
+            fut = asyncio.get_running_loop().run_in_executor(pool, ctx.run, _call_agent_sync, agent, sc.input)
+            output = await asyncio.wait_for(fut, timeout)
+    except (asyncio.TimeoutError, TimeoutError) as e:
+        exc = e if isinstance(e, TimeoutError) else TimeoutError(f"trial exceeded {timeout}s")
+        if not str(exc):
+            exc = TimeoutError(f"trial exceeded {timeout}s")
+    except Exception as e:  # noqa: BLE001 - the agent's failure is the trial's outcome
+        exc = e
+    duration = time.monotonic() - t0
+    facts = collector.peek(tid) if (collector is not None and tid is not None) else StepFacts()
+    facts.duration_s = duration
+    passed, score, reason, error_class = False, None, None, None
+    if exc is None:
+        try:
+            passed, score, reason = sc.judge(output, facts)
+        except UsageError:
+            t.finish()
+            raise
+        except Exception as e:  # noqa: BLE001
+            t.finish()
+            raise UsageError(f"scenario {sc.name!r}: the evaluator raised {type(e).__name__}: {e}") from None
+        if facts.n_llm == 0 and not facts.tools:
+            error_class = "empty-run"
+        t.outcome(passed=passed, score=score, error_class=error_class)
+        if reason:
+            t.span.set_attribute(REASON_ATTR, str(reason)[:500])
+        t.finish()
+    else:
+        error_class = classify_error(exc)
+        reason = f"{type(exc).__name__}: {exc}"[:500]
+        t.finish(exc)
+    facts = collector.take(tid) if (collector is not None and tid is not None) else facts
+    if error_class == "timeout":
+        counted = bool(facts.tools)
+    else:
+        counted = error_class not in EXCLUDED_CLASSES
+    return TrialRecord(sc.name, idx, attempt, bool(passed) if exc is None else False, counted, error_class, score,
+                       reason, duration, facts.tokens, t.trace_id, output, facts.n_steps, len(facts.tools),
+                       facts.cost_usd, list(facts.unpriced))

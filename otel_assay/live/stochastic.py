@@ -1,0 +1,191 @@
+"""``@otel_assay.stochastic``: a test whose body is one trial, judged by statistics.
+
+>>> @otel_assay.stochastic(trials=50, threshold=0.85, alpha=0.05, method="sprt")
+... def test_ticket_routing(agent):
+...     return "billing" in agent("My payment failed")
+
+With the pytest plugin (``otel_assay.pytest_plugin``, loaded through the ``pytest11`` entry
+point) the body runs as trials under :func:`otel_assay.trial` (traces go to the lake at
+``--assay-dir``), and the test
+
+- passes on PASS (the Wilson interval is in the report and the junit properties),
+- fails on FAIL, with the one-sided binomial p-value and the effect size (Cohen's h),
+- is skipped on INCONCLUSIVE, saying about how many more trials a decision needs.
+
+A trial passes when the body returns a truthy value or ``None``, fails when it returns a
+falsy value or raises (``AssertionError`` or any other exception); infrastructure errors
+(network, rate limits, provider 5xx) are retried and excluded. As everywhere in otel-assay,
+a trial with no LLM call and no tool step is an empty run and does not count.
+
+``baseline="version=v1"`` also compares with that selection's trials of the same scenario
+in the lake (regression verdict, Def. 3.7): the test then fails on a regression, not on the
+threshold alone. Without the plugin (``-p no:otel_assay``) the body runs once as a plain test.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import UsageError
+
+ATTR = "_otel_assay_stochastic"
+
+
+@dataclass(frozen=True)
+class StochasticSpec:
+    trials: int = 50
+    threshold: float = 0.85
+    alpha: float = 0.05
+    beta: float = 0.10
+    delta: float = 0.10
+    method: str = "sprt"
+    baseline: str | None = None
+    scenario: str | None = None
+    timeout: float | None = None
+    retries: int = 2
+    concurrency: int = 1
+
+
+def stochastic(trials: int = 50, threshold: float = 0.85, alpha: float = 0.05, beta: float = 0.10,
+               delta: float = 0.10, method: str = "sprt", *, baseline: str | None = None,
+               scenario: str | None = None, timeout: float | None = None, retries: int = 2,
+               concurrency: int = 1) -> Callable:
+    """Mark a test as stochastic: see the module docstring. ``trials`` is the fixed sample
+    size (``method="fixed"``) or the SPRT's n_max (``method="sprt"``); ``scenario`` defaults
+    to the test's name."""
+    from .scenarios import parse_config
+
+    cfg = parse_config({"trials": trials, "threshold": threshold, "alpha": alpha, "beta": beta, "delta": delta,
+                        "method": method}, "@stochastic")
+    if cfg.method == "adaptive":
+        raise UsageError("@stochastic: method must be fixed or sprt")
+    spec = StochasticSpec(cfg.trials, cfg.threshold, cfg.alpha, cfg.beta, cfg.delta, cfg.method, baseline,
+                          scenario, timeout, retries, concurrency)
+
+    def mark(fn):
+        setattr(fn, ATTR, spec)
+        return fn
+    return mark
+
+
+@dataclass
+class StochasticResult:
+    verdict: str
+    scenario: str
+    n: int
+    successes: int
+    ci_low: float | None
+    ci_high: float | None
+    pvalue: float | None = None
+    effect_h: float | None = None
+    difference: float | None = None
+    more_trials_needed: int | None = None
+    regression: Any = None
+    run: Any = None
+    properties: dict[str, Any] = field(default_factory=dict)
+
+    def message(self) -> str:
+        rate = f"{self.successes}/{self.n}"
+        ci = f"[{self.ci_low:.3f}, {self.ci_high:.3f}]" if self.ci_low is not None else "n/a"
+        head = f"{self.verdict}: {self.scenario} passed {rate} trials, 95% interval {ci}"
+        if self.verdict == "FAIL":
+            head += f"; p = {self.pvalue:.3g}, effect size h = {self.effect_h:+.3f} (difference {self.difference:+.3f})"
+        if self.regression is not None:
+            r = self.regression
+            head += (f"; vs baseline {r.baseline_successes}/{r.baseline_n}: regression {r.verdict.value} "
+                     f"(drop {r.drop:+.3f}, p = {r.pvalue:.3g})")
+        if self.verdict == "INCONCLUSIVE":
+            head += f"; about {self.more_trials_needed} more trials needed"
+        return head
+
+
+def _baseline_counts(lake: str, selector: str, scenario: str) -> tuple[int, int]:
+    from ..analyze.engine import Engine
+    from ..collect.lake import LakeError
+    from ..errors import DataError
+    from ..gate import _select
+
+    try:
+        eng = Engine(lake)
+    except LakeError as e:
+        raise DataError(f"baseline {selector}: cannot read the lake {lake}: {e}") from None
+    try:
+        eng.materialize(["steps", "trials"])
+        _select(eng, selector, "baseline_trials", lake)
+        k, n = eng.con.execute("SELECT count(*) FILTER (WHERE passed), count(*) FROM trials SEMI JOIN baseline_trials USING (trace_id) "
+                               "WHERE scenario = ? AND counted AND passed IS NOT NULL", [scenario]).fetchone()
+    finally:
+        eng.close()
+    if not n:
+        raise DataError(f"baseline {selector}: no counted trials of scenario {scenario!r} in {lake}")
+    return int(k), int(n)
+
+
+def run_stochastic(body: Callable[[], Any], spec: StochasticSpec, *, scenario: str, version: str,
+                   lake: str) -> StochasticResult:
+    """Run ``body`` (no arguments) as the trials of ``spec`` and judge it."""
+    from scipy.stats import binom
+
+    from ..stats import regression_verdict
+    from .runner import run_suite
+    from .scenarios import RunConfig, Scenario, Suite
+
+    method = "fixed" if spec.baseline else spec.method
+    cfg = RunConfig(trials=spec.trials, threshold=spec.threshold, alpha=spec.alpha, beta=spec.beta, delta=spec.delta,
+                    method=method, n_max=spec.trials, timeout=spec.timeout, retries=spec.retries)
+
+    def judge(output, _scenario):
+        return (True if output is None else bool(output)), None, None
+
+    suite = Suite(scenario, [Scenario(scenario, None, {}, judge, cfg)], cfg, source=f"test {scenario}")
+    run = run_suite(suite, lambda _input: body(), version=version, lake=lake, concurrency=spec.concurrency,
+                    resume=False)
+    s = run.scenarios[0]
+    if s.n == 0:
+        raise UsageError(
+            f"{scenario}: none of the {s.ran} trials counted ("
+            + ", ".join(sorted({r.error_class or '?' for r in s.records})) + "): a trial counts when it records "
+            "an LLM call or a tool step; instrument the agent (import otel_assay.auto) or record steps with otel_assay.step")
+    p_hat = s.successes / s.n
+    res = StochasticResult(s.decision if s.decision != "CONTINUE" else "INCONCLUSIVE", scenario, s.n, s.successes,
+                           s.ci_low, s.ci_high, run=run)
+    res.pvalue = float(binom.cdf(s.successes, s.n, spec.threshold))  # H0: p >= threshold
+    res.effect_h = 2 * math.asin(math.sqrt(p_hat)) - 2 * math.asin(math.sqrt(spec.threshold))
+    res.difference = p_hat - spec.threshold
+    res.more_trials_needed = s.more_trials_needed
+    if spec.baseline:
+        kb, nb = _baseline_counts(lake, spec.baseline, scenario)
+        reg = regression_verdict(kb, nb, s.successes, s.n, spec.delta, spec.alpha, spec.beta)
+        res.regression = reg
+        if reg.verdict.value == "FAIL" or res.verdict == "FAIL":
+            res.verdict = "FAIL"
+            if reg.verdict.value == "FAIL":
+                res.pvalue, res.effect_h, res.difference = reg.pvalue, -reg.effects.cohens_h, -reg.drop
+        elif reg.verdict.value == "PASS":
+            res.verdict = "PASS"
+        else:
+            res.verdict = "INCONCLUSIVE"
+            res.more_trials_needed = max(1, (reg.n_star or s.n) - s.n) if reg.n_star else res.more_trials_needed or s.n
+    props = {"assay_verdict": res.verdict, "assay_scenario": scenario, "assay_version": version,
+             "assay_method": method, "assay_trials": s.n, "assay_successes": s.successes,
+             "assay_pass_rate": round(p_hat, 6), "assay_threshold": spec.threshold, "assay_alpha": spec.alpha,
+             "assay_trials_run": s.ran, "assay_excluded": s.excluded}
+    if s.ci_low is not None:
+        props.update(assay_ci_low=round(s.ci_low, 6), assay_ci_high=round(s.ci_high, 6))
+    if method == "sprt":
+        props.update(assay_sprt_llr=round(s.llr, 6), assay_sprt_lower=round(s.lower, 6),
+                     assay_sprt_upper=round(s.upper, 6), assay_sprt_stop=s.stop_reason or "")
+    if res.verdict == "FAIL":
+        props.update(assay_pvalue=res.pvalue, assay_effect_size_h=round(res.effect_h, 6),
+                     assay_difference=round(res.difference, 6))
+    if res.verdict == "INCONCLUSIVE" and res.more_trials_needed:
+        props["assay_more_trials_needed"] = res.more_trials_needed
+    if res.regression is not None:
+        props.update(assay_baseline=spec.baseline, assay_baseline_trials=res.regression.baseline_n,
+                     assay_baseline_successes=res.regression.baseline_successes,
+                     assay_regression_verdict=res.regression.verdict.value,
+                     assay_regression_pvalue=res.regression.pvalue)
+    res.properties = props
+    return res

@@ -1,0 +1,74 @@
+"""The otel-assay pytest plugin: runs ``@otel_assay.stochastic`` tests as trials.
+
+Loaded through the ``pytest11`` entry point ``otel_assay`` (disable with ``-p no:otel_assay``).
+Options: ``--assay-dir`` (span lake, default $OTEL_ASSAY_DIR or ./traces) and
+``--assay-version`` (the version these trials belong to, default $OTEL_ASSAY_VERSION or
+``dev``). Each stochastic test adds its statistics to ``record_property`` so
+``pytest --junitxml`` carries them as ``<property>`` elements.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from otel_assay.live.stochastic import ATTR
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("otel-assay", "stochastic agent tests (otel-assay)")
+    group.addoption("--assay-dir", default=None, help="Span lake for the trials (default $OTEL_ASSAY_DIR or ./traces).")
+    group.addoption("--assay-version", default=None,
+                    help="Agent version the trials belong to (default $OTEL_ASSAY_VERSION or 'dev').")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "stochastic: a test run as statistical trials by otel-assay")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if getattr(getattr(item, "obj", None), ATTR, None) is not None:
+            item.add_marker(pytest.mark.stochastic)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    spec = getattr(pyfuncitem.obj, ATTR, None)
+    if spec is None:
+        return None
+    from otel_assay.errors import DataError, UsageError
+    from otel_assay.live.stochastic import run_stochastic
+
+    cfg = pyfuncitem.config
+    lake = cfg.getoption("assay_dir") or os.environ.get("OTEL_ASSAY_DIR") or "traces"
+    version = cfg.getoption("assay_version") or os.environ.get("OTEL_ASSAY_VERSION") or "dev"
+    argnames = pyfuncitem._fixtureinfo.argnames
+    kwargs = {name: pyfuncitem.funcargs[name] for name in argnames}
+    scenario = spec.scenario or pyfuncitem.name
+    error = None
+    try:
+        result = run_stochastic(lambda: pyfuncitem.obj(**kwargs), spec, scenario=scenario, version=version, lake=lake)
+    except (UsageError, DataError) as e:
+        error = e.format_message()
+    if error is not None:
+        pytest.fail(f"otel-assay: {error}", pytrace=False)
+    for k, v in result.properties.items():
+        pyfuncitem.user_properties.append((k, v))
+    msg = result.message()
+    if result.verdict == "FAIL":
+        pytest.fail(msg, pytrace=False)
+    if result.verdict == "INCONCLUSIVE":
+        pytest.skip(msg)
+    pyfuncitem.add_report_section("call", "otel-assay", msg)
+    return True
+
+
+def pytest_report_teststatus(report, config):
+    if report.when == "call" and report.passed:
+        props = dict(report.user_properties)
+        if props.get("assay_verdict") == "PASS":
+            ci = f"[{props.get('assay_ci_low', 0):.2f}, {props.get('assay_ci_high', 1):.2f}]"
+            return "passed", "P", f"PASSED ({props['assay_successes']}/{props['assay_trials']} trials, {ci})"
+    return None

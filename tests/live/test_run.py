@@ -1,0 +1,293 @@
+"""otel-assay run: SPRT early stopping, resumption, error classes, timeouts, concurrency,
+bad input. Real trial API, real lake, real DuckDB; scripted offline agents (tests/live/agents.py)."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from otel_assay.analyze.engine import Engine
+from otel_assay.errors import UsageError
+from otel_assay.live.runner import run_suite
+from otel_assay.live.scenarios import load_scenarios, parse_scenarios
+from otel_assay.stats import sprt_expected_n, sprt_operating_characteristics
+
+from .agents import AsyncRouter, Router
+
+CFG = {"threshold": 0.85, "alpha": 0.05, "beta": 0.1, "delta": 0.15, "method": "sprt", "n_max": 300}
+
+
+def suite(**over):
+    cfg = dict(CFG, **over)
+    return parse_scenarios({"name": "routing", "config": cfg, "scenarios": [
+        {"name": "billing", "input": "My payment failed", "properties": [{"expected": "billing"}, {"max_steps": 5}],
+         "evaluator": "exact_match"}]})
+
+
+def cli():
+    import click  # noqa: F401
+    from otel_assay.cli import cli as root
+    from otel_assay.live.commands import register
+    if "run" not in root.commands:
+        register(root)
+    return root
+
+
+def lake_trials(lake, version):
+    with Engine(lake) as eng:
+        return eng.con.execute("SELECT trial_index, passed, counted, error_class FROM trials WHERE version = ? "
+                               "ORDER BY trial_index, counted", [version]).fetchall()
+
+
+@pytest.mark.parametrize("p,expected", [(0.99, "PASS"), (0.3, "FAIL")])
+def test_sprt_stops_early_on_clear_agents(tmp_path, p, expected):
+    r = run_suite(suite(), Router(p, seed=7), version="v", lake=str(tmp_path), concurrency=1)
+    s = r.scenarios[0]
+    assert s.decision == expected and s.stop_reason == "boundary"
+    assert s.n < 30  # a fixed-n design at these (alpha, beta, delta) needs ~60-200
+    # the lake holds exactly the trials run, and the gate's view counts them the same way
+    rows = lake_trials(str(tmp_path), "v")
+    assert [i for i, *_ in rows] == list(range(s.n))
+    assert sum(bool(ps) for _, ps, c, _ in rows if c) == s.successes
+    assert r.exit_code == (0 if expected == "PASS" else 1)
+
+
+@pytest.mark.parametrize("p", [0.97, 0.6])
+def test_trials_used_match_wald_expectation(tmp_path, p):
+    """Mean SPRT sample size over 40 seeded runs vs the exact E[N] (DP) and Wald's formula."""
+    ns, decisions = [], []
+    for seed in range(40):
+        r = run_suite(suite(), Router(p, seed=seed), version=f"s{seed}", lake=str(tmp_path / f"s{seed}"), concurrency=4,
+                      resume=False)
+        ns.append(r.scenarios[0].n)
+        decisions.append(r.scenarios[0].decision)
+    exact = sprt_operating_characteristics(0.85, 0.15, 0.05, 0.1, p=p, n_max=300)
+    wald = sprt_expected_n(0.85, 0.15, 0.05, 0.1, p=p)
+    mean, se = float(np.mean(ns)), float(np.std(ns, ddof=1) / math.sqrt(len(ns)))
+    assert abs(mean - exact.expected_n) < 4 * se + 0.5
+    assert abs(mean - wald) / wald < 0.35  # Wald ignores the overshoot past the boundary
+    want = "PASS" if p > 0.85 else "FAIL"
+    assert decisions.count(want) >= 36
+
+
+def test_resume_does_not_rerun_finished_trials(tmp_path):
+    s = suite()
+    first = Router(0.9, seed=11)
+    # stop after ~4 trials on the token budget (140 tokens per trial): undecided
+    r1 = run_suite(s, first, version="v", lake=str(tmp_path / "a"), budget_tokens=500, concurrency=1)
+    assert r1.scenarios[0].decision == "INCONCLUSIVE" and r1.scenarios[0].stop_reason == "budget"
+    assert r1.scenarios[0].more_trials_needed >= 1
+    done = {i for _, i, _ in first.calls}
+    second = Router(0.9, seed=11)
+    r2 = run_suite(s, second, version="v", lake=str(tmp_path / "a"), concurrency=1)
+    assert r2.scenarios[0].resumed == len(done)
+    assert not done & {i for _, i, _ in second.calls}      # no finished trial ran again
+    assert min(i for _, i, _ in second.calls) == max(done) + 1
+    # exact warm start: same decision and sample size as one uninterrupted run
+    fresh = run_suite(s, Router(0.9, seed=11), version="v", lake=str(tmp_path / "b"), concurrency=1)
+    assert (r2.scenarios[0].decision, r2.scenarios[0].n, r2.scenarios[0].llr) == \
+        (fresh.scenarios[0].decision, fresh.scenarios[0].n, fresh.scenarios[0].llr)
+    # a third run of the decided version runs nothing
+    third = Router(0.9, seed=11)
+    r3 = run_suite(s, third, version="v", lake=str(tmp_path / "a"), concurrency=1)
+    assert third.calls == [] and r3.scenarios[0].stop_reason == "resumed"
+    assert r3.scenarios[0].decision == fresh.scenarios[0].decision
+
+
+def test_infrastructure_errors_are_retried_and_excluded(tmp_path):
+    agent = Router(0.99, seed=1, infra_every=3)
+    r = run_suite(suite(), agent, version="v", lake=str(tmp_path), concurrency=1, retries=2)
+    s = r.scenarios[0]
+    infra = [rec for rec in s.records if rec.error_class == "infrastructure"]
+    assert infra and all(not rec.counted for rec in infra)
+    assert s.retried == len(infra) and s.excluded == len(infra)
+    assert s.decision == "PASS" and s.successes == s.n  # the infrastructure errors are not failures
+    # the retry reused the index; the lake has one counted trial per index
+    rows = lake_trials(str(tmp_path), "v")
+    assert sorted({i for i, _, c, _ in rows if c}) == list(range(s.n))
+    assert {e for i, _, c, e in rows if not c} == {"infrastructure"}
+
+
+def test_retries_exhausted_leave_the_index_excluded(tmp_path):
+    class AlwaysDown(Router):
+        def __call__(self, text):
+            raise ConnectionError("down")
+    r = run_suite(suite(n_max=5), AlwaysDown(1.0), version="v", lake=str(tmp_path), retries=1)
+    s = r.scenarios[0]
+    assert s.n == 0 and s.decision == "INCONCLUSIVE" and s.stop_reason == "attempts"
+    assert s.excluded == s.ran and s.ran == 2 * (3 * 5 + 10)
+
+
+def test_timeout_after_a_tool_call_counts_as_failure(tmp_path):
+    agent = Router(0.99, seed=1, hang_index=1)
+    t0 = time.monotonic()
+    r = run_suite(suite(method="fixed", trials=3), agent, version="v", lake=str(tmp_path), timeout=0.5,
+                  concurrency=2)
+    assert time.monotonic() - t0 < 4.5
+    rec = next(x for x in r.scenarios[0].records if x.index == 1)
+    assert rec.error_class == "timeout" and rec.counted and rec.passed is False
+    assert r.scenarios[0].n == 3 and r.scenarios[0].successes == 2
+    rows = lake_trials(str(tmp_path), "v")
+    assert (1, False, True, "timeout") in rows
+
+
+def test_async_agent_runs_concurrently(tmp_path):
+    agent = AsyncRouter(0.99, seed=1, sleep=0.2)
+    t0 = time.monotonic()
+    r = run_suite(suite(method="fixed", trials=16), agent, version="v", lake=str(tmp_path), concurrency=8)
+    elapsed = time.monotonic() - t0
+    assert r.scenarios[0].n == 16
+    assert elapsed < 16 * 0.2 * 0.75  # 8 at a time: ~0.4 s of agent time, not 3.2 s
+
+
+def test_sync_agent_concurrency_limit(tmp_path):
+    import threading
+    live, peak, lock = [0], [0], threading.Lock()
+
+    class Counting(Router):
+        def __call__(self, text):
+            with lock:
+                live[0] += 1
+                peak[0] = max(peak[0], live[0])
+            try:
+                time.sleep(0.05)
+                return super().__call__(text)
+            finally:
+                with lock:
+                    live[0] -= 1
+    r = run_suite(suite(method="fixed", trials=20), Counting(0.99), version="v", lake=str(tmp_path), concurrency=3)
+    assert r.scenarios[0].n == 20 and peak[0] == 3
+
+
+def test_fixed_method_runs_exactly_n(tmp_path):
+    r = run_suite(suite(method="fixed", trials=25), Router(0.9, seed=5), version="v", lake=str(tmp_path),
+                  concurrency=5)
+    s = r.scenarios[0]
+    assert s.n == 25 and s.decision in ("PASS", "INCONCLUSIVE", "FAIL") and s.ci_low is not None
+
+
+def test_adaptive_method_calibrates(tmp_path):
+    r = run_suite(suite(method="adaptive", calibration=10), Router(0.99, seed=5), version="v", lake=str(tmp_path))
+    s = r.scenarios[0]
+    assert s.variance_class is not None and s.target_n >= 15 and s.n == s.target_n
+
+
+def test_cli_run_and_gate(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text(textwrap.dedent("""
+        name: routing
+        config: {threshold: 0.85, delta: 0.15, beta: 0.1, method: sprt, n_max: 100}
+        scenarios:
+          - name: billing
+            input: My payment failed
+            properties: {expected: billing}
+            evaluator: {type: contains}
+    """))
+    lake = str(tmp_path / "lake")
+    r = CliRunner().invoke(cli(), ["run", str(f), "--agent", "tests.live.agents:good", "--version", "v1",
+                                   "--dir", lake, "-q", "--json", str(tmp_path / "r.json")])
+    assert r.exit_code == 0, r.output
+    assert "decision: PASS" in r.output
+    r = CliRunner().invoke(cli(), ["run", str(f), "--agent", "tests.live.agents:bad", "--version", "v2",
+                                   "--dir", lake, "-q", "--baseline", "version=v1"])
+    assert r.exit_code == 1, r.output
+
+
+@pytest.mark.parametrize("text,agent,needle", [
+    ("scenarios: [\n - {input: x", "tests.live.agents:good", "not valid YAML"),
+    ("scenarios:\n  - {name: a, input: x, evaluator: fuzzy}\n", "tests.live.agents:good", "unknown evaluator 'fuzzy'"),
+    ("scenarios:\n  - {name: a, input: x, evaluator: {type: regex, pattern: '('}}\n", "tests.live.agents:good",
+     "does not compile"),
+    ("scenarios:\n  - {name: a, input: x, evaluator: exact_match}\n", "tests.live.agents:good", "expected value"),
+    ("config: {method: bayes}\nscenarios:\n  - {name: a, input: x}\n", "tests.live.agents:good", "method 'bayes'"),
+    ("scenarios:\n  - {name: a, input: x}\n", "tests.live.nowhere:agent", "--agent 'tests.live.nowhere:agent'"),
+    ("scenarios:\n  - {name: a, input: x}\n", "tests.live.agents:missing", "has no attribute missing"),
+    ("scenarios:\n  - {name: a, input: x, evaluator: 'tests.live.agents:nope'}\n", "tests.live.agents:good",
+     "evaluator 'tests.live.agents:nope'"),
+])
+def test_bad_input_exits_3_naming_the_item(tmp_path, text, agent, needle):
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    r = CliRunner().invoke(cli(), ["run", str(f), "--agent", agent, "--version", "v", "--dir", str(tmp_path / "l")])
+    assert r.exit_code == 3, r.output
+    assert needle in r.output
+    assert not (tmp_path / "l").exists()
+
+
+def test_evaluators():
+    def ev(spec, props, out):
+        s = parse_scenarios({"scenarios": [{"name": "a", "input": "x", "properties": props, "evaluator": spec}]})
+        return s.scenarios[0].judge(out)[0]
+    assert ev("exact_match", [{"expected_department": "billing"}], {"department": "billing"})
+    assert not ev("exact_match", [{"expected_department": "billing"}], {"department": "sales"})
+    assert ev({"type": "contains", "value": ["refund", "order"]}, {}, "Refund issued for order 7")
+    assert ev({"type": "regex", "pattern": r"ORD-\d+"}, {}, "see ORD-123")
+    assert ev({"type": "json_schema", "schema": {"type": "object", "required": ["a"]}}, {}, '{"a": 1}')
+    assert not ev({"type": "json_schema", "schema": {"type": "object", "required": ["a"]}}, {}, '{"b": 1}')
+    assert ev("tests.live.test_run:_is_billing", {}, "billing")
+    assert not ev("tests.live.test_run:_is_billing", {}, "sales")
+
+
+def _is_billing(output, scenario):
+    return output == "billing", 1.0
+
+
+def test_unknown_scenario_selection(tmp_path):
+    with pytest.raises(UsageError, match="no scenario 'x'"):
+        run_suite(suite(), Router(0.9), version="v", lake=str(tmp_path), scenarios=["x"])
+
+
+def test_example_scenario_file_loads():
+    s = load_scenarios("examples/scenarios/ticket_routing.yaml")
+    assert {x.name for x in s.scenarios} >= {"billing"}
+
+
+def test_progress_display_rows(tmp_path):
+    from otel_assay.live.commands import _bar, _row
+    seen = []
+    r = run_suite(suite(), Router(0.99, seed=7), version="v", lake=str(tmp_path), progress=lambda runs: seen.append(
+        [_row(s) for s in runs]))
+    assert len(seen) >= r.scenarios[0].n
+    assert seen[0][0][4] == "running" and seen[-1][0][4] == "PASS"
+    assert "PASS |" in seen[-1][0][3] and "| FAIL" in seen[-1][0][3]
+    assert _bar(-10, -2, 3).startswith("PASS |●") and _bar(10, -2, 3).endswith("●| FAIL")
+
+
+def test_stochastic_decorator_validates():
+    from otel_assay.live.stochastic import stochastic
+    with pytest.raises(UsageError, match="method 'bayes'"):
+        stochastic(method="bayes")
+    with pytest.raises(UsageError, match="threshold - delta"):
+        stochastic(threshold=0.1, delta=0.2)
+
+
+def test_dollar_budget_prices_llm_calls(tmp_path):
+    from .mutation_agents import CONFIG, make_agent
+    agent = make_agent(CONFIG)  # gpt-4o: 120 input + 5 output tokens per trial = $0.00035
+    r = run_suite(suite(method="fixed", trials=100), agent, version="v", lake=str(tmp_path), budget_dollars=0.002)
+    s = r.scenarios[0]
+    assert s.stop_reason == "budget" and 5 <= s.ran <= 7
+    assert r.cost_usd == pytest.approx(s.ran * (120 * 2.5 + 5 * 10.0) / 1e6)
+    with pytest.raises(UsageError, match="model 'scripted-router-1' has no price"):
+        run_suite(suite(), Router(0.9), version="w", lake=str(tmp_path), budget_dollars=1.0)
+
+
+def test_contract_evaluator(tmp_path):
+    def run(contracts):
+        s = parse_scenarios({"config": {"method": "fixed", "trials": 5}, "scenarios": [
+            {"name": "c", "input": "x", "evaluator": {"type": "contract", "contracts": contracts}}]})
+        return run_suite(s, Router(1.0), version="v", lake=str(tmp_path), resume=False).scenarios[0]
+    assert run([{"must_call": "route_ticket"}, {"max_steps": 2}, {"final_output_matches": "^billing$"},
+                {"max_tokens": 200}]).successes == 5
+    bad = run([{"never_call": "route_ticket"}])
+    assert bad.successes == 0 and "never_call" in bad.records[0].reason
+    assert run([{"call_order": ["route_ticket", "lookup"]}]).successes == 0
+    with pytest.raises(UsageError, match="judged on the lake"):
+        run([{"max_cost_usd": 1.0}])
+    with pytest.raises(UsageError, match="unknown key 'bogus'"):
+        run([{"bogus": 1}])
