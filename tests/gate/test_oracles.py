@@ -66,3 +66,40 @@ def test_oracle_config_errors(tmp_path):
         r = cli("gate", str(lake), "--baseline", "version=v1", "--candidate", "version=v2", "--config", str(cfg))
         assert r.returncode == code, (text, r.stderr)
         assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_contracts_on_the_example_agent_match_its_scripted_behaviour(agent_lakes):
+    """The example's scripted policy is seeded, so which trials skip the order lookup (v2: about
+    40 %) and which call the slow refund tool is known exactly: the contracts must count
+    precisely those trials, scenario by scenario."""
+    import sys
+
+    from otel_assay.analyze.engine import Engine
+    from otel_assay.oracles import evaluate, parse_contracts
+
+    from .conftest import REGRESSED_TRIALS, REPO
+
+    sys.path.insert(0, str(REPO))
+    try:
+        from examples import _common as C
+    finally:
+        sys.path.remove(str(REPO))
+    expected: dict[str, dict[str, int]] = {}
+    for scenario in C.SCENARIOS:
+        looked_up = slow_refund = 0
+        for i in range(REGRESSED_TRIALS):
+            rng = C.trial_rng(1, "v2", scenario, i)  # the fixture runs the agents with seed=1
+            tools = [t["tool"] for t in C.plan(scenario, "v2", rng, C.make_order_id(rng)) if "tool" in t]
+            looked_up += "search_orders" in tools
+            slow_refund += "issue_refund_priority" in tools
+        expected[scenario] = {"must_call": looked_up, "never_call": REGRESSED_TRIALS - slow_refund}
+    assert 0 < expected["refund-request"]["must_call"] < REGRESSED_TRIALS  # a real mix, not all or none
+
+    contracts = parse_contracts([{"must_call": "search_orders"}, {"never_call": "issue_refund_priority"}])
+    with Engine(agent_lakes["candidate_lake"]) as eng:
+        res = evaluate(eng, contracts)
+    scen = res.table.column("scenario").to_pylist()
+    for scenario, want in expected.items():
+        for name, count in want.items():
+            got = sum(1 for s, h in zip(scen, res.holds(name)) if s == scenario and h)
+            assert got == count, (scenario, name, got, count)
