@@ -134,6 +134,94 @@ def passed(scenario: str, order_id: str, answer: str) -> bool:
     return f"is {f['status']}" in answer and order_id in answer
 
 
+# ------------------------------------------------------------------ for the framework examples
+class Script:
+    """The scripted model's cursor over one trial's turns (see ``plan``). A tool that raised
+    calls ``tool_failed()``; the model's next turn then retries the last tool call once, as a
+    real model reading the error would."""
+
+    def __init__(self, turns: list[dict[str, Any]]):
+        self.turns, self.i, self.last_call, self.retry = list(turns), 0, None, False
+
+    def tool_failed(self) -> None:
+        self.retry = True
+
+    def next(self) -> dict[str, Any]:
+        if self.retry and self.last_call is not None:
+            self.retry = False
+            return dict(self.last_call, id=self.last_call["id"] + "_retry")
+        t = self.turns[min(self.i, len(self.turns) - 1)]
+        self.i += 1
+        if "tool" in t:
+            self.last_call = t
+        return t
+
+
+_FAILED_ONCE: set[str] = set()
+
+
+def agent_tools(on_error=None) -> list:
+    """The five tools as plain typed functions with Google-style docstrings (what smolagents,
+    the Agents SDK, AutoGen and CrewAI derive tool schemas from). ``issue_refund`` fails once
+    per order for some orders (a flaky payment gateway) and then calls ``on_error()``."""
+
+    def lookup_order(order_id: str) -> str:
+        """Look up an order by id: status, amount, whether it can be refunded.
+
+        Args:
+            order_id: The order id, e.g. A12345.
+        """
+        return _lookup_order(order_id)
+
+    def search_orders(query: str) -> str:
+        """Search orders by free text (slow full-text search).
+
+        Args:
+            query: Free text, e.g. an order id.
+        """
+        return _search_orders(query)
+
+    def check_refund_policy(order_id: str) -> str:
+        """Check whether an order may be refunded.
+
+        Args:
+            order_id: The order id.
+        """
+        return _check_refund_policy(order_id)
+
+    def issue_refund(order_id: str, amount: float) -> str:
+        """Issue a refund.
+
+        Args:
+            order_id: The order id.
+            amount: The amount to refund.
+        """
+        if order_id not in _FAILED_ONCE:
+            try:
+                return _issue_refund(order_id, amount)
+            except RuntimeError:
+                _FAILED_ONCE.add(order_id)
+                if on_error is not None:
+                    on_error()
+                raise
+        return f"refunded {float(amount):.2f} for {order_id}"
+
+    def issue_refund_priority(order_id: str, amount: float) -> str:
+        """Issue a refund through the priority queue (slower).
+
+        Args:
+            order_id: The order id.
+            amount: The amount to refund.
+        """
+        return _issue_refund_priority(order_id, amount)
+
+    return [lookup_order, search_orders, check_refund_policy, issue_refund, issue_refund_priority]
+
+
+_lookup_order, _search_orders, _check_refund_policy = lookup_order, search_orders, check_refund_policy
+_issue_refund, _issue_refund_priority = issue_refund, issue_refund_priority
+
+
 # ------------------------------------------------------------------ command line
 def main(run_trials, framework: str, argv=None) -> None:
     ap = argparse.ArgumentParser(description=f"Run the {framework} example agent for N trials of two scenarios.")

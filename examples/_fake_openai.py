@@ -41,8 +41,7 @@ class FakeOpenAI:
                     return
                 with outer.lock:
                     outer.requests.append((self.path, body))
-                    t = dict(outer.turns[min(outer.i, len(outer.turns) - 1)])
-                    outer.i += 1
+                    t = dict(outer.next_turn(body))
                 finish, (pt, ct) = t.pop("_finish"), t.pop("_usage")
                 usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}
                 model = body.get("model") or outer.model
@@ -72,6 +71,13 @@ class FakeOpenAI:
         self.srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
         threading.Thread(target=self.srv.serve_forever, daemon=True).start()
         self.base_url = f"http://127.0.0.1:{self.srv.server_address[1]}/v1"
+
+    def next_turn(self, body: dict) -> dict:
+        """The turn answering request ``body`` (called under the lock); subclasses may script
+        dynamically."""
+        t = self.turns[min(self.i, len(self.turns) - 1)]
+        self.i += 1
+        return t
 
     def script(self, turns) -> None:
         """Replace the script (e.g. for the next trial)."""

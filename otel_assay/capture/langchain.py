@@ -54,6 +54,9 @@ def _message_json(msg: Any) -> dict[str, Any]:
     return m
 
 
+_CACHE_MAX = 4096  # cached message / tool-definition JSON strings (entries hold their objects alive)
+
+
 class _Run:
     __slots__ = ("span", "parent", "trial", "kind", "node")
 
@@ -81,6 +84,27 @@ class AssayCallbackHandler(_Base):
     def __init__(self) -> None:
         super().__init__()
         self._runs: dict[UUID, _Run] = {}
+        # A chat call's input is the whole conversation so far: serialise each message once
+        # (keyed by the message object, checked by identity of its content and tool calls)
+        # and join, instead of re-encoding the history on every step. Bounded; cleared when
+        # no run is in flight.
+        self._json_cache: dict[int, tuple] = {}
+
+    def _cached_json(self, obj: Any, make) -> str:
+        key = id(obj)
+        content, calls = getattr(obj, "content", None), getattr(obj, "tool_calls", None)
+        hit = self._json_cache.get(key)
+        if hit is not None and hit[0] is obj and hit[1] is content and hit[2] is calls:
+            return hit[3]
+        s = to_json(make(obj))
+        if len(self._json_cache) >= _CACHE_MAX:
+            self._json_cache.clear()
+        self._json_cache[key] = (obj, content, calls, s)
+        return s
+
+    def _messages_json(self, messages) -> str:
+        # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ")
+        return "[" + ", ".join(self._cached_json(m, _message_json) for m in messages) + "]"
 
     # ---------------------------------------------------------------- helpers
     def _parent(self, parent_run_id: UUID | None):
@@ -138,6 +162,8 @@ class AssayCallbackHandler(_Base):
         r.span.end()
         if r.trial is not None:
             r.trial.finish()
+        if not self._runs:
+            self._json_cache.clear()
 
     def on_chain_error(self, error, *, run_id, **kw):
         r = self._runs.pop(run_id, None)
@@ -162,7 +188,8 @@ class AssayCallbackHandler(_Base):
                  semconv.ASSAY_FRAMEWORK: FRAMEWORK, semconv.ASSAY_GRAPH_NODE: md.get("langgraph_node")}
         tools = params.get("tools") or params.get("functions")
         if tools:
-            attrs[semconv.GEN_AI_TOOL_DEFINITIONS] = to_json(tools)
+            attrs[semconv.GEN_AI_TOOL_DEFINITIONS] = (self._cached_json(tools, lambda t: t) if isinstance(tools, list)
+                                                      else to_json(tools))
         if _runtime.capture_content() and messages is not None:
             try:
                 attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(messages)
@@ -176,7 +203,10 @@ class AssayCallbackHandler(_Base):
                             metadata=None, **kw):
         msgs = None
         if _runtime.capture_content():
-            msgs = [_message_json(m) for m in (messages[0] if messages else [])]
+            try:
+                msgs = self._messages_json(messages[0] if messages else [])
+            except Exception:
+                msgs = None
         self._llm_start(semconv.OP_CHAT, serialized, msgs, run_id, parent_run_id, metadata, kw)
 
     def on_llm_start(self, serialized, prompts, *, run_id, parent_run_id=None, tags=None, metadata=None, **kw):

@@ -1,0 +1,24 @@
+"""The per-step cost cut in the LangChain adapter: chat input messages are serialised once
+per message object (cached) and joined, and the result is identical to serialising the
+whole history."""
+
+import pytest
+
+
+def test_message_json_cache_matches_full_serialisation():
+    pytest.importorskip("langchain_core")
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from otel_assay.capture._spans import to_json
+    from otel_assay.capture.langchain import AssayCallbackHandler, _message_json
+
+    h = AssayCallbackHandler()
+    msgs = [HumanMessage("where is A1?"),
+            AIMessage("", tool_calls=[{"name": "lookup", "args": {"id": "A1", "n": 2}, "id": "c1",
+                                       "type": "tool_call"}]),
+            ToolMessage("shipped", tool_call_id="c1"), AIMessage("A1 is shipped ✓")]
+    for n in range(1, len(msgs) + 1):
+        assert h._messages_json(msgs[:n]) == to_json([_message_json(m) for m in msgs[:n]])
+    assert h._messages_json([]) == to_json([])
+    msgs[3].content = "changed"                  # a message changed in place is re-serialised
+    assert h._messages_json(msgs) == to_json([_message_json(m) for m in msgs])
