@@ -249,7 +249,7 @@ class Lake:
         }[table]
         order = ", ".join(k for k, _ in SORT_KEYS[table])
         files_sql = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in group) + "]"
-        before = con.execute(f"SELECT count(*) FROM read_parquet({files_sql}, union_by_name=true)").fetchone()[0]
+        before = con.execute(f"SELECT count(*) FROM read_parquet({files_sql}, union_by_name=true)").fetchall()[0][0]
         merged = con.sql(
             f"SELECT DISTINCT ON ({distinct}) {cols} FROM read_parquet({files_sql}, union_by_name=true) "
             f"ORDER BY {order}"

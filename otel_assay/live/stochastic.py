@@ -115,7 +115,7 @@ def _baseline_counts(lake: str, selector: str, scenario: str) -> tuple[int, int]
         eng.materialize(["steps", "trials"])
         _select(eng, selector, "baseline_trials", lake)
         k, n = eng.con.execute("SELECT count(*) FILTER (WHERE passed), count(*) FROM trials SEMI JOIN baseline_trials USING (trace_id) "
-                               "WHERE scenario = ? AND counted AND passed IS NOT NULL", [scenario]).fetchone()
+                               "WHERE scenario = ? AND counted AND passed IS NOT NULL", [scenario]).fetchall()[0]
     finally:
         eng.close()
     if not n:

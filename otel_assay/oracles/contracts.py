@@ -170,7 +170,7 @@ def _check_regex(pattern: str, where: str) -> None:
     import duckdb
 
     try:  # DuckDB's regex engine (RE2) decides, not Python's
-        duckdb.execute("SELECT regexp_matches('', ?)", [pattern]).fetchone()
+        duckdb.execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
     except duckdb.Error as e:
         raise ContractError(f"{where}: invalid regular expression {pattern!r}: {str(e).splitlines()[0]}") from None
 
