@@ -54,16 +54,20 @@ def test_sigkill_while_clients_stream_loses_no_acknowledged_span(tmp_path, colle
                 unacked.append(req.SerializeToString())
                 return
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(3)]
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(3)]
     for t in threads:
         t.start()
-    while len(acked) < 20_000:
-        time.sleep(0.05)
-    c.proc.kill()  # SIGKILL: no flush, no cleanup
-    c.proc.wait(timeout=10)
-    stop.set()
-    for t in threads:
-        t.join(timeout=30)
+    try:
+        deadline = time.monotonic() + 120
+        while len(acked) < 20_000 and time.monotonic() < deadline and c.proc.poll() is None:
+            time.sleep(0.05)
+        assert len(acked) >= 20_000, f"only {len(acked)} spans acknowledged before the deadline"
+        c.proc.kill()  # SIGKILL: no flush, no cleanup
+        c.proc.wait(timeout=10)
+    finally:  # never leave client threads running (pytest would hang at exit)
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
     assert acked, "no batch was acknowledged before the kill"
 
     c2 = collector_factory(lake, grpc=False)

@@ -129,11 +129,13 @@ def test_compaction_merges_dedupes_and_readers_never_see_a_row_twice(tmp_path):
             except Exception as e:  # a vanished file would show up here
                 errors.append(e)
 
-    t = threading.Thread(target=reader)
+    t = threading.Thread(target=reader, daemon=True)
     t.start()
-    r = Lake(lake).compact(grace_seconds=30)
-    stop.set()
-    t.join()
+    try:
+        r = Lake(lake).compact(grace_seconds=30)
+    finally:  # a failing compaction must not leave the reader running (pytest would hang at exit)
+        stop.set()
+        t.join(timeout=30)
     assert not errors, errors[:1]
     rows_before = 40 * 500 + 40 * 5
     # every listing saw the old files or the merged one, never both (which would count rows twice)
