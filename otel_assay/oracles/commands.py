@@ -80,15 +80,24 @@ def _kinds_help() -> str:
     return "\n".join(f"  {k:<26} {v}" for k, v in KINDS.items())
 
 
+def _lake_options(what: str):
+    """The options both oracle commands share: the config, the trial selection, the format."""
+    def wrap(f):
+        f = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+                         show_default=True)(f)
+        f = click.option("--select", "selectors", multiple=True, metavar="KEY=VALUE",
+                         help=f"Only {what} matching (version, scenario, run, model, outcome); repeatable, ANDed.")(f)
+        return f
+    return wrap
+
+
 def register(cli: click.Group) -> None:
     @cli.command(epilog="\b\nContract kinds:\n" + _kinds_help() + "\n\b\nOptions of every contract: name, threshold "
                  "(share of trials it must hold in, default 0.95), alpha (default 0.05), scenarios (list).")
     @click.argument("lake")
     @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
                   help="YAML file with a `contracts:` list (the gate config works).")
-    @click.option("--select", "selectors", multiple=True, metavar="KEY=VALUE",
-                  help="Only trials matching (version, scenario, run, model, outcome); repeatable, ANDed.")
-    @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+    @_lake_options("trials")
     def contracts(lake, config_path, selectors, fmt):
         """Judge behavioural contracts on the recorded trials of LAKE, without running the agent.
 
@@ -137,9 +146,7 @@ def register(cli: click.Group) -> None:
     @click.argument("lake")
     @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
                   help="YAML file with a `metamorphic:` list (the gate config works).")
-    @click.option("--select", "selectors", multiple=True, metavar="KEY=VALUE",
-                  help="Only follow-up trials matching (version, scenario, run, model, outcome); repeatable.")
-    @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+    @_lake_options("follow-up trials")
     def metamorphic(lake, config_path, selectors, fmt):
         """Check metamorphic relations on recorded (source, follow-up) trial pairs of LAKE.
 

@@ -207,15 +207,25 @@ facts AS (
 """
 
 
+# kinds that are one comparison with one bound value
+_ONE_VALUE = {
+    "max_steps": "n_steps <= ?",
+    "max_tool_calls": "n_tool <= ?",
+    "max_cost_usd": "cost_usd <= ?",
+    "max_tokens": "input_tokens + output_tokens <= ?",
+    "max_latency_s": "duration_ns <= ? * 1e9",
+    "final_output_matches": "coalesce(regexp_matches(final_output, ?), false)",
+    "final_output_contains": "coalesce(contains(final_output, ?), false)",
+    "max_repeated_calls": "max_repeat <= ?",
+}
+
+
 def _expression(c: Contract, params: list) -> str | None:
     """The SQL for one contract (binding its values into ``params``); None if judged in Python."""
     k, v = c.kind, c.value
-    if k == "max_steps":
+    if k in _ONE_VALUE:
         params.append(v)
-        return "n_steps <= ?"
-    if k == "max_tool_calls":
-        params.append(v)
-        return "n_tool <= ?"
+        return _ONE_VALUE[k]
     if k == "must_call":
         params.append(list(v))
         return "list_has_all(tools, ?::VARCHAR[])"
@@ -225,26 +235,8 @@ def _expression(c: Contract, params: list) -> str | None:
     if k == "call_order":
         params.append(SEP + (SEP + "(?:.*" + SEP + ")?").join(re.escape(t) for t in v) + SEP)
         return f"regexp_matches('{SEP}' || array_to_string(tools, '{SEP}') || '{SEP}', ?)"
-    if k == "max_cost_usd":
-        params.append(v)
-        return "cost_usd <= ?"
-    if k == "max_tokens":
-        params.append(v)
-        return "input_tokens + output_tokens <= ?"
-    if k == "max_latency_s":
-        params.append(v)
-        return "duration_ns <= ? * 1e9"
     if k == "no_tool_errors":
         return "tool_errors = 0"
-    if k == "final_output_matches":
-        params.append(v)
-        return "coalesce(regexp_matches(final_output, ?), false)"
-    if k == "final_output_contains":
-        params.append(v)
-        return "coalesce(contains(final_output, ?), false)"
-    if k == "max_repeated_calls":
-        params.append(v)
-        return "max_repeat <= ?"
     if k == "sql":
         return f"({v})"
     return None
