@@ -6,7 +6,13 @@ that provider, so they carry the trial's ``assay.*`` attributes. We add what the
 
 * ``chat {model}`` spans (CLIENT) with token usage, finish reason, tool definitions and
   messages, by wrapping ``create`` / ``create_stream`` of every ``ChatCompletionClient``
-  class in use (OpenAI, Azure, Anthropic, Ollama, Replay, user classes);
+  class in use (OpenAI, Azure, Anthropic, Ollama, Replay, user classes). A client often
+  calls another wrapped one: a user subclass whose ``create`` calls ``super().create``,
+  a ``create_stream`` built on ``create``, ``ChatCompletionCache`` around a client. Only
+  the innermost wrapped call records the span: it is the one that sees the model's own
+  name, the messages as sent and the usage as returned, and a wrapper that asks again (a
+  retry) makes one model call per attempt. A wrapper that answers without calling a
+  wrapped client (a cache hit) records its own span;
 * tool arguments and results: AutoGen's own ``execute_tool`` span (same name, scope
   ``autogen-core`` and attributes) is kept open until ``BaseTool.run_json`` returns, so the
   arguments and the result land on that one span — one tool call is one span, not two;
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import time
 from contextlib import contextmanager
 
 from opentelemetry import context as otel_context
@@ -37,6 +44,7 @@ FRAMEWORK = "autogen"
 _PATCHES: list = []
 _WRAPPED_CLIENTS: set = set()
 _PENDING_TOOL: contextvars.ContextVar = contextvars.ContextVar("otel_assay_autogen_tool", default=None)
+_CALL: contextvars.ContextVar = contextvars.ContextVar("otel_assay_autogen_chat", default=None)
 
 
 # ------------------------------------------------------------------ model clients
@@ -56,13 +64,15 @@ def _model_name(client) -> str:
 
 
 def _provider(client) -> str:
-    n = type(client).__name__
-    for key, prov in (("AzureOpenAI", "azure.ai.openai"), ("AzureAI", "azure.ai.inference"), ("OpenAI", "openai"),
-                      ("Anthropic", "anthropic"), ("Ollama", "ollama"), ("Gemini", "gcp.gemini"),
-                      ("Replay", "replay"), ("LlamaCpp", "llama_cpp")):
-        if key in n:
-            return prov
-    return n.lower()
+    # a user subclass (a logging or retrying client) is named after the user, not the provider
+    for cls in type(client).__mro__:
+        n = cls.__name__
+        for key, prov in (("AzureOpenAI", "azure.ai.openai"), ("AzureAI", "azure.ai.inference"), ("OpenAI", "openai"),
+                          ("Anthropic", "anthropic"), ("Ollama", "ollama"), ("Gemini", "gcp.gemini"),
+                          ("Replay", "replay"), ("LlamaCpp", "llama_cpp")):
+            if key in n:
+                return prov
+    return type(client).__name__.lower()
 
 
 def _tool_defs(tools) -> list:
@@ -90,7 +100,7 @@ def _msgs(messages) -> list:
     return out
 
 
-def _chat_start(client, messages, kwargs):
+def _chat_start(client, messages, kwargs, start_time, parent):
     model = _model_name(client)
     attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_CHAT, semconv.GEN_AI_REQUEST_MODEL: model,
              semconv.GEN_AI_PROVIDER_NAME: _provider(client), semconv.ASSAY_STEP_KIND: "llm",
@@ -103,7 +113,7 @@ def _chat_start(client, messages, kwargs):
             attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(_msgs(messages))
         except Exception:
             pass
-    return start_span(f"chat {model}", attrs, kind=CLIENT)
+    return start_span(f"chat {model}", attrs, kind=CLIENT, parent=parent, start_time=start_time)
 
 
 def _chat_end(span, result) -> None:
@@ -124,35 +134,71 @@ def _chat_end(span, result) -> None:
     span.end()
 
 
+class _Call:
+    """One wrapped ``create`` / ``create_stream`` call. Its span is started only when it
+    ends, with the time and context of its start, since a call that reached another
+    wrapped call (set ``delegated``) records nothing."""
+
+    __slots__ = ("client", "messages", "kwargs", "start", "parent", "delegated")
+
+    def __init__(self, client, args, kwargs):
+        outer = _CALL.get()
+        if outer is not None:
+            outer.delegated = True
+        self.client, self.kwargs = client, kwargs
+        self.messages = args[0] if args else kwargs.get("messages")
+        self.start = time.time_ns()
+        self.parent = otel_context.get_current()
+        self.delegated = False
+
+    def end(self, result=None, exc=None) -> None:
+        if self.delegated:
+            return
+        span = _chat_start(self.client, self.messages, self.kwargs, self.start, self.parent)
+        if exc is not None:
+            fail(span, exc)
+        elif result is not None:
+            _chat_end(span, result)
+        else:
+            span.end()
+
+
 async def _create(wrapped, instance, args, kwargs):
-    messages = args[0] if args else kwargs.get("messages")
-    span = _chat_start(instance, messages, kwargs)
+    call = _Call(instance, args, kwargs)
+    token = _CALL.set(call)
     try:
         result = await wrapped(*args, **kwargs)
     except BaseException as e:
-        fail(span, e)
+        call.end(exc=e)
         raise
-    _chat_end(span, result)
+    finally:
+        _CALL.reset(token)
+    call.end(result)
     return result
 
 
 def _create_stream(wrapped, instance, args, kwargs):
-    messages = args[0] if args else kwargs.get("messages")
-
     async def gen():
-        span = _chat_start(instance, messages, kwargs)
+        call = _Call(instance, args, kwargs)
         last = None
         try:
-            async for item in wrapped(*args, **kwargs):
+            agen = wrapped(*args, **kwargs).__aiter__()
+            while True:
+                # marked only while the client's own code runs: between chunks the consumer's
+                # calls are not part of this one, and a token must be reset where it was set
+                token = _CALL.set(call)
+                try:
+                    item = await agen.__anext__()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    _CALL.reset(token)
                 last = item
                 yield item
         except BaseException as e:
-            fail(span, e)
+            call.end(exc=e)
             raise
-        if type(last).__name__ == "CreateResult":
-            _chat_end(span, last)
-        else:
-            span.end()
+        call.end(last if type(last).__name__ == "CreateResult" else None)
     return gen()
 
 
@@ -166,10 +212,17 @@ def _wrap_client_class(cls) -> None:
         _patch(cls, "create_stream", _create_stream)
 
 
-def _wrap_client(client) -> None:
-    for cls in type(client).__mro__:
-        if cls.__name__ == "ChatCompletionClient":
+def _wrap_clients(client=None) -> None:
+    """Wrap every ChatCompletionClient class defined by now, and the classes of ``client``
+    (AutoGen does not check that an agent's client subclasses it). All of them, so that the
+    client an agent's client delegates to (the one ChatCompletionCache holds) is wrapped
+    whatever the import order: its call is the innermost, the one that records."""
+    from autogen_core.models import ChatCompletionClient
+    for cls in type(client).__mro__ if client is not None else ():
+        if cls is ChatCompletionClient:
             break
+        _wrap_client_class(cls)
+    for cls in list(_all_subclasses(ChatCompletionClient)):
         _wrap_client_class(cls)
 
 
@@ -276,7 +329,7 @@ def _agent_init(wrapped, instance, args, kwargs):
     out = wrapped(*args, **kwargs)
     client = getattr(instance, "_model_client", None)
     if client is not None:
-        _wrap_client(client)
+        _wrap_clients(client)
     return out
 
 
@@ -311,12 +364,10 @@ def instrument(module=None) -> bool:
     import sys
 
     import autogen_core.tools._base as tools_base
-    from autogen_core.models import ChatCompletionClient
     _PATCHES.append((tools_base, "trace_tool_span", tools_base.trace_tool_span))
     tools_base.trace_tool_span = _trace_tool_span
     _patch(tools_base.BaseTool, "run_json", _run_json)
-    for cls in list(_all_subclasses(ChatCompletionClient)):
-        _wrap_client_class(cls)
+    _wrap_clients()
     # agentchat modules imported already are patched now; the registry registered import
     # hooks for the others (registering them here could catch a module half-imported)
     for name in _AGENTCHAT:

@@ -1,5 +1,6 @@
-"""AutoGen adapter: native spans kept, chat spans with tokens added, tool args/results on
-the one native tool span, group chats under a workflow span. ReplayChatCompletionClient."""
+"""AutoGen adapter: native spans kept, chat spans with tokens added (one per model call,
+also through clients that call other clients), tool args/results on the one native tool
+span, group chats under a workflow span. ReplayChatCompletionClient."""
 
 import pytest
 
@@ -7,7 +8,7 @@ from ._helpers import need  # noqa: E402
 
 need("autogen_agentchat", "autogen_ext")
 
-from ._helpers import jload, root, run_script, spans, steps, trial_spans  # noqa: E402
+from ._helpers import jload, parent_of, root, run_script, spans, steps, trial_spans  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +87,72 @@ def test_import_after_framework(tmp_path):
     assert [n for n, _ in steps(tr)] == ["invoke_workflow support_team", "invoke_agent researcher", "chat scripted-1",
                                          "execute_tool lookup_order", "chat scripted-1", "invoke_agent writer",
                                          "chat scripted-1"]
+
+
+
+# ------------------------------------------------------------------ clients calling clients
+@pytest.fixture(scope="module")
+def clients_lake(tmp_path_factory):
+    lake = tmp_path_factory.mktemp("ag-clients") / "lake"
+    run_script("autogen_clients_run.py", lake)
+    return lake
+
+
+def tool_then_answer(agent, scenario):
+    return [(f"invoke_agent {agent}", f"assay.trial {scenario}"), ("chat scripted-1", f"invoke_agent {agent}"),
+            ("execute_tool add", f"invoke_agent {agent}"), ("chat scripted-1", f"invoke_agent {agent}")]
+
+
+def chats(tr):
+    return [(s["provider"], s["input_tokens"], s["output_tokens"]) for s in tr if s["op"] == "chat"]
+
+
+@pytest.mark.parametrize("scenario", ["subclass-super", "subclass-super-stream", "stream-via-create", "subclass-plain"])
+def test_client_calling_its_base_class_is_one_chat_per_model_call(clients_lake, scenario):
+    # a subclass's create / create_stream calling super(), or create_stream answering with
+    # create: both layers are wrapped, the innermost one records; the provider is the base's
+    tr = one(clients_lake, scenario)
+    assert steps(tr) == tool_then_answer("calc", scenario)
+    assert chats(tr) == [("replay", 11, 7), ("replay", 20, 5)]
+    first, last = [s for s in tr if s["op"] == "chat"]
+    assert [m["role"] for m in jload(first["attributes"]["gen_ai.input.messages"])] == ["system", "user"]
+    assert jload(first["attributes"]["gen_ai.output.messages"])[0]["parts"][0]["name"] == "add"
+    assert jload(last["attributes"]["gen_ai.output.messages"])[0]["parts"] == [{"type": "text", "content": "5"}]
+    assert jload(last["attributes"]["gen_ai.response.finish_reasons"]) == ["stop"]
+
+
+def test_client_delegating_to_another_records_the_inner_call(clients_lake):
+    # ChatCompletionCache around a client (composition): the inner client's call is the
+    # model call, with the inner client's provider, though no agent uses that client itself
+    tr = one(clients_lake, "cache-miss")
+    assert steps(tr) == tool_then_answer("cached", "cache-miss")
+    assert chats(tr) == [("replay", 11, 7), ("replay", 20, 5)]
+
+
+def test_client_answering_without_a_model_call_is_still_the_step(clients_lake):
+    tr = one(clients_lake, "cache-hit")
+    assert steps(tr) == tool_then_answer("cached", "cache-hit")
+    assert [p for p, _, _ in chats(tr)] == ["chatcompletioncache"] * 2
+
+
+def test_client_retrying_makes_one_chat_per_attempt(clients_lake):
+    tr = one(clients_lake, "retry")
+    assert chats(tr) == [("replay", 11, 7), ("replay", 3, 0), ("replay", 20, 5)]
+
+
+def test_failed_call_through_a_subclass_is_one_failed_chat(clients_lake):
+    (tr,) = trial_spans(clients_lake, "subclass-error")
+    assert root(tr)["outcome"] == "fail"
+    (chat,) = [s for s in tr if s["op"] == "chat"]
+    assert (chat["status_code"], chat["error_type"], chat["provider"]) == (2, "ValueError", "replay")
+
+
+def test_concurrent_calls_each_get_their_chat(clients_lake):
+    # two agents and two direct create calls of one client under asyncio.gather: none is
+    # taken for a call nested in another, and each span has its own call's usage and output
+    tr = one(clients_lake, "concurrent")
+    got = sorted((parent_of(tr, s)["name"], s["input_tokens"],
+                  jload(s["attributes"]["gen_ai.output.messages"])[0]["parts"][0]["content"])
+                 for s in tr if s["op"] == "chat")
+    assert got == [("assay.trial concurrent", 3, "x"), ("assay.trial concurrent", 4, "y"),
+                   ("invoke_agent a", 1, "5"), ("invoke_agent b", 2, "5")]
