@@ -10,6 +10,10 @@ The scripted policy depends on the agent version, with seeded randomness:
   the lookup and answers from a guess (so it fails more often: ~35-40 %), and spends more
   tokens.
 * any other version behaves like v1.
+
+Metamorphic follow-ups (``plan_for_input``) re-run a trial on a transformed input. v1 is
+invariant to both transforms; v2 misreads a prompt with typos in about half the trials, and
+picks between two tools doing the same job by their order in the tool list.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import json
 import random
 import time
 from typing import Any
+
+from otel_assay.metamorphic import inject_noise, permute_tools
 
 SCENARIOS = ("refund-request", "order-status")
 STATUSES = ("shipped", "delivered", "processing", "returned")
@@ -134,6 +140,51 @@ def passed(scenario: str, order_id: str, answer: str) -> bool:
     return f"is {f['status']}" in answer and order_id in answer
 
 
+# ------------------------------------------------------------------ metamorphic follow-ups
+# transform (otel_assay.metamorphic) -> the relation its follow-ups test
+MR_RELATIONS = {"inject_noise": "typo-robustness", "permute_tools": "tool-order"}
+NOISE_RATE = 0.1
+MISREAD_RATE = 0.5
+TOOL_NAMES = tuple(f.__name__ for f in TOOLS)
+# plan()'s v2 tool -> the v1 tool doing the same job, and that tool's arguments
+_SAME_JOB = {"search_orders": ("lookup_order", lambda args: {"order_id": args["query"]}),
+             "issue_refund_priority": ("issue_refund", dict)}
+
+
+def follow_up_input(transform: str, scenario: str, order_id: str, tools: list, index: int) -> tuple[str, list]:
+    """The prompt and the tool list (any tool objects, in declaration order) of pair ``index``'s
+    follow-up trial, with ``transform`` applied; seeded by the index, so every version gets the
+    same transformed inputs."""
+    text = prompt(scenario, order_id)
+    if transform == "inject_noise":
+        return inject_noise(text, NOISE_RATE, seed=index), list(tools)
+    if transform == "permute_tools":
+        return text, permute_tools(tools, seed=index)
+    raise ValueError(f"unknown transform {transform!r}; one of {', '.join(MR_RELATIONS)}")
+
+
+def plan_for_input(scenario: str, version: str, rng: random.Random, order_id: str, text: str,
+                   tool_names: list[str]) -> list[dict[str, Any]]:
+    """``plan`` for the prompt and tool list the agent was actually given.
+
+    Source and follow-up trials of a pair get equally seeded ``rng``s, as a model at
+    temperature 0 would answer the same input the same way: whatever differs between them is
+    the transform's doing. On the untransformed input this is exactly ``plan``."""
+    turns = plan(scenario, version, rng, order_id)
+    if version != "v2":
+        return turns
+    if text != prompt(scenario, order_id) and rng.random() < MISREAD_RATE:
+        return [{"text": "Sorry, I could not make sense of that. Could you rephrase your request?", "in": 150,
+                 "out": 16}]
+    # position bias: of two tools doing the same job v2 calls the one declared last, which in
+    # the usual order are the slow ones plan() gives it
+    for t in turns:
+        other = _SAME_JOB.get(t.get("tool"))
+        if other and tool_names.index(other[0]) > tool_names.index(t["tool"]):
+            t["tool"], t["args"] = other[0], other[1](t["args"])
+    return turns
+
+
 # ------------------------------------------------------------------ for the framework examples
 class Script:
     """The scripted model's cursor over one trial's turns (see ``plan``). A tool that raised
@@ -223,12 +274,20 @@ _issue_refund, _issue_refund_priority = issue_refund, issue_refund_priority
 
 
 # ------------------------------------------------------------------ command line
-def main(run_trials, framework: str, argv=None) -> None:
+def main(run_trials, framework: str, argv=None, run_metamorphic=None) -> None:
     ap = argparse.ArgumentParser(description=f"Run the {framework} example agent for N trials of two scenarios.")
     ap.add_argument("--version", default="v1", help="agent version to run (v2 is the regressed one)")
     ap.add_argument("--trials", type=int, default=20, help="trials per scenario")
     ap.add_argument("--dir", default=None, help="span lake directory (default: OTEL_ASSAY_DIR or ./traces)")
     ap.add_argument("--seed", type=int, default=0)
+    if run_metamorphic is not None:
+        ap.add_argument("--metamorphic", choices=list(MR_RELATIONS), metavar="TRANSFORM",
+                        help="run --trials metamorphic pairs per scenario instead: a trial, then a follow-up "
+                             "on its input transformed by TRANSFORM (inject_noise: typos in the prompt; "
+                             "permute_tools: the tool list reordered)")
     a = ap.parse_args(argv)
-    summary = run_trials(a.version, a.trials, a.dir, a.seed)
+    if getattr(a, "metamorphic", None):
+        summary = run_metamorphic(a.version, a.trials, a.dir, a.seed, transform=a.metamorphic)
+    else:
+        summary = run_trials(a.version, a.trials, a.dir, a.seed)
     print(json.dumps(summary, sort_keys=True))

@@ -4,6 +4,11 @@
     python examples/langgraph_agent.py --version v2 --trials 20 --dir LAKE
     otel-assay gate LAKE --baseline version=v1 --candidate version=v2
 
+Metamorphic pairs (a trial, then a follow-up on its transformed input; see _common.py):
+
+    python examples/langgraph_agent.py --version v2 --trials 20 --dir LAKE --metamorphic inject_noise
+    otel-assay metamorphic LAKE --config assay.yaml
+
 The model is scripted (``ScriptedSupportModel``, a real LangChain ``BaseChatModel``) so the
 example runs anywhere; its behaviour depends on the version (see _common.py). To use a
 real model, replace one line in ``build_agent``:
@@ -27,6 +32,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 import otel_assay
+from otel_assay.metamorphic import follow_up
 
 try:
     from . import _common as C
@@ -89,9 +95,9 @@ def _transient(tool):
     return StructuredTool.from_function(run, name=tool.name, description=tool.description)
 
 
-def build_agent(turns):
+def build_agent(turns, tools=TOOLS):
     model = ScriptedSupportModel(turns=turns)
-    tools = [t if t.name != "issue_refund" else _transient(t) for t in TOOLS]
+    tools = [t if t.name != "issue_refund" else _transient(t) for t in tools]
     bound = model.bind_tools(tools)
     g = StateGraph(MessagesState)
     g.add_node("agent", lambda s: {"messages": [bound.invoke(s["messages"])]})
@@ -125,5 +131,42 @@ def run_trials(version: str, n_trials: int, lake_dir: str | None = None, seed: i
     return result
 
 
+def run_metamorphic(version: str, n_pairs: int, lake_dir: str | None = None, seed: int = 0,
+                    transform: str = "inject_noise", relation: str | None = None) -> dict:
+    """Run ``n_pairs`` metamorphic pairs of each scenario for ``version``: a source trial, then
+    a follow-up trial on its input transformed by ``transform`` (see ``C.MR_RELATIONS``),
+    linked to the source as ``relation`` (default: the transform's). Returns pass counts of
+    all the trials per scenario."""
+    if lake_dir:
+        otel_assay.capture.use_lake(lake_dir)
+    if transform not in C.MR_RELATIONS:
+        raise ValueError(f"unknown transform {transform!r}; one of {', '.join(C.MR_RELATIONS)}")
+    relation = relation or C.MR_RELATIONS[transform]
+    result: dict[str, Any] = {"framework": "langgraph", "version": version, "pairs": n_pairs, "relation": relation,
+                              "transform": transform, "passed": {}}
+
+    def run(scenario, i, text, tools, attributes=None):
+        rng = C.trial_rng(seed, version, scenario, i)
+        order_id = C.make_order_id(rng)
+        app = build_agent(C.plan_for_input(scenario, version, rng, order_id, text, [t.name for t in tools]), tools)
+        with otel_assay.trial(scenario, version=version, attributes=attributes) as t:
+            out = app.invoke({"messages": [HumanMessage(text)]})
+            t.outcome(passed=C.passed(scenario, order_id, out["messages"][-1].content))
+        return t
+
+    for scenario in C.SCENARIOS:
+        ok = 0
+        for i in range(n_pairs):
+            order_id = C.make_order_id(C.trial_rng(seed, version, scenario, i))
+            src = run(scenario, i, C.prompt(scenario, order_id), TOOLS)
+            text, tools = C.follow_up_input(transform, scenario, order_id, TOOLS, i)
+            fu = run(scenario, i, text, tools, follow_up(relation, src, transform))
+            ok += src.passed + fu.passed
+        result["passed"][scenario] = ok
+    otel_assay.flush()
+    result["lake"] = otel_assay.capture.stats().get("target")
+    return result
+
+
 if __name__ == "__main__":
-    C.main(run_trials, "langgraph")
+    C.main(run_trials, "langgraph", run_metamorphic=run_metamorphic)
