@@ -17,6 +17,10 @@
 -- Values come from typed columns first (the lake promotes gen_ai.* keys of the current
 -- convention), then from the map for every older or foreign key. Lookups sit inside
 -- CASE branches so a span only pays for the keys of its own kind.
+--
+-- span_row is the span's position in the lake files (file and row number, bound by the
+-- engine): a row id that is the same on every scan, which `steps` joins on. That is why
+-- this view reads lake_spans, the files as bound, rather than the `spans` view.
 CREATE OR REPLACE VIEW span_kinds AS
 WITH marked AS (
     SELECT
@@ -27,7 +31,7 @@ WITH marked AS (
                  CASE WHEN s.attributes['llm.request.type'] IS NOT NULL THEN 'llm:' || s.attributes['llm.request.type'] END) AS tl_kind,
         s.attributes['langsmith.span.kind'] AS ls_kind,
         s.attributes['gen_ai.system'] AS legacy_system
-    FROM spans s
+    FROM lake_spans s
 ),
 classified AS (
     SELECT
@@ -86,6 +90,7 @@ classified AS (
     FROM marked m
 )
 SELECT
+    span_row,
     trace_id,
     span_id,
     parent_span_id,

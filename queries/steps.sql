@@ -36,14 +36,18 @@
 -- Cost: the lake is read once (`base`); the tree, the order and the dedupe work on narrow
 -- rows (integer keys) and the wide columns join back once at the end, by row id.
 --
+-- steps_between(lo, hi) gives the same rows for the trials whose trace id is in [lo, hi)
+-- (NULL: unbounded); on a large lake Engine.materialize builds `steps` in such parts, so
+-- that the in-memory work above stays bounded.
+--
 -- respond is derived (instrumentation.md §7.2): the last llm step of a trial becomes
 -- respond when it did not ask for tools (known from its output messages or finish
 -- reasons; when the span does not say, when no tool step follows it).
-CREATE OR REPLACE VIEW steps AS
+CREATE OR REPLACE MACRO steps_between(lo, hi) AS TABLE
 WITH RECURSIVE
 base AS MATERIALIZED (
     SELECT *,
-        row_number() OVER () AS rid,
+        span_row AS rid,
         -- integer join keys: hashing the hex ids once makes every join below several times
         -- cheaper than joining on strings; a false match needs two 64-bit hashes to collide
         hash(trace_id) AS tk, hash(span_id) AS sk,
@@ -53,6 +57,7 @@ base AS MATERIALIZED (
             WHEN 'crewai_native' THEN 2 WHEN 'openinference' THEN 3 WHEN 'openllmetry' THEN 4
             WHEN 'langsmith' THEN 5 ELSE 6 END AS priority
     FROM span_kinds
+    WHERE (lo IS NULL OR trace_id >= lo) AND (hi IS NULL OR trace_id < hi)
 ),
 -- rule (1): only the (normally no) span ids that occur twice go through a window
 repeated AS (SELECT tk, sk FROM base GROUP BY tk, sk HAVING count(*) > 1),
@@ -255,3 +260,5 @@ LEFT JOIN priced_models pm
   ON o.step_kind = 'llm' AND pm.priced_model = lower(coalesce(o.response_model, o.model))
  AND pm.provider IS NOT DISTINCT FROM o.provider
 LEFT JOIN canonical_args ca ON ca.raw = o.tool_args_raw;
+
+CREATE OR REPLACE VIEW steps AS SELECT * FROM steps_between(NULL, NULL);

@@ -39,6 +39,10 @@ VIEW_ORDER = [
 # re-read the lake each time).
 CACHED_VIEWS = ["steps"]
 
+# Working memory of `steps` per span, measured on the bench lake (bench/bench_views.py):
+# a part of Engine._materialize_steps gets a third of DuckDB's memory limit.
+STEPS_BYTES_PER_SPAN = 1000
+
 PRICES_ENV = "OTEL_ASSAY_PRICES"
 
 
@@ -85,6 +89,15 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
         else:
             raise LakeError(f"{src} does not exist; give a lake directory, a Parquet file or a glob")
     return files
+
+
+def _bytes(size: str) -> int:
+    """DuckDB's spelling of a memory size ('953.6 MiB', '3.0 GB') in bytes."""
+    m = re.fullmatch(r"\s*([\d.]+)\s*([KMGTP]?)(i?)B\s*", size)
+    if not m:
+        return 1 << 62  # no limit we can read: one part, as before parts existed
+    base = 1024 if m.group(3) else 1000
+    return int(float(m.group(1)) * base ** " KMGTP".index(m.group(2) or " "))
 
 
 class Engine:
@@ -139,20 +152,26 @@ class Engine:
     def _bind_table(self, table: str, schema: pa.Schema) -> None:
         paths = self.files[table]
         name = f"lake_{table}"
+        # span_row: where the span sits in the lake files; a row id that every scan of the
+        # same engine agrees on, so `steps` can join its narrow work back to the wide rows
+        # without numbering them first (a single-threaded window over the whole lake)
+        row = ", (file_index::BIGINT << 40) | file_row_number AS span_row" if table == "spans" else ""
         if paths:
             self.con.execute(
-                f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({_sql_list(paths)}, "
+                f"CREATE OR REPLACE VIEW {name} AS SELECT *{row} FROM read_parquet({_sql_list(paths)}, "
                 "union_by_name = true, hive_partitioning = true)"
             )
             # files from other writers may lack the dt= directory (a bare Parquet file)
             cols = {r[0] for r in self.con.execute(f"DESCRIBE {name}").fetchall()}
             if "dt" not in cols:
                 self.con.execute(
-                    f"CREATE OR REPLACE VIEW {name} AS SELECT *, NULL::DATE AS dt FROM read_parquet("
+                    f"CREATE OR REPLACE VIEW {name} AS SELECT *, NULL::DATE AS dt{row} FROM read_parquet("
                     f"{_sql_list(paths)}, union_by_name = true)"
                 )
         else:
             empty = schema.empty_table().append_column("dt", pa.array([], pa.date32()))
+            if row:
+                empty = empty.append_column("span_row", pa.array([], pa.int64()))
             self.con.register(f"_{name}_empty", empty)
             self.con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _{name}_empty")
 
@@ -196,9 +215,38 @@ class Engine:
         for view in views:
             if view in self.materialized:
                 continue
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE _cached_{view} AS SELECT * FROM {view}").fetchall()
-            self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _cached_{view}").fetchall()
-            self.materialized.add(view)
+            if view == "steps":
+                self._materialize_steps()
+            else:
+                self._cache(view, f"SELECT * FROM {view}")
+
+    def _cache(self, view: str, query: str, params: Sequence[Any] = ()) -> None:
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _cached_{view} AS {query}", list(params)).fetchall()
+        self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _cached_{view}").fetchall()
+        self.materialized.add(view)
+
+    def _materialize_steps(self) -> None:
+        """`steps` in parts of whole trials on a large lake, so that its working set stays
+        bounded: the tree walk and the dedupe hold their rows in memory and cannot spill.
+
+        For that the classified spans go to a temporary table sorted by trace id (which can
+        spill); each part is a trace-id range, so its scan skips the rest of the table.
+        """
+        n, n_no_trace = self.rows("SELECT count(*), count(*) FILTER (WHERE trace_id IS NULL) FROM lake_spans")[0]
+        limit = _bytes(self.rows("SELECT current_setting('memory_limit')")[0][0])
+        parts = -(-n // max(1, limit // 3 // STEPS_BYTES_PER_SPAN))
+        # a span without a trace id belongs to no range; such a lake is done in one go
+        if parts <= 1 or n_no_trace:
+            self._cache("steps", "SELECT * FROM steps")
+            return
+        self._cache("span_kinds", "SELECT * FROM span_kinds ORDER BY trace_id")
+        # boundaries from a sample: parts come out about equal, and a range never splits a trial
+        sample = sorted(r[0] for r in self.rows(
+            "SELECT trace_id FROM span_kinds USING SAMPLE reservoir(20000 ROWS) REPEATABLE (7)"))
+        bounds = [None, *sorted({sample[len(sample) * i // parts] for i in range(1, parts)}), None]
+        self._cache("steps", "SELECT * FROM steps_between(?, ?)", bounds[:2])
+        for lo, hi in zip(bounds[1:-1], bounds[2:]):
+            self.con.execute("INSERT INTO _cached_steps SELECT * FROM steps_between(?, ?)", [lo, hi]).fetchall()
 
     def lock_down(self) -> None:
         """Forbid file access beyond the bound lake files, for running a user's SQL.

@@ -143,3 +143,34 @@ def test_double_instrumentation_counts_once(tmp_path, open_engine):
     tool = got[1]
     assert (tool["step_parent_id"], tool["tool_call_id"], tool["tool_args"], tool["agent_name"]) == (
         sid(2), "call_1", '{"a":2,"b":3}', "calc")
+
+
+def test_steps_built_in_parts_equal_steps_in_one_go(tmp_path, open_engine, monkeypatch):
+    """On a large lake Engine.materialize builds `steps` per trace-id range; the parts must
+    add up to exactly the view's rows: every dialect, duplicates, orphans, a cycle."""
+    from pathlib import Path
+
+    from otel_assay.analyze import engine as engine_mod
+
+    from .lakes import write_otlp_json
+
+    write_otlp_json(tmp_path, *sorted((Path(__file__).parent.parent / "fixtures" / "otlp").glob("*.json")))
+    edge = [span(t, 1, None, "invoke_agent a", 0, 10, AGENT) for t in range(1, 30)]
+    edge += [span(t, 2, 1, "execute_tool t", 1, 2, TOOL) for t in range(1, 30)]
+    edge += [span(40, 3, 99, "execute_tool t", 1, 2, TOOL),                          # orphan
+             span(41, 3, 4, "execute_tool t", 3, 4, TOOL), span(41, 4, 3, "execute_tool t", 5, 6, TOOL)]  # cycle
+    write_lake(tmp_path, edge, token="a")
+    write_lake(tmp_path, edge[:5], token="b")                                          # duplicate span ids
+    columns = "trace_id, span_id, step_parent_id, depth, seq, step_kind, agent_name, tool_name, tool_args, model, " \
+              "input_tokens, cost_usd, output_text"
+    whole = rows(open_engine(tmp_path), f"SELECT {columns} FROM steps ORDER BY trace_id, seq")
+
+    eng = open_engine(tmp_path)
+    limit = engine_mod._bytes(eng.rows("SELECT current_setting('memory_limit')")[0][0])
+    monkeypatch.setattr(engine_mod, "STEPS_BYTES_PER_SPAN", limit // 3 // 7)   # 7 spans per part
+    eng.materialize()
+    n_spans = rows(eng, "SELECT count(*) AS n FROM spans")[0]["n"]
+    assert n_spans > 10 * 7                                       # so there were more than ten parts
+    assert rows(eng, "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = '_cached_span_kinds'")[0]["n"] == 1
+    parts = rows(eng, f"SELECT {columns} FROM steps ORDER BY trace_id, seq")
+    assert len(whole) > 80 and parts == whole
