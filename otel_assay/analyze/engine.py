@@ -127,6 +127,7 @@ class Engine:
         self.con.create_function("canonical_json", canonical_json_arrow, ["VARCHAR"], "VARCHAR",
                                  type="arrow", side_effects=False)
         self.materialized: set[str] = set()
+        self.steps_parts = 0  # how many parts materialize() built `steps` in (0: not built yet)
         for view, sql in query_files().items():
             try:
                 self.con.execute(sql)
@@ -229,21 +230,24 @@ class Engine:
         """`steps` in parts of whole trials on a large lake, so that its working set stays
         bounded: the tree walk and the dedupe hold their rows in memory and cannot spill.
 
-        For that the classified spans go to a temporary table sorted by trace id (which can
-        spill); each part is a trace-id range, so its scan skips the rest of the table.
+        Each part is a trace-id range. Lake files are sorted by trace id, so on a compacted
+        lake a part reads only its own row groups; on a lake of many small files that each
+        cover every trace id, each part filters every file (about 7 % more time per extra
+        part, measured on a 1M-span lake of 16 interleaved files).
         """
         n, n_no_trace = self.rows("SELECT count(*), count(*) FILTER (WHERE trace_id IS NULL) FROM lake_spans")[0]
         limit = _bytes(self.rows("SELECT current_setting('memory_limit')")[0][0])
         parts = -(-n // max(1, limit // 3 // STEPS_BYTES_PER_SPAN))
         # a span without a trace id belongs to no range; such a lake is done in one go
         if parts <= 1 or n_no_trace:
+            self.steps_parts = 1
             self._cache("steps", "SELECT * FROM steps")
             return
-        self._cache("span_kinds", "SELECT * FROM span_kinds ORDER BY trace_id")
         # boundaries from a sample: parts come out about equal, and a range never splits a trial
         sample = sorted(r[0] for r in self.rows(
-            "SELECT trace_id FROM span_kinds USING SAMPLE reservoir(20000 ROWS) REPEATABLE (7)"))
+            "SELECT trace_id FROM lake_spans USING SAMPLE reservoir(20000 ROWS) REPEATABLE (7)"))
         bounds = [None, *sorted({sample[len(sample) * i // parts] for i in range(1, parts)}), None]
+        self.steps_parts = len(bounds) - 1
         self._cache("steps", "SELECT * FROM steps_between(?, ?)", bounds[:2])
         for lo, hi in zip(bounds[1:-1], bounds[2:]):
             self.con.execute("INSERT INTO _cached_steps SELECT * FROM steps_between(?, ?)", [lo, hi]).fetchall()
