@@ -36,8 +36,8 @@ VIEW_ORDER = [
 
 # Views whose result the analysis commands reuse many times: `Engine.materialize` computes
 # each once into a temporary table (steps walks the span tree; doing that per query would
-# re-read the lake each time).
-CACHED_VIEWS = ["steps"]
+# re-read the lake each time; trials is read by fingerprints, coverage and pass rates).
+CACHED_VIEWS = ["steps", "trials"]
 
 # Working memory of `steps` per span, measured on the bench lake (bench/bench_views.py):
 # a part of Engine._materialize_steps gets a third of DuckDB's memory limit.
