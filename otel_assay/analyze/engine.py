@@ -230,10 +230,10 @@ class Engine:
         """`steps` in parts of whole trials on a large lake, so that its working set stays
         bounded: the tree walk and the dedupe hold their rows in memory and cannot spill.
 
-        Each part is a trace-id range. Lake files are sorted by trace id, so on a compacted
-        lake a part reads only its own row groups; on a lake of many small files that each
-        cover every trace id, each part filters every file (about 7 % more time per extra
-        part, measured on a 1M-span lake of 16 interleaved files).
+        Each part is a trace-id range. Lake files are sorted by trace id, so in a large
+        (compacted) file a part skips the row groups outside its range; small files that
+        each cover every trace id are filtered whole by every part (about 7 % more time per
+        extra part, measured on a 1M-span lake of 16 interleaved files).
         """
         n, n_no_trace = self.rows("SELECT count(*), count(*) FILTER (WHERE trace_id IS NULL) FROM lake_spans")[0]
         limit = _bytes(self.rows("SELECT current_setting('memory_limit')")[0][0])
