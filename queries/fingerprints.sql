@@ -27,12 +27,23 @@
 --   latency_s          wall-clock duration of the trial, first span start to last span end
 --                      (seconds).
 CREATE OR REPLACE VIEW fingerprints AS
-WITH marked AS (
-    SELECT s.*,
-        CASE WHEN llm_call THEN 'llm' ELSE step_kind END AS retry_kind,
-        max(seq) FILTER (WHERE status = 'ok')
-            OVER (PARTITION BY trace_id, CASE WHEN llm_call THEN 'llm' ELSE step_kind END, tool_name) AS last_ok_seq
-    FROM steps s
+WITH
+-- recovery: an error step is recovered when a later step of the same kind (and tool)
+-- succeeded. Errors are rare, so the last success per (trial, kind, tool) is aggregated
+-- once and joined to the error steps only, rather than windowed over every step.
+last_ok AS (
+    SELECT trace_id, CASE WHEN llm_call THEN 'llm' ELSE step_kind END AS retry_kind, tool_name, max(seq) AS last_ok_seq
+    FROM steps WHERE status = 'ok'
+    GROUP BY ALL
+),
+recovered AS (
+    SELECT e.trace_id, count(*) AS n_recovered
+    FROM steps e
+    JOIN last_ok o
+      ON o.trace_id = e.trace_id AND o.retry_kind = CASE WHEN e.llm_call THEN 'llm' ELSE e.step_kind END
+     AND o.tool_name IS NOT DISTINCT FROM e.tool_name AND o.last_ok_seq > e.seq
+    WHERE e.status = 'error'
+    GROUP BY e.trace_id
 ),
 parents AS (SELECT DISTINCT trace_id, step_parent_id AS span_id FROM steps WHERE step_parent_id IS NOT NULL),
 shape AS (
@@ -48,10 +59,9 @@ shape AS (
         count(*) FILTER (WHERE m.step_kind = 'workflow') AS n_workflow,
         count(*) FILTER (WHERE m.step_kind = 'other') AS n_other,
         count(*) FILTER (WHERE m.status = 'error') AS n_error_steps,
-        count(*) FILTER (WHERE m.status = 'error' AND m.last_ok_seq > m.seq) AS n_recovered,
         arg_max(m.output_tokens, m.seq) FILTER (WHERE m.step_kind = 'respond') AS final_output_tokens,
         arg_max(m.output_text, m.seq) FILTER (WHERE m.step_kind = 'respond') AS final_text
-    FROM marked m
+    FROM steps m
     LEFT JOIN parents p ON p.trace_id = m.trace_id AND p.span_id = m.span_id
     GROUP BY m.trace_id
 ),
@@ -80,7 +90,8 @@ SELECT
     coalesce(h.n_workflow / h.n_steps, 0.0) AS frac_workflow,
     coalesce(h.n_other / h.n_steps, 0.0) AS frac_other,
     CAST(CASE WHEN coalesce(h.n_error_steps, 0) > 0 THEN 1 ELSE 0 END AS DOUBLE) AS error_flag,
-    CAST(CASE WHEN coalesce(h.n_error_steps, 0) = 0 THEN 1 ELSE h.n_recovered / h.n_error_steps END AS DOUBLE) AS recovery_rate,
+    CAST(CASE WHEN coalesce(h.n_error_steps, 0) = 0 THEN 1 ELSE coalesce(rc.n_recovered, 0) / h.n_error_steps END AS DOUBLE)
+        AS recovery_rate,
     coalesce(t.input_tokens + t.output_tokens, 0)::DOUBLE AS total_tokens,
     coalesce((t.input_tokens + t.output_tokens) / h.n_steps, 0.0) AS tokens_per_step,
     t.cost_usd::DOUBLE AS cost_usd,
@@ -88,4 +99,5 @@ SELECT
     t.duration_ns / 1e9 AS latency_s
 FROM trials t
 LEFT JOIN shape h USING (trace_id)
-LEFT JOIN readability r USING (trace_id);
+LEFT JOIN readability r USING (trace_id)
+LEFT JOIN recovered rc USING (trace_id);

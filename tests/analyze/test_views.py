@@ -136,6 +136,20 @@ def test_fingerprint_columns(open_engine, lake):
     assert (d["error_flag"], d["recovery_rate"]) == (0.0, 1.0)
 
 
+def test_recovery_rate_counts_only_later_successes_of_the_same_tool(tmp_path, open_engine):
+    write_lake(tmp_path, [
+        span(1, 1, None, "assay.trial calc", 0, 100, {**A}),
+        span(1, 2, 1, "execute_tool add", 1, 2, tool("add", "{}")),                     # a success before: no recovery
+        span(1, 3, 1, "execute_tool add", 3, 4, tool("add", "{}"), status=2),           # never retried
+        span(1, 4, 1, "execute_tool search", 5, 6, tool("search", "{}"), status=2),     # retried below
+        span(1, 5, 1, "execute_tool mul", 7, 8, tool("mul", "{}")),                     # another tool: no recovery
+        span(1, 6, 1, "execute_tool search", 9, 10, tool("search", "{}"), status=2),
+        span(1, 7, 1, "execute_tool search", 11, 12, tool("search", "{}")),
+    ])
+    f = rows(open_engine(tmp_path), "SELECT error_flag, recovery_rate FROM fingerprints")[0]
+    assert f == {"error_flag": 1.0, "recovery_rate": pytest.approx(2 / 3)}
+
+
 def test_fingerprint_matrix_tool_vocabulary(open_engine, lake):
     eng = open_engine(lake)
     m = fingerprint_matrix(eng, vocabulary=["add", "search", "never_used"]).to_pylist()
