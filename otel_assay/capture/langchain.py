@@ -9,7 +9,10 @@ Spans (DESIGN §2):
 * the root run (a compiled graph, an agent from ``create_agent``, any top-level chain) ->
   ``invoke_agent {name}``; a LangGraph subgraph -> a nested ``invoke_agent {name}``;
 * chat model calls -> ``chat {model}`` (CLIENT) with request/response model, provider,
-  token usage, finish reasons, tool definitions, input/output messages;
+  token usage, finish reasons, tool definitions, input/output messages. A chat model may
+  call another one (a user model whose ``_generate`` invokes the provider's model): both
+  are LLM runs, and only the innermost records the span, as in the other adapters (see
+  ``_LLMRun``);
 * tool runs -> ``execute_tool {tool}`` with call id, arguments and result; raised and
   handled (``ToolNode(handle_tool_errors=True)``) tool errors both mark the span ERROR;
 * plumbing chains (nodes, ``tools_condition``, ``RunnableSequence``...) get no span:
@@ -19,14 +22,16 @@ Spans (DESIGN §2):
 
 from __future__ import annotations
 
+import time
 from contextvars import ContextVar
 from typing import Any
 from uuid import UUID
 
+from opentelemetry import context as otel_context
+
 from .. import semconv
 from . import _runtime
-from ._spans import (CLIENT, args_json, clean, fail, result_text, start_span, text_parts,
-                     to_json, tool_call_part)
+from ._spans import CLIENT, args_json, fail, result_text, start_span, text_parts, to_json, tool_call_part
 from .trial import implicit_trial
 
 FRAMEWORK = "langgraph"
@@ -34,11 +39,18 @@ _CONTROL_FLOW = {"GraphInterrupt", "NodeInterrupt", "ParentCommand", "GraphBubbl
 
 _VAR: ContextVar | None = None
 _HOOK_ENTRY = None
+_LLM: ContextVar = ContextVar("otel_assay_langchain_llm", default=None)  # the LLM run whose model code runs here
 
 
 def _role(msg: Any) -> str:
     t = getattr(msg, "type", None)
-    return {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}.get(t, t or "user")
+    return _ROLES.get(t, t or "user")
+
+
+# message types, including the chunk types a streamed answer is assembled from
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool",
+          "HumanMessageChunk": "user", "AIMessageChunk": "assistant", "SystemMessageChunk": "system",
+          "ToolMessageChunk": "tool"}
 
 
 def _message_json(msg: Any) -> dict[str, Any]:
@@ -62,10 +74,49 @@ class _Run:
 
     def __init__(self, span, parent, trial=None, kind="", node=None):
         self.span = span        # our span for this run, or None for plumbing
-        self.parent = parent    # nearest span at or above this run (what children attach to)
+        self.parent = parent    # nearest span at or above this run (what children attach to;
+                                # for an LLM run, which has no span yet, its own parent)
         self.trial = trial      # implicit trial opened at this (root) run
         self.kind = kind
         self.node = node
+
+
+class _LLMRun(_Run):
+    """A chat / completion run. A run that reached another LLM run (``delegated``) records
+    nothing: the inner run is the model call as made (real model name, messages and tools
+    as sent, usage as returned), a model asking again makes one call per attempt, and a
+    model answering from its own cache has no inner run and records itself. So the span is
+    started only when the run ends, with the time and parent of its start (an OTel span
+    cannot be dropped once started). That costs nothing per step, the span being created
+    once either way, and loses nothing: LangChain gives LLM runs no child runs, and one made
+    a child by hand attaches where the LLM run's span would have (``parent``). Keeping the
+    outer span and moving the inner run's data onto it would merge the attempts of a retry.
+
+    An inner run made a child of the outer one (a callback manager with the outer's run id)
+    is seen by its parent id. An inner model invoked plainly in ``_generate`` takes its
+    parent from the context's config, the graph node, as a concurrent sibling call does; so
+    ``_LLM`` marks the run whose model code runs in this context, from its start to its
+    first token or its end (``live``): after that, the consumer of a stream runs between
+    chunks, and its calls are not part of the streamed one."""
+
+    __slots__ = ("name", "attrs", "start", "delegated", "live", "prev")
+
+    def __init__(self, name, attrs, parent, kind):
+        self.span, self.parent, self.trial, self.kind, self.node = None, parent, None, kind, None
+        self.name, self.attrs, self.start = name, attrs, time.time_ns()
+        self.delegated, self.live, self.prev = False, True, None
+
+
+def _live(r):
+    while r is not None and not r.live:
+        r = r.prev
+    return r
+
+
+def _release(r) -> None:
+    r.live = False
+    if _LLM.get() is r:
+        _LLM.set(_live(r.prev))
 
 
 try:
@@ -195,9 +246,20 @@ class AssayCallbackHandler(_Base):
                 attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(messages)
             except Exception:
                 pass
-        parent = self._parent(parent_run_id)
-        span = start_span(f"{op} {model}" if model else op, attrs, kind=CLIENT, parent=parent)
-        self._runs[run_id] = _Run(span, span, kind="llm" if model else "llm?")
+        parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        parent = parent_run.parent if parent_run is not None else None
+        if parent is None:  # the context of the start, not of the end
+            parent = otel_context.get_current()
+        run = _LLMRun(f"{op} {model}" if model else op, attrs, parent, "llm" if model else "llm?")
+        current = _LLM.get()
+        outer = parent_run if isinstance(parent_run, _LLMRun) else _live(current)
+        if outer is not None:
+            outer.delegated = True
+        # one generate() with several prompts starts all its runs before running any
+        if kw.get("batch_size", 1) == 1:
+            run.prev = current
+            _LLM.set(run)
+        self._runs[run_id] = run
 
     def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, tags=None,
                             metadata=None, **kw):
@@ -213,11 +275,22 @@ class AssayCallbackHandler(_Base):
         msgs = [text_parts("user", p) for p in prompts] if _runtime.capture_content() else None
         self._llm_start(semconv.OP_TEXT_COMPLETION, serialized, msgs, run_id, parent_run_id, metadata, kw)
 
+    def on_llm_new_token(self, token, *, run_id, **kw):
+        r = self._runs.get(run_id)
+        if isinstance(r, _LLMRun) and r.live:
+            _release(r)
+
+    def on_stream_event(self, event, *, run_id, **kw):
+        self.on_llm_new_token(None, run_id=run_id)
+
     def on_llm_end(self, response, *, run_id, **kw):
         r = self._runs.pop(run_id, None)
         if r is None:
             return
-        span = r.span
+        _release(r)
+        if r.delegated:
+            return
+        name = r.name
         gen = None
         try:
             gen = response.generations[0][0]
@@ -243,7 +316,7 @@ class AssayCallbackHandler(_Base):
         if r.kind == "llm?" and resp_model:
             # the request named no model (fakes, some wrappers): name the span by the response model
             attrs[semconv.GEN_AI_REQUEST_MODEL] = resp_model
-            span.update_name(f"{span.name} {resp_model}")
+            name = f"{name} {resp_model}"
         if _runtime.capture_content():
             try:
                 if msg is not None:
@@ -254,13 +327,15 @@ class AssayCallbackHandler(_Base):
                 attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json([out])
             except Exception:
                 pass
-        span.set_attributes(clean(attrs))
-        span.end()
+        r.attrs.update(attrs)
+        start_span(name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start).end()
 
     def on_llm_error(self, error, *, run_id, **kw):
         r = self._runs.pop(run_id, None)
         if r is not None:
-            fail(r.span, error)
+            _release(r)
+            if not r.delegated:
+                fail(start_span(r.name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start), error)
 
     # ---------------------------------------------------------------- tools
     def on_tool_start(self, serialized, input_str, *, run_id, parent_run_id=None, tags=None, metadata=None,

@@ -8,9 +8,14 @@ covered):
   streaming runs (``stream=True``) keep the span open while the generator is consumed;
 * ``MultiStepAgent._generate_planning_step`` -> ``plan {name}`` (a reason step); the LLM
   call that writes the plan is its child;
-* the agent's model (``generate`` / ``generate_stream``, wrapped per instance at run
-  start, so user subclasses of ``Model`` are covered) -> ``chat {model_id}`` with token
-  usage, tool definitions, finish reason, input/output messages;
+* ``generate`` / ``generate_stream`` of every ``Model`` class in use (built-in, user
+  subclasses, the class of an agent's model) -> ``chat {model_id}`` with token usage, tool
+  definitions, finish reason, input/output messages. A model often calls another wrapped
+  one: a ``generate_stream`` built on ``self.generate``, a subclass's ``generate`` calling
+  ``super().generate``, a model around another model. Only the innermost wrapped call
+  records the span: it is the one that sees the model's own id, the messages as sent and
+  the usage as returned. A model that answers without calling a wrapped one (a cache hit)
+  records its own span;
 * ``ToolCallingAgent.execute_tool_call`` -> ``execute_tool {tool}`` with the model's call
   id, arguments and result; ``Tool.__call__`` outside that (CodeAgent code calling tools)
   -> ``execute_tool {tool}`` without a call id. The ``final_answer`` tool is marked as the
@@ -20,6 +25,7 @@ covered):
 from __future__ import annotations
 
 import contextvars
+import time
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -31,7 +37,9 @@ from .trial import implicit_trial
 
 FRAMEWORK = "smolagents"
 _IN_TOOL: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_assay_smol_in_tool", default=False)
+_CALL: contextvars.ContextVar = contextvars.ContextVar("otel_assay_smol_chat", default=None)
 _PATCHES: list = []  # (owner, attribute name, original)
+_WRAPPED_MODELS: set = set()
 
 
 def _agent_name(agent) -> str:
@@ -40,7 +48,8 @@ def _agent_name(agent) -> str:
 
 def _provider(model) -> str:
     n = type(model).__name__
-    for key, prov in (("OpenAI", "openai"), ("AzureOpenAI", "azure.ai.openai"), ("LiteLLM", "litellm"),
+    # AzureOpenAI before OpenAI: the first key contained in the class name wins
+    for key, prov in (("AzureOpenAI", "azure.ai.openai"), ("OpenAI", "openai"), ("LiteLLM", "litellm"),
                       ("InferenceClient", "huggingface"), ("Transformers", "transformers"), ("Bedrock", "aws.bedrock"),
                       ("VLLM", "vllm"), ("MLX", "mlx")):
         if key in n:
@@ -108,51 +117,118 @@ def _chat_finish(span, msg) -> None:
     span.set_attributes({k: v for k, v in attrs.items() if v is not None})
 
 
-def _wrap_model(model) -> None:
-    if model is None or getattr(model, "_otel_assay_wrapped", False):
-        return
-    gen = getattr(model, "generate", None)
-    if gen is not None:
-        def generate(messages, *a, **kw):
-            name, attrs = _chat_attrs_start(model, messages, kw)
-            span = start_span(name, attrs, kind=CLIENT)
-            try:
-                msg = gen(messages, *a, **kw)
-            except BaseException as e:
-                fail(span, e)
-                raise
-            _chat_finish(span, msg)
+def _stream_finish(span, result) -> None:
+    inp, out, text = result
+    span.set_attributes({semconv.GEN_AI_USAGE_INPUT_TOKENS: inp, semconv.GEN_AI_USAGE_OUTPUT_TOKENS: out})
+    if _runtime.capture_content():
+        span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json([text_parts("assistant", text)]))
+
+
+class _Call:
+    """One wrapped ``generate`` / ``generate_stream`` call. Its span is started only when it
+    ends, with the time and context of its start, since a call that reached another
+    wrapped call (set ``delegated``) records nothing."""
+
+    __slots__ = ("model", "messages", "kwargs", "start", "parent", "delegated")
+
+    def __init__(self, model, args, kwargs):
+        outer = _CALL.get()
+        if outer is not None:
+            outer.delegated = True
+        self.model, self.kwargs = model, kwargs
+        self.messages = args[0] if args else kwargs.get("messages")
+        self.start = time.time_ns()
+        self.parent = otel_context.get_current()
+        self.delegated = False
+
+    def _span(self):
+        name, attrs = _chat_attrs_start(self.model, self.messages, self.kwargs)
+        return start_span(name, attrs, kind=CLIENT, parent=self.parent, start_time=self.start)
+
+    def end(self, finish, result) -> None:
+        if not self.delegated:
+            span = self._span()
+            finish(span, result)
             span.end()
-            return msg
-        model.generate = generate
-    gs = getattr(model, "generate_stream", None)
-    if gs is not None:
-        def generate_stream(messages, *a, **kw):
-            name, attrs = _chat_attrs_start(model, messages, kw)
-            span = start_span(name, attrs, kind=CLIENT)
-            inp = out = 0
-            text = []
-            try:
-                for delta in gs(messages, *a, **kw):
-                    u = getattr(delta, "token_usage", None)
-                    if u is not None:
-                        inp += u.input_tokens or 0
-                        out += u.output_tokens or 0
-                    if getattr(delta, "content", None):
-                        text.append(delta.content)
-                    yield delta
-            except BaseException as e:
-                fail(span, e)
-                raise
-            span.set_attributes({semconv.GEN_AI_USAGE_INPUT_TOKENS: inp, semconv.GEN_AI_USAGE_OUTPUT_TOKENS: out})
-            if _runtime.capture_content():
-                span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json([text_parts("assistant", "".join(text))]))
-            span.end()
-        model.generate_stream = generate_stream
+
+    def fail(self, exc) -> None:
+        if not self.delegated:
+            fail(self._span(), exc)
+
+
+def _generate(wrapped, instance, args, kwargs):
+    call = _Call(instance, args, kwargs)
+    token = _CALL.set(call)
     try:
-        model._otel_assay_wrapped = True
-    except Exception:
-        pass
+        msg = wrapped(*args, **kwargs)
+    except BaseException as e:
+        call.fail(e)
+        raise
+    finally:
+        _CALL.reset(token)
+    call.end(_chat_finish, msg)
+    return msg
+
+
+def _generate_stream(wrapped, instance, args, kwargs):
+    def gen():
+        call = _Call(instance, args, kwargs)
+        inp = out = 0
+        text = []
+        deltas = None
+        try:
+            while True:
+                # marked only while the model's own code runs: between deltas the agent's
+                # code is not part of this call, and a token must be reset where it was set.
+                # The call itself too: a generate_stream that is no generator function runs
+                # its code when called
+                token = _CALL.set(call)
+                try:
+                    if deltas is None:
+                        deltas = iter(wrapped(*args, **kwargs))
+                    delta = next(deltas)
+                except StopIteration:
+                    break
+                finally:
+                    _CALL.reset(token)
+                u = getattr(delta, "token_usage", None)
+                if u is not None:
+                    inp += u.input_tokens or 0
+                    out += u.output_tokens or 0
+                if getattr(delta, "content", None):
+                    text.append(delta.content)
+                yield delta
+        except BaseException as e:
+            call.fail(e)
+            raise
+        call.end(_stream_finish, (inp, out, "".join(text)))
+    return gen()
+
+
+def _wrap_model_class(cls) -> None:
+    if cls in _WRAPPED_MODELS:
+        return
+    _WRAPPED_MODELS.add(cls)
+    for attr, wrapper in (("generate", _generate), ("generate_stream", _generate_stream)):
+        if callable(cls.__dict__.get(attr)):
+            _patch(cls, attr, wrapper)
+
+
+def _wrap_models(model=None) -> None:
+    """Wrap every Model class defined by now, and the classes of ``model`` (an agent's model
+    need not subclass Model). All of them, so that the model another model calls is wrapped
+    though no agent uses it: its call is the innermost, the one that records."""
+    from smolagents.models import Model
+    for cls in type(model).__mro__[:-1] if model is not None else ():
+        _wrap_model_class(cls)
+    for cls in list(_all_subclasses(Model)):
+        _wrap_model_class(cls)
+
+
+def _all_subclasses(cls):
+    yield cls
+    for sub in cls.__subclasses__():
+        yield from _all_subclasses(sub)
 
 
 # ------------------------------------------------------------------ agent / plan / tools
@@ -183,7 +259,7 @@ def _end_agent(span, t, output=None, exc=None):
 def _run(wrapped, instance, args, kwargs):
     task = args[0] if args else kwargs.get("task")
     stream = kwargs.get("stream", args[1] if len(args) > 1 else False)
-    _wrap_model(getattr(instance, "model", None))
+    _wrap_models(getattr(instance, "model", None))
     span, t = _agent_span(instance, task)
     if stream:
         token = _attached(span)
@@ -230,7 +306,7 @@ def _plan(wrapped, instance, args, kwargs):
     name = _agent_name(instance)
     span = start_span(f"plan {name}", {semconv.GEN_AI_OPERATION_NAME: semconv.OP_PLAN, semconv.GEN_AI_AGENT_NAME: name,
                                        semconv.ASSAY_STEP_KIND: "reason", semconv.ASSAY_FRAMEWORK: FRAMEWORK})
-    _wrap_model(getattr(instance, "model", None))
+    _wrap_models(getattr(instance, "model", None))
 
     def on_end(step, exc):
         if exc is not None:
@@ -364,6 +440,7 @@ def instrument(module=None) -> bool:
     _patch(agents.ToolCallingAgent, "process_tool_calls", _process_tool_calls)
     _patch(agents.ToolCallingAgent, "execute_tool_call", _execute_tool_call)
     _patch(tools.Tool, "__call__", _tool_call)
+    _wrap_models()
     return True
 
 
@@ -371,3 +448,4 @@ def uninstrument() -> None:
     while _PATCHES:
         owner, attr, orig = _PATCHES.pop()
         setattr(owner, attr, orig)
+    _WRAPPED_MODELS.clear()

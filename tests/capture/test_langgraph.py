@@ -1,4 +1,5 @@
-"""LangGraph / LangChain adapter: real graphs, scripted offline model, real lake, real DuckDB."""
+"""LangGraph / LangChain adapter: real graphs, scripted offline model, real lake, real DuckDB; one
+chat span per model call, also through chat models that call other chat models."""
 
 import json
 
@@ -139,3 +140,64 @@ def test_index_increments_per_scenario_and_version(lake):
 def test_every_span_belongs_to_a_trial(lake):
     orphans = spans(lake, "scenario IS NULL")
     assert orphans == []
+
+
+# ------------------------------------------------------------------ chat models calling chat models
+def chats(tr):
+    return [(s["provider"], s["input_tokens"], s["output_tokens"]) for s in tr if s["op"] == "chat"]
+
+
+def tool_then_answer(scenario):
+    return [("invoke_agent guarded", f"assay.trial {scenario}"), ("chat scripted-1", "invoke_agent guarded"),
+            ("execute_tool add", "invoke_agent guarded"), ("chat scripted-1", "invoke_agent guarded")]
+
+
+@pytest.mark.parametrize("scenario", ["wrapped", "wrapped-child", "wrapped-child-no-context", "wrapped-async"])
+def test_model_calling_another_model_is_one_chat_per_model_call(lake, scenario):
+    # the inner call records (its model, the messages and tools as sent, the usage as
+    # returned) where the outer one would have: under the agent, also when the inner run is
+    # a child of the outer run ("wrapped-child", also where the context does not reach)
+    # rather than of the graph node
+    tr = one(lake, scenario)
+    assert root(tr)["outcome"] == "pass"
+    assert steps(tr) == tool_then_answer(scenario)
+    assert chats(tr) == [("scripted", 11, 7), ("scripted", 20, 5)]
+    first = next(s for s in tr if s["op"] == "chat")
+    assert [d["function"]["name"] for d in jload(first["attributes"]["gen_ai.tool.definitions"])] == ["add"]
+    assert [m["role"] for m in jload(first["attributes"]["gen_ai.input.messages"])] == ["user"]
+    if scenario != "wrapped-child-no-context":  # the node is known from the context's config
+        assert first["attributes"]["assay.graph.node"] == "agent"
+
+
+def test_model_asking_another_model_twice_is_two_chats(lake):
+    assert chats(one(lake, "wrapped-retry")) == [("scripted", 11, 7), ("scripted", 3, 0), ("scripted", 20, 5)]
+
+
+def test_model_answering_without_a_model_call_is_still_the_step(lake):
+    assert chats(one(lake, "wrapped-cache-miss")) == [("scripted", 11, 7), ("scripted", 20, 5)]
+    tr = one(lake, "wrapped-cache-hit")
+    assert [n for n, _ in steps(tr)] == ["invoke_agent guarded", "chat guard-1", "execute_tool add", "chat guard-1"]
+    assert chats(tr) == [("guarded", 11, 7), ("guarded", 20, 5)]
+
+
+def test_failed_call_through_another_model_is_one_failed_chat(lake):
+    tr = one(lake, "wrapped-error")
+    assert root(tr)["outcome"] == "fail"
+    (chat,) = [s for s in tr if s["op"] == "chat"]
+    assert (chat["status_code"], chat["error_type"], chat["provider"]) == (2, "ConnectionError", "down")
+
+
+def test_stream_through_another_model_is_one_chat(lake):
+    tr = one(lake, "wrapped-stream")
+    assert steps(tr) == [("invoke_agent guarded", "assay.trial wrapped-stream"), ("chat scripted-1", "invoke_agent guarded")]
+    assert chats(tr) == [("streaming", 20, 5)]
+    (chat,) = [s for s in tr if s["op"] == "chat"]
+    # a streamed answer is assembled from AIMessageChunks: still the assistant speaking
+    assert [m["role"] for m in jload(chat["attributes"]["gen_ai.output.messages"])] == ["assistant"]
+
+
+def test_calls_that_are_not_nested_each_get_their_chat(lake):
+    # a model call made by the code consuming a stream, between its chunks, is not part of
+    # the streamed call; nor are calls of a batch, or of one generate with two prompts
+    assert chats(one(lake, "stream-interleaved")) == [("streaming", 20, 5), ("scripted", 4, 1)]
+    assert sorted(chats(one(lake, "batch"))) == [("scripted", n, 1) for n in (1, 2, 3, 4)]

@@ -1,4 +1,6 @@
-"""smolagents adapter: ToolCallingAgent, CodeAgent, managed agent, planning; scripted Model."""
+"""smolagents adapter: ToolCallingAgent, CodeAgent, managed agent, planning; one chat span per
+model call, also through models that call other models (streaming on generate, subclasses,
+wrappers). Scripted Model."""
 
 import pytest
 
@@ -6,7 +8,7 @@ from ._helpers import need  # noqa: E402
 
 need("smolagents")
 
-from ._helpers import jload, root, run_script, spans, steps, trial_spans  # noqa: E402
+from ._helpers import jload, parent_of, root, run_script, spans, steps, trial_spans  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +89,75 @@ def test_planning_is_a_reason_step(lake):
     assert (plan["op"], plan["attributes"]["assay.step.kind"], plan["input_tokens"]) == ("plan", "reason", 11)
     assert "add 1 and 1" in plan["attributes"]["gen_ai.output.messages"]
     assert spans(lake, "scenario IS NULL") == []
+
+
+# ------------------------------------------------------------------ models calling models
+def add_then_answer(scenario, model="scripted-1"):
+    return [("invoke_agent calc", f"assay.trial {scenario}")] + [
+        (n, "invoke_agent calc") for n in (f"chat {model}", "execute_tool add", f"chat {model}", "execute_tool final_answer")]
+
+
+def chats(tr):
+    return [(s["model"], s["provider"], s["input_tokens"], s["output_tokens"]) for s in tr if s["op"] == "chat"]
+
+
+def test_streamed_model_is_one_chat_per_call(lake):
+    tr = one(lake, "stream-native")
+    assert steps(tr) == add_then_answer("stream-native")
+    assert chats(tr) == [("scripted-1", "nativestreammodel", 11, 5), ("scripted-1", "nativestreammodel", 21, 6)]
+
+
+def test_stream_built_on_generate_is_one_chat_per_model_call(lake):
+    # generate_stream answering with self.generate: both are wrapped, the innermost records,
+    # so the span has the whole answer (tool calls, finish reason), not only the streamed text
+    tr = one(lake, "stream-via-generate")
+    assert steps(tr) == add_then_answer("stream-via-generate")
+    assert chats(tr) == [("scripted-1", "streamviageneratemodel", 11, 5), ("scripted-1", "streamviageneratemodel", 21, 6)]
+    first = next(s for s in tr if s["op"] == "chat")
+    assert jload(first["attributes"]["gen_ai.response.finish_reasons"]) == ["tool_calls"]
+    assert jload(first["attributes"]["gen_ai.output.messages"])[0]["parts"][-1]["name"] == "add"
+    assert [m["role"] for m in jload(first["attributes"]["gen_ai.input.messages"])] == ["system", "user"]
+
+
+def test_subclass_calling_its_base_class_is_one_chat_per_call(lake):
+    tr = one(lake, "subclass-super")
+    assert steps(tr) == add_then_answer("subclass-super")
+    assert chats(tr) == [("scripted-1", "loggingmodel", 11, 5), ("scripted-1", "loggingmodel", 21, 6)]
+
+
+def test_model_around_another_model_records_the_inner_call(lake):
+    # composition: the inner model's call is the model call (its name, its usage), though no
+    # agent uses that model itself
+    tr = one(lake, "wrapper")
+    assert steps(tr) == add_then_answer("wrapper")
+    assert chats(tr) == [("scripted-1", "scriptedmodel", 11, 5), ("scripted-1", "scriptedmodel", 21, 6)]
+
+
+def test_model_used_alone_and_through_a_wrapper_is_one_chat_per_call(lake):
+    tr = one(lake, "wrapper-shared")
+    assert [n for n, _ in steps(tr)] == [n for n, _ in add_then_answer("wrapper-shared")] * 2
+    assert [c[3] for c in chats(tr)] == [5, 6, 7, 8]
+    assert {c[:2] for c in chats(tr)} == {("scripted-1", "scriptedmodel")}
+
+
+def test_model_answering_without_a_model_call_is_still_the_step(lake):
+    assert [c[:2] for c in chats(one(lake, "cache-miss"))] == [("scripted-1", "scriptedmodel")] * 2
+    tr = one(lake, "cache-hit")
+    assert steps(tr) == add_then_answer("cache-hit", model="cache")
+    assert chats(tr) == [("cache", "cachingmodel", 11, 5), ("cache", "cachingmodel", 21, 6)]
+
+
+def test_failed_call_through_a_subclass_is_one_failed_chat(lake):
+    (tr,) = trial_spans(lake, "subclass-error")
+    assert root(tr)["outcome"] == "fail"
+    (chat,) = [s for s in tr if s["op"] == "chat"]
+    assert (chat["status_code"], chat["error_type"], chat["name"]) == (2, "RuntimeError", "chat scripted-1")
+
+
+def test_parallel_managed_agents_each_get_their_chats(lake):
+    # two workers run in threads at the same time: neither's call is taken for a nested one
+    tr = one(lake, "parallel-workers")
+    got = sorted((parent_of(tr, s)["name"], s["model"], s["input_tokens"]) for s in tr if s["op"] == "chat")
+    assert got == [("invoke_agent boss", "scripted-boss", 11), ("invoke_agent boss", "scripted-boss", 21),
+                   ("invoke_agent worker1", "scripted-w1", 11), ("invoke_agent worker1", "scripted-w1", 21),
+                   ("invoke_agent worker2", "scripted-w2", 11), ("invoke_agent worker2", "scripted-w2", 21)]

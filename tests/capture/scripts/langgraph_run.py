@@ -1,7 +1,7 @@
 """Runs real LangGraph / LangChain agents with a scripted offline chat model, inside
-otel_assay trials; the test reads the lake afterwards. Usage: langgraph_run.py [order]
-where order is "auto-first" (import otel_assay.auto before langgraph, default) or
-"auto-last" (after)."""
+otel_assay trials (last, chat models that call other chat models); the test reads the lake
+afterwards. Usage: langgraph_run.py [order] where order is "auto-first" (import
+otel_assay.auto before langgraph, default) or "auto-last" (after)."""
 
 import sys
 
@@ -59,10 +59,13 @@ def text(t, it=20, ot=5):
                      response_metadata={"model_name": "scripted-1", "finish_reason": "stop"})
 
 
-def react_graph(turns, tools, name, handle_errors=True):
-    model = ScriptedChat(messages=iter(turns)).bind_tools(tools)
+def react_graph(turns, tools, name, handle_errors=True, model=None, is_async=False):
+    model = (model or ScriptedChat(messages=iter(turns))).bind_tools(tools)
+
+    async def agent(s):
+        return {"messages": [await model.ainvoke(s["messages"])]}
     g = StateGraph(MessagesState)
-    g.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+    g.add_node("agent", agent if is_async else lambda s: {"messages": [model.invoke(s["messages"])]})
     g.add_node("tools", ToolNode(tools, handle_tool_errors=handle_errors))
     g.add_edge(START, "agent")
     g.add_conditional_edges("agent", tools_condition)
@@ -172,6 +175,163 @@ agent = create_agent(ScriptedChat(messages=iter([call("add", {"a": 20, "b": 22},
 with otel_assay.trial("create-agent", version="v1") as t:
     out = agent.invoke(q("20+22"))
     t.outcome(passed=out["messages"][-1].content == "42")
+
+
+# 9. chat models calling chat models: one model call is one chat span, whoever makes it
+import contextvars  # noqa: E402
+from functools import partial, reduce  # noqa: E402
+from operator import add as concat  # noqa: E402
+from typing import Any  # noqa: E402
+
+from langchain_core.callbacks import CallbackManager  # noqa: E402
+from langchain_core.language_models import BaseChatModel  # noqa: E402
+from langchain_core.messages import AIMessageChunk  # noqa: E402
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult  # noqa: E402
+
+
+class GuardedChat(BaseChatModel):
+    """A chat model around another one (composition), as users write them: the inner model
+    answers, asked again when its answer is empty; with a store, a conversation seen before
+    is answered from it without the inner model. The inner call either takes the context's
+    config (a plain invoke) or is made a child run of this one ("child"), possibly in an
+    empty context ("no_context", as in a thread nothing carries the context into)."""
+
+    inner: Any
+    model_name: str = "guard-1"
+    child: bool = False
+    no_context: bool = False
+    store: Any = None
+
+    @property
+    def _llm_type(self):
+        return "guarded"
+
+    def bind_tools(self, tools, **kw):
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools])
+
+    def _config(self, run_manager):
+        if not self.child:
+            return None
+        return {"callbacks": CallbackManager(handlers=run_manager.handlers,
+                                             inheritable_handlers=run_manager.inheritable_handlers,
+                                             parent_run_id=run_manager.run_id)}
+
+    def _ask(self, messages, run_manager, **kw):
+        ask = partial(self.inner.invoke, messages, self._config(run_manager), **kw)
+        return contextvars.Context().run(ask) if self.no_context else ask()
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        key = repr([(m.type, m.content) for m in messages])
+        if self.store is not None and key in self.store:
+            return ChatResult(generations=[ChatGeneration(message=self.store[key])])
+        msg = self._ask(messages, run_manager, stop=stop, **kw)
+        if not (msg.content or msg.tool_calls):
+            msg = self._ask(messages, run_manager, stop=stop, **kw)
+        if self.store is not None:
+            self.store[key] = msg
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    async def _agenerate(self, messages, stop=None, run_manager=None, **kw):
+        msg = await self.inner.ainvoke(messages, stop=stop, **kw)
+        return ChatResult(generations=[ChatGeneration(message=msg)])
+
+    def _stream(self, messages, stop=None, run_manager=None, **kw):
+        for chunk in self.inner.stream(messages, self._config(run_manager), stop=stop, **kw):
+            yield ChatGenerationChunk(message=chunk)
+
+
+class StreamingChat(ScriptedChat):
+    """Streams each scripted answer in two pieces, the usage with the last."""
+
+    def _stream(self, messages, stop=None, run_manager=None, **kw):
+        msg = next(self.messages)
+        half = len(msg.content) // 2
+        for piece, last in ((msg.content[:half], False), (msg.content[half:], True)):
+            chunk = ChatGenerationChunk(message=AIMessageChunk(
+                content=piece, usage_metadata=msg.usage_metadata if last else None,
+                response_metadata=msg.response_metadata if last else {}))
+            if run_manager:
+                run_manager.on_llm_new_token(piece, chunk=chunk)
+            yield chunk
+
+
+def turns():
+    return [call("add", {"a": 2, "b": 3}, "g1"), text("5")]
+
+
+def one_node_graph(node, name):
+    g = StateGraph(MessagesState)
+    g.add_node("agent", node)
+    g.add_edge(START, "agent")
+    return g.compile(name=name)
+
+
+def run(scenario, app, expect="5", is_async=False):
+    if is_async:
+        async def go():
+            async with otel_assay.trial(scenario, version="v1") as t:
+                out = await app.ainvoke(q("2+3?"))
+                t.outcome(passed=out["messages"][-1].content == expect)
+        asyncio.run(go())
+        return
+    with otel_assay.trial(scenario, version="v1") as t:
+        out = app.invoke(q("2+3?"))
+        t.outcome(passed=out["messages"][-1].content == expect)
+
+
+def guarded(inner_turns, **kw):
+    return GuardedChat(inner=ScriptedChat(messages=iter(inner_turns)), **kw)
+
+
+run("wrapped", react_graph(None, [add], "guarded", model=guarded(turns())))
+run("wrapped-child", react_graph(None, [add], "guarded", model=guarded(turns(), child=True)))
+run("wrapped-child-no-context", react_graph(None, [add], "guarded", model=guarded(turns(), child=True, no_context=True)))
+run("wrapped-async", react_graph(None, [add], "guarded", model=guarded(turns()), is_async=True), is_async=True)
+run("wrapped-retry", react_graph(None, [add], "guarded",
+                                 model=guarded([call("add", {"a": 2, "b": 3}, "g1"), text("", 3, 0), text("5")])))
+store: dict = {}
+run("wrapped-cache-miss", react_graph(None, [add], "guarded", model=guarded(turns(), store=store)))
+run("wrapped-cache-hit", react_graph(None, [add], "guarded", model=guarded([], store=store)))
+
+
+class DownChat(ScriptedChat):
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        raise ConnectionError("model down")
+
+
+try:  # one failed model call
+    run("wrapped-error", react_graph(None, [add], "guarded", model=GuardedChat(inner=DownChat(messages=iter([])))))
+except ConnectionError:
+    pass
+else:
+    raise SystemExit("the model call did not fail")
+
+streamed = GuardedChat(inner=StreamingChat(messages=iter([text("5")])))
+run("wrapped-stream", one_node_graph(lambda s: {"messages": [reduce(concat, streamed.stream(s["messages"]))]}, "guarded"))
+
+# not nested: a model call made between the chunks of a stream, and calls started together
+answer, judge = StreamingChat(messages=iter([text("5")])), ScriptedChat(messages=iter([text("fine", 4, 1)]))
+
+
+def stream_and_judge(s):
+    chunks = []
+    for chunk in answer.stream(s["messages"]):
+        chunks.append(chunk)
+        if len(chunks) == 1:
+            judge.invoke([HumanMessage("is a partial answer fine?")])
+    return {"messages": [reduce(concat, chunks)]}
+
+
+run("stream-interleaved", one_node_graph(stream_and_judge, "judged"))
+together = ScriptedChat(messages=iter([text("5", 1, 1), text("5", 2, 1), text("5", 3, 1), text("5", 4, 1)]))
+
+
+def batch_and_generate(s):
+    together.batch([s["messages"], s["messages"]])
+    return {"messages": [together.generate([s["messages"], s["messages"]]).generations[1][0].message]}
+
+
+run("batch", one_node_graph(batch_and_generate, "batched"))
 
 print("stats", otel_assay.capture._runtime.stats() if hasattr(otel_assay, "capture") else None)
 assert otel_assay.flush()

@@ -1,10 +1,14 @@
 """Real smolagents agents (ToolCallingAgent, CodeAgent, a managed agent, planning) with a
-scripted offline Model, inside otel_assay trials."""
+scripted offline Model, inside otel_assay trials; then models that call other models
+(generate_stream built on generate, subclasses calling super(), wrappers around a model)."""
 
 import otel_assay.auto  # noqa: F401
 
+import json
+
 from smolagents import CodeAgent, ToolCallingAgent, tool
-from smolagents.models import ChatMessage, ChatMessageToolCall, ChatMessageToolCallFunction, MessageRole, Model
+from smolagents.models import (ChatMessage, ChatMessageStreamDelta, ChatMessageToolCall, ChatMessageToolCallFunction,
+                               ChatMessageToolCallStreamDelta, MessageRole, Model)
 from smolagents.monitoring import TokenUsage
 
 import otel_assay
@@ -32,21 +36,28 @@ def refund(order_id: str) -> str:
 
 
 class ScriptedModel(Model):
-    """Turns: ("call", name, args) | ("text", content) | ("plan", text); usage (in, out) per turn."""
+    """Turns: ("call", name, args) | ("calls", [(name, args), ...]) | ("text", content) |
+    ("raise", message); usage (in, out) per turn."""
 
     def __init__(self, turns, model_id="scripted-1"):
         super().__init__(model_id=model_id)
         self.turns, self.i = list(turns), 0
 
     def generate(self, messages, stop_sequences=None, response_format=None, tools_to_call_from=None, **kw):
+        return self.turn()
+
+    def turn(self):
         kind, *rest = self.turns[min(self.i, len(self.turns) - 1)]
         self.i += 1
         usage = TokenUsage(input_tokens=10 * self.i + 1, output_tokens=self.i + 4)
-        if kind == "call":
-            name, args = rest
+        if kind == "raise":
+            raise RuntimeError(rest[0])
+        if kind in ("call", "calls"):
+            calls = [rest] if kind == "call" else rest[0]
             return ChatMessage(role=MessageRole.ASSISTANT, content=None, token_usage=usage, tool_calls=[
-                ChatMessageToolCall(id=f"{self.model_id}_call_{self.i}", type="function",
-                                    function=ChatMessageToolCallFunction(name=name, arguments=args))])
+                ChatMessageToolCall(id=f"{self.model_id}_call_{self.i}" + (f"_{k}" if k else ""), type="function",
+                                    function=ChatMessageToolCallFunction(name=name, arguments=args))
+                for k, (name, args) in enumerate(calls)])
         return ChatMessage(role=MessageRole.ASSISTANT, content=rest[0], token_usage=usage)
 
 
@@ -90,6 +101,118 @@ agent = ToolCallingAgent(tools=[add], planning_interval=5, verbosity_level=0, na
                                               ("call", "final_answer", {"answer": "2"})]))
 with otel_assay.trial("planning", version="v1") as t:
     t.outcome(passed=agent.run("1+1?") == "2")
+
+
+# ------------------------------------------------------------------ models calling models
+def deltas(msg):
+    """A whole answer as a stream: the text in two pieces, the tool calls, the usage split in two."""
+    u = msg.token_usage
+    text = msg.content or ""
+    yield ChatMessageStreamDelta(content=text[:3], token_usage=TokenUsage(input_tokens=u.input_tokens, output_tokens=0))
+    yield ChatMessageStreamDelta(content=text[3:], tool_calls=[
+        ChatMessageToolCallStreamDelta(index=k, id=c.id, type="function", function=ChatMessageToolCallFunction(
+            name=c.function.name, arguments=json.dumps(c.function.arguments)))
+        for k, c in enumerate(msg.tool_calls or [])] or None,
+        token_usage=TokenUsage(input_tokens=0, output_tokens=u.output_tokens))
+
+
+class NativeStreamModel(ScriptedModel):
+    """Streams its answers itself (no generate underneath)."""
+
+    def generate_stream(self, messages, stop_sequences=None, response_format=None, tools_to_call_from=None, **kw):
+        yield from deltas(self.turn())
+
+
+class StreamViaGenerateModel(ScriptedModel):
+    """No streaming of its own: generate_stream answers with self.generate, in one piece."""
+
+    def generate_stream(self, messages, stop_sequences=None, response_format=None, tools_to_call_from=None, **kw):
+        yield from deltas(self.generate(messages, stop_sequences=stop_sequences, tools_to_call_from=tools_to_call_from))
+
+
+class LoggingModel(ScriptedModel):
+    """The usual wrapper-by-subclass: does its own thing, then hands the call to the base class."""
+
+    seen = 0
+
+    def generate(self, messages, **kw):
+        self.seen += 1
+        return super().generate(messages, **kw)
+
+
+class GuardModel(Model):
+    """A model around another model (composition): checks the answer, the inner model answers."""
+
+    def __init__(self, inner):
+        super().__init__(model_id="guard")
+        self.inner = inner
+
+    def generate(self, messages, **kw):
+        msg = self.inner.generate(messages, **kw)
+        assert msg.content or msg.tool_calls
+        return msg
+
+
+class CachingModel(Model):
+    """Answers a conversation it has seen before from its cache, without the inner model."""
+
+    def __init__(self, inner, store):
+        super().__init__(model_id="cache")
+        self.inner, self.store = inner, store
+
+    def generate(self, messages, **kw):
+        key = repr([(str(m.role), m.content) for m in messages])
+        if key not in self.store:
+            self.store[key] = self.inner.generate(messages, **kw)
+        return self.store[key]
+
+
+ADD_THEN_ANSWER = [("call", "add", {"a": 2, "b": 3}), ("call", "final_answer", {"answer": "5"})]
+
+
+def calc(model, **kw):
+    return ToolCallingAgent(tools=[add], model=model, verbosity_level=0, name="calc", **kw)
+
+
+def run(scenario, agent, task="what is 2+3?", expect="5"):
+    with otel_assay.trial(scenario, version="v1") as t:
+        t.outcome(passed=str(agent.run(task)) == expect)
+
+
+run("stream-native", calc(NativeStreamModel(ADD_THEN_ANSWER), stream_outputs=True))
+run("stream-via-generate", calc(StreamViaGenerateModel(ADD_THEN_ANSWER), stream_outputs=True))
+logging_model = LoggingModel(ADD_THEN_ANSWER)
+run("subclass-super", calc(logging_model))
+assert logging_model.seen == 2, logging_model.seen
+run("wrapper", calc(GuardModel(ScriptedModel(ADD_THEN_ANSWER))))
+
+# the inner model is an agent's model too: it answers that agent, then through the guard
+shared = ScriptedModel(ADD_THEN_ANSWER + ADD_THEN_ANSWER)
+with otel_assay.trial("wrapper-shared", version="v1") as t:
+    t.outcome(passed=(calc(shared).run("what is 2+3?"), calc(GuardModel(shared)).run("what is 2+3?")) == ("5", "5"))
+
+store = {}
+run("cache-miss", calc(CachingModel(ScriptedModel(ADD_THEN_ANSWER), store)))
+run("cache-hit", calc(CachingModel(ScriptedModel([("raise", "no model call expected")]), store)))
+
+failing = LoggingModel([("raise", "model down")])
+try:
+    with otel_assay.trial("subclass-error", version="v1"):
+        calc(failing).run("what is 2+3?")
+except Exception as e:
+    print("re-raised:", type(e).__name__)
+else:
+    raise SystemExit("the model call did not fail")
+
+# two managed agents called in one step run in threads at the same time, each with its own model calls
+workers = [ToolCallingAgent(tools=[add], verbosity_level=0, name=f"worker{k}", description="adds numbers",
+                            model=ScriptedModel([("call", "add", {"a": k, "b": k}), ("call", "final_answer", {"answer": str(2 * k)})],
+                                                model_id=f"scripted-w{k}"))
+           for k in (1, 2)]
+boss = ToolCallingAgent(tools=[], managed_agents=workers, verbosity_level=0, name="boss",
+                        model=ScriptedModel([("calls", [("worker1", {"task": "1+1"}), ("worker2", {"task": "2+2"})]),
+                                             ("call", "final_answer", {"answer": "2 and 4"})], model_id="scripted-boss"))
+run("parallel-workers", boss, "1+1 and 2+2?", "2 and 4")
 
 assert otel_assay.flush()
 print("done")
