@@ -11,7 +11,8 @@ Each mode runs in its own interpreter (the tracer provider is per process):
            exporter)                                           -> t_oi per run   (if installed)
   span     the same attributes as our spans, set on bare SDK spans (provider + BSP, discarding
            exporter), one per step                             -> t_span per step
-added cost per step = (t_mode - t_bare) / steps per run. Prints one JSON line.
+added cost per step = (t_mode - t_bare) / steps per run, in CPU time of the process; each
+mode runs --repeat times, taking turns, and keeps its best. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -74,14 +75,16 @@ def workload(rounds: int):
 
 
 def _time_runs(fn, runs: int, wrap=None) -> float:
+    """CPU seconds per run (all threads of the process): the cost capture adds. Wall time
+    would mostly measure how soon the OS wakes ToolNode's pool threads on a busy machine."""
     for _ in range(5):  # warm-up
         (wrap or (lambda f: f()))(fn)
     samples = []
     for _ in range(5):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(runs // 5):
             (wrap or (lambda f: f()))(fn)
-        samples.append((time.perf_counter() - t0) / (runs // 5))
+        samples.append((time.process_time() - t0) / (runs // 5))
     return statistics.median(samples)
 
 
@@ -171,6 +174,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=150)
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=3, help="turns each mode takes (its best counts)")
     ap.add_argument("--child", default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--attrs", default=None)
@@ -182,14 +186,19 @@ def main() -> None:
     results = {}
     have_oi = subprocess.run([sys.executable, "-c", "import openinference.instrumentation.langchain"],
                              capture_output=True).returncode == 0
-    modes = ["attrs", "bare", "assay", "span"] + (["oi"] if have_oi else [])
-    for mode in modes:
-        out = os.path.join(tmp, f"{mode}.json")
-        env = dict(os.environ, OTEL_ASSAY_DIR=os.path.join(tmp, f"lake-{mode}"),
+    modes = ["bare", "assay", "span"] + (["oi"] if have_oi else [])
+    # the modes take turns, --repeat times, and each keeps its best: a burst of load from
+    # elsewhere then hits one sample, not one mode
+    for i, mode in enumerate(["attrs"] + modes * a.repeat):
+        out = os.path.join(tmp, f"{mode}-{i}.json")
+        env = dict(os.environ, OTEL_ASSAY_DIR=os.path.join(tmp, f"lake-{mode}-{i}"),
                    PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
         subprocess.run([sys.executable, __file__, "--child", mode, "--runs", str(a.runs), "--rounds", str(a.rounds),
                         "--out", out, "--attrs", attrs_file], check=True, env=env)
-        results[mode] = json.load(open(out))
+        r = json.load(open(out))
+        key = "per_step" if mode == "span" else "per_run"
+        if mode != "attrs" and (mode not in results or r[key] < results[mode][key]):
+            results[mode] = r
     steps = results["bare"]["steps"]
     bare = results["bare"]["per_run"]
     added = (results["assay"]["per_run"] - bare) / steps
