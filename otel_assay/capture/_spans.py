@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from contextvars import ContextVar
 from typing import Any, Iterable, Mapping
 
 from opentelemetry import context as otel_context
@@ -148,3 +150,26 @@ def current_context() -> otel_context.Context:
 
 def names(items: Iterable[Any]) -> list[str]:
     return [str(x) for x in items]
+
+
+class DeferredCall:
+    """One wrapped model call, for adapters where model calls nest (a subclass calling
+    ``super()``, a stream built on the plain call, a wrapper model around another): only
+    the innermost call records, since it sees the model's own name, the messages as sent
+    and the usage as returned, and a model asking again makes one call per attempt. A call
+    that reached another (``delegated``) records nothing, so the adapter starts the span
+    only when the call ends, with ``start`` and ``parent`` taken here (an OTel span cannot
+    be dropped once started). ``current`` is the adapter's context variable holding the
+    call in progress."""
+
+    __slots__ = ("target", "messages", "kwargs", "start", "parent", "delegated")
+
+    def __init__(self, current: ContextVar, target, args, kwargs):
+        outer = current.get()
+        if outer is not None:
+            outer.delegated = True
+        self.target, self.kwargs = target, kwargs
+        self.messages = args[0] if args else kwargs.get("messages")
+        self.start = time.time_ns()
+        self.parent = otel_context.get_current()
+        self.delegated = False

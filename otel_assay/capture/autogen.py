@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextvars
 import os
-import time
 from contextlib import contextmanager
 
 from opentelemetry import context as otel_context
@@ -37,7 +36,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import semconv
 from . import _runtime
-from ._spans import CLIENT, args_json, fail, result_text, start_span, text_parts, to_json, tool_call_part
+from ._spans import (CLIENT, DeferredCall, args_json, fail, result_text, start_span, text_parts, to_json,
+                     tool_call_part)
 from .trial import implicit_trial
 
 FRAMEWORK = "autogen"
@@ -134,27 +134,15 @@ def _chat_end(span, result) -> None:
     span.end()
 
 
-class _Call:
-    """One wrapped ``create`` / ``create_stream`` call. Its span is started only when it
-    ends, with the time and context of its start, since a call that reached another
-    wrapped call (set ``delegated``) records nothing."""
+class _Call(DeferredCall):
+    """One wrapped ``create`` / ``create_stream`` call (``target``: the client)."""
 
-    __slots__ = ("client", "messages", "kwargs", "start", "parent", "delegated")
-
-    def __init__(self, client, args, kwargs):
-        outer = _CALL.get()
-        if outer is not None:
-            outer.delegated = True
-        self.client, self.kwargs = client, kwargs
-        self.messages = args[0] if args else kwargs.get("messages")
-        self.start = time.time_ns()
-        self.parent = otel_context.get_current()
-        self.delegated = False
+    __slots__ = ()
 
     def end(self, result=None, exc=None) -> None:
         if self.delegated:
             return
-        span = _chat_start(self.client, self.messages, self.kwargs, self.start, self.parent)
+        span = _chat_start(self.target, self.messages, self.kwargs, self.start, self.parent)
         if exc is not None:
             fail(span, exc)
         elif result is not None:
@@ -164,7 +152,7 @@ class _Call:
 
 
 async def _create(wrapped, instance, args, kwargs):
-    call = _Call(instance, args, kwargs)
+    call = _Call(_CALL, instance, args, kwargs)
     token = _CALL.set(call)
     try:
         result = await wrapped(*args, **kwargs)
@@ -179,7 +167,7 @@ async def _create(wrapped, instance, args, kwargs):
 
 def _create_stream(wrapped, instance, args, kwargs):
     async def gen():
-        call = _Call(instance, args, kwargs)
+        call = _Call(_CALL, instance, args, kwargs)
         last = None
         try:
             agen = wrapped(*args, **kwargs).__aiter__()

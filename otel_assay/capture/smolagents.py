@@ -25,14 +25,14 @@ covered):
 from __future__ import annotations
 
 import contextvars
-import time
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from .. import semconv
 from . import _runtime
-from ._spans import CLIENT, args_json, fail, result_text, start_span, text_parts, to_json, tool_call_part
+from ._spans import (CLIENT, DeferredCall, args_json, fail, result_text, start_span, text_parts, to_json,
+                     tool_call_part)
 from .trial import implicit_trial
 
 FRAMEWORK = "smolagents"
@@ -124,25 +124,13 @@ def _stream_finish(span, result) -> None:
         span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json([text_parts("assistant", text)]))
 
 
-class _Call:
-    """One wrapped ``generate`` / ``generate_stream`` call. Its span is started only when it
-    ends, with the time and context of its start, since a call that reached another
-    wrapped call (set ``delegated``) records nothing."""
+class _Call(DeferredCall):
+    """One wrapped ``generate`` / ``generate_stream`` call (``target``: the model)."""
 
-    __slots__ = ("model", "messages", "kwargs", "start", "parent", "delegated")
-
-    def __init__(self, model, args, kwargs):
-        outer = _CALL.get()
-        if outer is not None:
-            outer.delegated = True
-        self.model, self.kwargs = model, kwargs
-        self.messages = args[0] if args else kwargs.get("messages")
-        self.start = time.time_ns()
-        self.parent = otel_context.get_current()
-        self.delegated = False
+    __slots__ = ()
 
     def _span(self):
-        name, attrs = _chat_attrs_start(self.model, self.messages, self.kwargs)
+        name, attrs = _chat_attrs_start(self.target, self.messages, self.kwargs)
         return start_span(name, attrs, kind=CLIENT, parent=self.parent, start_time=self.start)
 
     def end(self, finish, result) -> None:
@@ -157,7 +145,7 @@ class _Call:
 
 
 def _generate(wrapped, instance, args, kwargs):
-    call = _Call(instance, args, kwargs)
+    call = _Call(_CALL, instance, args, kwargs)
     token = _CALL.set(call)
     try:
         msg = wrapped(*args, **kwargs)
@@ -172,7 +160,7 @@ def _generate(wrapped, instance, args, kwargs):
 
 def _generate_stream(wrapped, instance, args, kwargs):
     def gen():
-        call = _Call(instance, args, kwargs)
+        call = _Call(_CALL, instance, args, kwargs)
         inp = out = 0
         text = []
         deltas = None
