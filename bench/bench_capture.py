@@ -11,6 +11,8 @@ Each mode runs in its own interpreter (the tracer provider is per process):
            exporter)                                           -> t_oi per run   (if installed)
   span     the same attributes as our spans, set on bare SDK spans (provider + BSP, discarding
            exporter), one per step                             -> t_span per step
+  noop     a LangChain callback handler that does nothing, registered the way ours is:
+           LangChain's own dispatch, which any callback-based instrumentation pays
 added cost per step = (t_mode - t_bare) / steps per run, in CPU time of the process; each
 mode runs --repeat times, taking turns, and keeps its best. Prints one JSON line.
 """
@@ -152,6 +154,13 @@ def child(mode: str, runs: int, rounds: int, out: str, attrs_file: str) -> None:
             for name, kind, a in plan:
                 tracer.start_span(name, kind=kind, attributes=a).end()
         res["per_step"] = _time_runs(spans, runs) / len(plan)
+    elif mode == "noop":  # LangChain's callback dispatch with a handler that does nothing
+        from contextvars import ContextVar
+        from langchain_core.callbacks import BaseCallbackHandler
+        from langchain_core.tracers import context as lc_context
+        lc_context.register_configure_hook(ContextVar("bench_noop", default=BaseCallbackHandler()), inheritable=True)
+        run, steps = workload(rounds)
+        res["per_run"] = _time_runs(run, runs)
     elif mode == "oi":
         from openinference.instrumentation.langchain import LangChainInstrumentor
         tp = _sdk_provider()
@@ -186,7 +195,7 @@ def main() -> None:
     results = {}
     have_oi = subprocess.run([sys.executable, "-c", "import openinference.instrumentation.langchain"],
                              capture_output=True).returncode == 0
-    modes = ["bare", "assay", "span"] + (["oi"] if have_oi else [])
+    modes = ["bare", "assay", "span", "noop"] + (["oi"] if have_oi else [])
     # the modes take turns, --repeat times, and each keeps its best: a burst of load from
     # elsewhere then hits one sample, not one mode
     for i, mode in enumerate(["attrs"] + modes * a.repeat):
@@ -214,6 +223,11 @@ def main() -> None:
         "target_ratio_max": 2.0,
         "spans_produced": results["assay"]["spans_produced"], "spans_written": results["assay"]["spans_written"],
     }
+    # what any callback handler costs before it does anything: LangChain's dispatch
+    noop_added = (results["noop"]["per_run"] - bare) / steps
+    line.update({"noop_handler_added_us_per_step": round(noop_added * 1e6, 2),
+                 "assay_added_beyond_dispatch_us_per_step": round((added - noop_added) * 1e6, 2),
+                 "ratio_beyond_dispatch_vs_bare_span": round((added - noop_added) / span, 2)})
     if "oi" in results:
         oi_added = (results["oi"]["per_run"] - bare) / steps
         line.update({"openinference_run_ms": round(results["oi"]["per_run"] * 1e3, 3),
