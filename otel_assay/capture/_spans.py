@@ -106,6 +106,24 @@ def start_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL
         name, context=ctx, kind=kind, attributes=clean(attrs), start_time=start_time, links=links)
 
 
+def chat_attributes(framework: str, model: Any, provider: Any, tool_defs=None, messages=None) -> dict[str, Any]:
+    """The attributes a ``chat {model}`` span starts with. ``tool_defs`` and ``messages``
+    are callables returning the GenAI JSON shapes, called only when needed: the tool
+    definitions when there are tools, the input messages when content capture is on (a
+    message list that cannot be encoded is left out rather than failing the call)."""
+    attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_CHAT, semconv.GEN_AI_REQUEST_MODEL: model,
+             semconv.GEN_AI_PROVIDER_NAME: provider, semconv.ASSAY_STEP_KIND: "llm",
+             semconv.ASSAY_FRAMEWORK: framework}
+    if tool_defs is not None:
+        attrs[semconv.GEN_AI_TOOL_DEFINITIONS] = to_json(tool_defs())
+    if messages is not None and _runtime.capture_content():
+        try:
+            attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(messages())
+        except Exception:
+            pass
+    return attrs
+
+
 def fail(span: trace.Span, exc: BaseException | None = None, *, type_name: str | None = None,
          message: str | None = None, end_time: int | None = None, end: bool = True) -> None:
     """Mark a span as an error (status ERROR + error.type + exception event) and end it."""

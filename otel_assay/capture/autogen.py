@@ -36,8 +36,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import semconv
 from . import _runtime
-from ._spans import (CLIENT, DeferredCall, args_json, fail, result_text, start_span, text_parts, to_json,
-                     tool_call_part)
+from ._spans import (CLIENT, DeferredCall, args_json, chat_attributes, fail, result_text, start_span, text_parts,
+                     to_json, tool_call_part)
 from .trial import implicit_trial
 
 FRAMEWORK = "autogen"
@@ -102,17 +102,9 @@ def _msgs(messages) -> list:
 
 def _chat_start(client, messages, kwargs, start_time, parent):
     model = _model_name(client)
-    attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_CHAT, semconv.GEN_AI_REQUEST_MODEL: model,
-             semconv.GEN_AI_PROVIDER_NAME: _provider(client), semconv.ASSAY_STEP_KIND: "llm",
-             semconv.ASSAY_FRAMEWORK: FRAMEWORK}
     tools = kwargs.get("tools")
-    if tools:
-        attrs[semconv.GEN_AI_TOOL_DEFINITIONS] = to_json(_tool_defs(tools))
-    if _runtime.capture_content():
-        try:
-            attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(_msgs(messages))
-        except Exception:
-            pass
+    attrs = chat_attributes(FRAMEWORK, model, _provider(client), (lambda: _tool_defs(tools)) if tools else None,
+                            lambda: _msgs(messages))
     return start_span(f"chat {model}", attrs, kind=CLIENT, parent=parent, start_time=start_time)
 
 

@@ -31,8 +31,8 @@ from opentelemetry import trace
 
 from .. import semconv
 from . import _runtime
-from ._spans import (CLIENT, DeferredCall, args_json, fail, result_text, start_span, text_parts, to_json,
-                     tool_call_part)
+from ._spans import (CLIENT, DeferredCall, args_json, chat_attributes, fail, result_text, start_span, text_parts,
+                     to_json, tool_call_part)
 from .trial import implicit_trial
 
 FRAMEWORK = "smolagents"
@@ -83,18 +83,10 @@ def _attached(span):
 # ------------------------------------------------------------------ model wrapping
 def _chat_attrs_start(model, messages, kwargs) -> tuple[str, dict]:
     mid = getattr(model, "model_id", None) or type(model).__name__
-    attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_CHAT, semconv.GEN_AI_REQUEST_MODEL: mid,
-             semconv.GEN_AI_PROVIDER_NAME: _provider(model), semconv.ASSAY_STEP_KIND: "llm",
-             semconv.ASSAY_FRAMEWORK: FRAMEWORK}
     tools = kwargs.get("tools_to_call_from")
-    if tools:
-        attrs[semconv.GEN_AI_TOOL_DEFINITIONS] = to_json(_tool_defs(tools))
-    if _runtime.capture_content():
-        try:
-            attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(_messages_json(messages))
-        except Exception:
-            pass
-    return f"chat {mid}", attrs
+    return f"chat {mid}", chat_attributes(FRAMEWORK, mid, _provider(model),
+                                          (lambda: _tool_defs(tools)) if tools else None,
+                                          lambda: _messages_json(messages))
 
 
 def _chat_finish(span, msg) -> None:
@@ -361,6 +353,24 @@ def _process_tool_calls(wrapped, instance, args, kwargs):
     return wrapped(*args, **kwargs)
 
 
+def _run_in_tool_span(span, wrapped, args, kwargs):
+    """Run a tool inside its span. Inside it, ``Tool.__call__`` (how the agent's
+    ``execute_tool_call`` runs the tool) records no second span (``_IN_TOOL``)."""
+    token = _attached(span)
+    flag = _IN_TOOL.set(True)
+    try:
+        try:
+            out = wrapped(*args, **kwargs)
+        finally:
+            _IN_TOOL.reset(flag)
+            otel_context.detach(token)
+    except BaseException as e:
+        _finish_tool(span, exc=e)
+        raise
+    _finish_tool(span, out)
+    return out
+
+
 def _execute_tool_call(wrapped, instance, args, kwargs):
     name = args[0] if args else kwargs.get("tool_name")
     arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
@@ -368,19 +378,7 @@ def _execute_tool_call(wrapped, instance, args, kwargs):
     call_id = ids.pop(0) if ids else None
     tool = {**getattr(instance, "tools", {}), **getattr(instance, "managed_agents", {})}.get(name)
     span = _tool_span(name, arguments, call_id, getattr(tool, "description", None))
-    token = _attached(span)
-    flag = _IN_TOOL.set(True)
-    try:
-        out = wrapped(*args, **kwargs)
-    except BaseException as e:
-        _IN_TOOL.reset(flag)
-        otel_context.detach(token)
-        _finish_tool(span, exc=e)
-        raise
-    _IN_TOOL.reset(flag)
-    otel_context.detach(token)
-    _finish_tool(span, out)
-    return out
+    return _run_in_tool_span(span, wrapped, args, kwargs)
 
 
 def _tool_call(wrapped, instance, args, kwargs):
@@ -397,19 +395,7 @@ def _tool_call(wrapped, instance, args, kwargs):
             arguments = {**named, **arguments}
     span = _tool_span(getattr(instance, "name", type(instance).__name__), arguments, None,
                       getattr(instance, "description", None))
-    token = _attached(span)
-    flag = _IN_TOOL.set(True)
-    try:
-        out = wrapped(*args, **kwargs)
-    except BaseException as e:
-        _IN_TOOL.reset(flag)
-        otel_context.detach(token)
-        _finish_tool(span, exc=e)
-        raise
-    _IN_TOOL.reset(flag)
-    otel_context.detach(token)
-    _finish_tool(span, out)
-    return out
+    return _run_in_tool_span(span, wrapped, args, kwargs)
 
 
 def _patch(owner, attr, wrapper) -> None:
