@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -484,17 +485,26 @@ class GateResult:
 
 
 # ================================================================== data access
+def _memory_limit() -> str:
+    limit = os.environ.get("OTEL_ASSAY_MEMORY_LIMIT", "1.5GB").strip()
+    # DuckDB's own spellings of a size; anything else would surface as a lake error
+    if not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B|B|bytes)?", limit, re.IGNORECASE):
+        raise UsageError(f"OTEL_ASSAY_MEMORY_LIMIT={limit!r} is not a memory size; set it like 1.5GB, 800MB or 2GiB")
+    return limit
+
+
 def _open(lake) -> Any:
     from .analyze.engine import Engine
     from .collect.lake import LakeError
 
     if not isinstance(lake, (str, os.PathLike)):
         return lake
+    # DuckDB's default is 80 % of RAM; the gate must stay within a CI runner's budget
+    # (2 GB at 2,000,000 spans: 1.3 GB peak with this limit, bench/bench_gate.py), and
+    # DuckDB spills to disk past the limit.
+    limit = _memory_limit()
     try:
-        # DuckDB's default is 80 % of RAM; the gate must stay within a CI runner's budget
-        # (2 GB at 2,000,000 spans: 1.3 GB peak with this limit, bench/bench_gate.py), and
-        # DuckDB spills to disk past the limit.
-        eng = Engine(lake, memory_limit=os.environ.get("OTEL_ASSAY_MEMORY_LIMIT", "1.5GB"))
+        eng = Engine(lake, memory_limit=limit)
     except LakeError as e:
         raise DataError(f"{lake}: {e}") from None
     except Exception as e:  # duckdb raises its own kinds on corrupt or truncated files

@@ -20,9 +20,10 @@ REGRESSED_TRIALS = 40
 FEW_TRIALS = 4
 
 
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """The real command line in a fresh interpreter (exit codes as a CI job sees them)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+def cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The real command line in a fresh interpreter (exit codes as a CI job sees them);
+    ``env`` adds variables to an environment without the caller's OTEL_*."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}, **(env or {})}
     env["COLUMNS"] = "80"
     return subprocess.run([sys.executable, "-m", "otel_assay", *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=env, stdin=subprocess.DEVNULL, cwd=REPO)

@@ -28,6 +28,18 @@ def test_unknown_flag(small_lake):
     _check(cli("gate", small_lake, "--bogus"), 3, "--bogus")
 
 
+@pytest.mark.parametrize("limit", ["banana", "1.5 gigs", "-1GB"])
+def test_bad_memory_limit_is_a_usage_error(small_lake, limit):
+    _check(cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2",
+               env={"OTEL_ASSAY_MEMORY_LIMIT": limit}), 3, "OTEL_ASSAY_MEMORY_LIMIT", limit)
+
+
+def test_memory_limit_in_duckdb_spelling_is_taken(small_lake):
+    p = cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2",
+            env={"OTEL_ASSAY_MEMORY_LIMIT": "800MB"})
+    assert p.returncode in (0, 1, 2) and "Traceback" not in p.stderr, p.stderr
+
+
 def test_unknown_selector_key(small_lake):
     _check(cli("gate", small_lake, "--baseline", "versio=v1", "--candidate", "version=v2"), 3, "versio")
 
