@@ -7,8 +7,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import ndtri
-from scipy.stats import norm
+from scipy.special import log_ndtr, ndtri
 
 from ._common import check_count, check_finite_array, check_open_unit, check_positive, neg_log10
 
@@ -136,7 +135,7 @@ def stouffer_combine(pvalues, weights=None) -> CombinedPValue:
         raise ValueError("weights must be non-negative, not all zero, one per p-value")
     z = -ndtri(p)
     stat = float(w @ z / math.sqrt(float(w @ w)))
-    log_p = float(norm.logsf(stat))
+    log_p = float(log_ndtr(-stat))
     return CombinedPValue(stat, math.exp(log_p), neg_log10(log_p), tuple(float(x) for x in w))
 
 
