@@ -81,3 +81,31 @@ def test_failed_write_keeps_spans_and_retries(tmp_path):
     assert exp.force_flush() is True
     assert exp.spans_written == 1
     tp.shutdown()
+
+
+def test_hand_built_readable_spans_with_plain_dict_attributes(tmp_path):
+    """The exporter reads the SDK's attribute dicts directly when it can; spans built by other
+    code (a ReadableSpan with plain dicts, a still-mutable attribute mapping) take the public
+    path and land the same."""
+    from opentelemetry.attributes import BoundedAttributes
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
+
+    ctx = SpanContext(0xABC, 0x12, is_remote=False, trace_flags=TraceFlags(1))
+    other = SpanContext(0xDEF, 0x34, is_remote=False, trace_flags=TraceFlags(1))
+    common = {"resource": Resource.create({"service.name": "hand-built"}),
+              "instrumentation_scope": InstrumentationScope("tests.hand", "1")}
+    mutable = BoundedAttributes(attributes={"gen_ai.tool.name": "lookup", "n": 3}, immutable=False)
+    spans = [
+        ReadableSpan("plain", context=ctx, kind=SpanKind.CLIENT, start_time=10, end_time=20,
+                     attributes={"gen_ai.operation.name": "chat", "k": "v", "flag": True},
+                     events=[Event("e", {"x": 1.5}, timestamp=15)], links=[Link(other, {"why": "retry"})], **common),
+        ReadableSpan("mutable", context=SpanContext(0xABC, 0x13, is_remote=False), parent=ctx,
+                     start_time=11, end_time=19, attributes=mutable, **common),
+    ]
+    exp = ParquetSpanExporter(tmp_path / "lake")
+    exp.export(spans)
+    exp.shutdown()
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
