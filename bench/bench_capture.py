@@ -2,29 +2,31 @@
 on a real LangGraph run with a scripted model, against a bare OTel SDK span with the same
 attributes and against the OpenInference LangChain instrumentor on the same run.
 
-    python bench/bench_capture.py [--runs 150] [--rounds 10]
+    python bench/bench_capture.py [--runs 20] [--rounds 10] [--repeat 15]
 
-Each mode runs in its own interpreter (the tracer provider is per process):
-  bare     the graph, no instrumentation                      -> t_bare per run
-  assay    `import otel_assay.auto`, inside a trial, Parquet  -> t_assay per run
-  oi       OpenInference LangChainInstrumentor, SDK provider + BatchSpanProcessor (discarding
-           exporter)                                           -> t_oi per run   (if installed)
-  span     the same attributes as our spans, set on bare SDK spans (provider + BSP, discarding
-           exporter), one per step                             -> t_span per step
+All modes run in one interpreter, taking turns --repeat times (a turn is --runs graph runs):
+  bare     the graph, nothing instrumented
+  assay    otel_assay.instrument(), each run inside a trial, spans to a Parquet lake; the
+           turn ends with otel_assay.flush(), so the export work is charged to this mode
   noop     a LangChain callback handler that does nothing, registered the way ours is:
            LangChain's own dispatch, which any callback-based instrumentation pays
-added cost per step = (t_mode - t_bare) / steps per run, in CPU time of the process; each
-mode runs --repeat times, taking turns, and keeps its best. Prints one JSON line.
+  oi       OpenInference's LangChainInstrumentor, on its own SDK provider with a
+           BatchSpanProcessor and a discarding exporter (if installed)
+  span     the attributes our adapter recorded, on bare SDK spans (own provider, BSP,
+           discarding exporter), one per step
+added cost per step = (t_mode - t_bare) / steps per run, in CPU time of the process (all
+threads), median over the turns. Taking turns in one process matters: separate processes
+differed by 10-50 % in bare CPU time alone, more than the cost being measured.
+Prints one JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
+from contextvars import ContextVar
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
@@ -76,20 +78,6 @@ def workload(rounds: int):
     return run, steps
 
 
-def _time_runs(fn, runs: int, wrap=None) -> float:
-    """CPU seconds per run (all threads of the process): the cost capture adds. Wall time
-    would mostly measure how soon the OS wakes ToolNode's pool threads on a busy machine."""
-    for _ in range(5):  # warm-up
-        (wrap or (lambda f: f()))(fn)
-    samples = []
-    for _ in range(5):
-        t0 = time.process_time()
-        for _ in range(runs // 5):
-            (wrap or (lambda f: f()))(fn)
-        samples.append((time.process_time() - t0) / (runs // 5))
-    return statistics.median(samples)
-
-
 class _Discard:
     def export(self, spans):
         from opentelemetry.sdk.trace.export import SpanExportResult
@@ -103,134 +91,202 @@ class _Discard:
 
 
 def _sdk_provider():
-    from opentelemetry import trace
+    """A provider of its own (not the global one, which otel_assay owns in this process)."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     tp = TracerProvider()
     tp.add_span_processor(BatchSpanProcessor(_Discard(), max_queue_size=1 << 20))
-    trace.set_tracer_provider(tp)
     return tp
 
 
-def child(mode: str, runs: int, rounds: int, out: str, attrs_file: str) -> None:
-    res: dict = {}
-    if mode == "assay":
-        import otel_assay.auto  # noqa: F401
-        import otel_assay
-        run, steps = workload(rounds)
-        res["per_run"] = _time_runs(run, runs, wrap=lambda f: _in_trial(otel_assay, f))
-        otel_assay.flush()
-        st = otel_assay.capture.stats()
-        res["spans_produced"], res["spans_written"] = st["spans_produced"], st.get("spans_written")
-    elif mode == "attrs":  # record the attributes our adapter puts on each kind of span
-        from opentelemetry.sdk.trace import SpanProcessor
-        import otel_assay.auto  # noqa: F401
-        import otel_assay
-        from otel_assay.capture import _runtime
-        seen: dict = {}
+def _cpu(fn, runs: int, after=None) -> float:
+    """CPU seconds per call of fn (all threads of the process): the cost capture adds. Wall
+    time would mostly measure how soon the OS wakes ToolNode's pool threads."""
+    t0 = time.process_time()
+    for _ in range(runs):
+        fn()
+    if after:
+        after()
+    return (time.process_time() - t0) / runs
 
-        class Rec(SpanProcessor):
-            def on_end(self, span):
-                seen.setdefault(span.name, (span.kind.value, dict(span.attributes)))
-        _runtime.pipeline().provider.add_span_processor(Rec())
-        run, steps = workload(rounds)
+
+class _Attribution:
+    """CPU time spent inside otel-assay's own code, counted directly: every callback of our
+    LangChain handler (which starts and ends the SDK spans, so span creation and our span
+    processors are inside it), the trial block's enter/exit, our span processors, and the
+    exporter's flush (Parquet encoding, in its own thread). Per-thread CPU clock, outermost
+    call only. This is the "adapter + span + export" cost itself, free of the run-to-run
+    noise of LangGraph around it; LangChain's callback dispatch is not in it (noop shows that)."""
+
+    def __init__(self):
+        import threading
+        self.local = threading.local()
+        self.ns = {"handler": 0, "trial": 0, "processors": 0, "export_flush": 0}
+        self.on = False
+        self.lock = threading.Lock()
+
+    def wrap(self, cls, name: str, bucket: str) -> None:
+        import functools
+        orig = getattr(cls, name)
+        att = self
+
+        @functools.wraps(orig)
+        def wrapper(*a, **kw):
+            if not att.on or getattr(att.local, "depth", 0):
+                return orig(*a, **kw)
+            att.local.depth = 1
+            t0 = time.thread_time_ns()
+            try:
+                return orig(*a, **kw)
+            finally:
+                dt = time.thread_time_ns() - t0
+                att.local.depth = 0
+                with att.lock:
+                    att.ns[bucket] += dt
+        setattr(cls, name, wrapper)
+
+    def install(self) -> None:
+        from otel_assay.capture import _runtime, langchain, trial
+        from otel_assay.collect.exporter import ParquetSpanExporter
+        for name in dir(langchain.AssayCallbackHandler):
+            if name.startswith("on_") and callable(getattr(langchain.AssayCallbackHandler, name)):
+                self.wrap(langchain.AssayCallbackHandler, name, "handler")
+        self.wrap(trial.Trial, "__enter__", "trial")
+        self.wrap(trial.Trial, "__exit__", "trial")
+        for cls in (_runtime.AssayAttributesProcessor, _runtime.DirectExportProcessor):
+            self.wrap(cls, "on_start", "processors")
+            self.wrap(cls, "on_end", "processors")
+        self.wrap(ParquetSpanExporter, "_flush", "export_flush")
+
+
+def measure(runs: int, rounds: int, repeat: int, lake: str) -> dict:
+    os.environ["OTEL_ASSAY_DIR"] = lake
+    import otel_assay
+    from opentelemetry.sdk.trace import SpanProcessor
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.tracers import context as lc_context
+    from otel_assay.capture import _runtime
+
+    run, steps = workload(rounds)
+
+    def in_trial():
         with otel_assay.trial("bench", version="v1"):
             run()
-        json.dump(seen, open(attrs_file, "w"))
-    elif mode == "span":
-        from opentelemetry.trace import SpanKind
-        _sdk_provider()
-        from opentelemetry import trace
-        seen = json.load(open(attrs_file))
-        tracer = trace.get_tracer("bench")
-        kinds = [(n, SpanKind(k), a) for n, (k, a) in seen.items() if not n.startswith("assay.trial")]
-        _, steps = workload(rounds)
-        chat = next(x for x in kinds if x[0].startswith("chat"))
-        tool = next(x for x in kinds if x[0].startswith("execute_tool"))
-        agent = next(x for x in kinds if x[0].startswith("invoke_agent"))
-        plan = [chat, tool] * rounds + [chat, agent]
 
-        def spans():
-            for name, kind, a in plan:
-                tracer.start_span(name, kind=kind, attributes=a).end()
-        res["per_step"] = _time_runs(spans, runs) / len(plan)
-    elif mode == "noop":  # LangChain's callback dispatch with a handler that does nothing
-        from contextvars import ContextVar
-        from langchain_core.callbacks import BaseCallbackHandler
-        from langchain_core.tracers import context as lc_context
-        lc_context.register_configure_hook(ContextVar("bench_noop", default=BaseCallbackHandler()), inheritable=True)
-        run, steps = workload(rounds)
-        res["per_run"] = _time_runs(run, runs)
-    elif mode == "oi":
+    # what our adapter puts on each kind of span, recorded from one instrumented run
+    seen: dict = {}
+
+    class Rec(SpanProcessor):
+        on = True
+
+        def on_end(self, span):
+            if Rec.on:
+                seen.setdefault(span.name, (span.kind, dict(span.attributes)))
+    otel_assay.instrument(["langchain"])
+    _runtime.pipeline().provider.add_span_processor(Rec())
+    in_trial()
+    Rec.on = False
+    otel_assay.flush()
+    otel_assay.uninstrument()
+
+    span_tp = _sdk_provider()
+    tracer = span_tp.get_tracer("bench")
+    kinds = {n.split(" ")[0]: (n, k, a) for n, (k, a) in seen.items()}
+    plan = [kinds["chat"], kinds["execute_tool"]] * rounds + [kinds["chat"], kinds["invoke_agent"]]
+
+    def spans():
+        for name, kind, a in plan:
+            tracer.start_span(name, kind=kind, attributes=a).end()
+
+    lc_context.register_configure_hook(ContextVar("bench_noop", default=BaseCallbackHandler()), inheritable=True)
+    noop_hook = lc_context._configure_hooks.pop()
+
+    oi = None
+    try:
         from openinference.instrumentation.langchain import LangChainInstrumentor
-        tp = _sdk_provider()
-        LangChainInstrumentor().instrument(tracer_provider=tp)
-        run, steps = workload(rounds)
-        res["per_run"] = _time_runs(run, runs)
-    else:
-        run, steps = workload(rounds)
-        res["per_run"] = _time_runs(run, runs)
-    res["steps"] = steps
-    json.dump(res, open(out, "w"))
+        oi, oi_tp = LangChainInstrumentor(), _sdk_provider()
+    except ImportError:
+        pass
 
+    def turn(mode: str) -> float:
+        if mode == "bare":
+            return _cpu(run, runs)
+        if mode == "assay":
+            otel_assay.instrument(["langchain"])
+            try:
+                return _cpu(in_trial, runs, after=otel_assay.flush)
+            finally:
+                otel_assay.uninstrument()
+        if mode == "noop":
+            lc_context._configure_hooks.append(noop_hook)
+            try:
+                return _cpu(run, runs)
+            finally:
+                lc_context._configure_hooks.remove(noop_hook)
+        if mode == "oi":
+            oi.instrument(tracer_provider=oi_tp)
+            try:
+                return _cpu(run, runs, after=oi_tp.force_flush)
+            finally:
+                oi.uninstrument()
+        return _cpu(spans, runs, after=span_tp.force_flush) / len(plan)  # span: per step
 
-def _in_trial(otel_assay, f):
-    with otel_assay.trial("bench", version="v1"):
-        f()
+    modes = ["bare", "assay", "noop", "span"] + (["oi"] if oi else [])
+    for mode in modes:  # warm-up: first calls import and compile
+        turn(mode)
+    samples: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(repeat):
+        for mode in modes:
+            samples[mode].append(turn(mode))
+    # the direct count, in turns of its own (its wrappers cost a little themselves)
+    att = _Attribution()
+    att.install()
+    att.on = True
+    n_attr = max(3, repeat // 3)
+    for _ in range(n_attr):
+        turn("assay")
+    att.on = False
+    per_step = {k: v / 1e9 / (n_attr * runs * steps) for k, v in att.ns.items()}
+    st = otel_assay.capture.stats()
+    return {"steps": steps, "median": {m: statistics.median(v) for m, v in samples.items()}, "attributed": per_step,
+            "spans_produced": st["spans_produced"], "spans_written": st.get("spans_written")}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=150)
-    ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--repeat", type=int, default=3, help="turns each mode takes (its best counts)")
-    ap.add_argument("--child", default=None)
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--attrs", default=None)
+    ap.add_argument("--runs", type=int, default=20, help="graph runs per turn")
+    ap.add_argument("--rounds", type=int, default=10, help="tool rounds per graph run")
+    ap.add_argument("--repeat", type=int, default=15, help="turns each mode takes (the median counts)")
     a = ap.parse_args()
-    if a.child:
-        return child(a.child, a.runs, a.rounds, a.out, a.attrs)
-    tmp = tempfile.mkdtemp(prefix="bench-capture-")
-    attrs_file = os.path.join(tmp, "span-attributes.json")
-    results = {}
-    have_oi = subprocess.run([sys.executable, "-c", "import openinference.instrumentation.langchain"],
-                             capture_output=True).returncode == 0
-    modes = ["bare", "assay", "span", "noop"] + (["oi"] if have_oi else [])
-    # the modes take turns, --repeat times, and each keeps its best: a burst of load from
-    # elsewhere then hits one sample, not one mode
-    for i, mode in enumerate(["attrs"] + modes * a.repeat):
-        out = os.path.join(tmp, f"{mode}-{i}.json")
-        env = dict(os.environ, OTEL_ASSAY_DIR=os.path.join(tmp, f"lake-{mode}-{i}"),
-                   PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        subprocess.run([sys.executable, __file__, "--child", mode, "--runs", str(a.runs), "--rounds", str(a.rounds),
-                        "--out", out, "--attrs", attrs_file], check=True, env=env)
-        r = json.load(open(out))
-        key = "per_step" if mode == "span" else "per_run"
-        if mode != "attrs" and (mode not in results or r[key] < results[mode][key]):
-            results[mode] = r
-    steps = results["bare"]["steps"]
-    bare = results["bare"]["per_run"]
-    added = (results["assay"]["per_run"] - bare) / steps
-    span = results["span"]["per_step"]
+    with tempfile.TemporaryDirectory(prefix="bench-capture-") as lake:
+        r = measure(a.runs, a.rounds, a.repeat, lake)
+    m, steps = r["median"], r["steps"]
+    bare = m["bare"]
+    added = (m["assay"] - bare) / steps
+    span = m["span"]
+    noop_added = (m["noop"] - bare) / steps
     line = {
         "bench": "capture_langgraph",
-        "steps_per_run": steps, "runs": a.runs,
+        "steps_per_run": steps, "runs_per_turn": a.runs, "turns": a.repeat,
         "bare_run_ms": round(bare * 1e3, 3),
-        "assay_run_ms": round(results["assay"]["per_run"] * 1e3, 3),
+        "assay_run_ms": round(m["assay"] * 1e3, 3),
         "assay_added_us_per_step": round(added * 1e6, 2),
         "bare_sdk_span_us": round(span * 1e6, 2),
         "ratio_vs_bare_span": round(added / span, 2),
         "target_ratio_max": 2.0,
-        "spans_produced": results["assay"]["spans_produced"], "spans_written": results["assay"]["spans_written"],
+        "spans_produced": r["spans_produced"], "spans_written": r["spans_written"],
+        # what any callback handler costs before it does anything: LangChain's dispatch
+        "noop_handler_added_us_per_step": round(noop_added * 1e6, 2),
+        "assay_added_beyond_dispatch_us_per_step": round((added - noop_added) * 1e6, 2),
+        "ratio_beyond_dispatch_vs_bare_span": round((added - noop_added) / span, 2),
     }
-    # what any callback handler costs before it does anything: LangChain's dispatch
-    noop_added = (results["noop"]["per_run"] - bare) / steps
-    line.update({"noop_handler_added_us_per_step": round(noop_added * 1e6, 2),
-                 "assay_added_beyond_dispatch_us_per_step": round((added - noop_added) * 1e6, 2),
-                 "ratio_beyond_dispatch_vs_bare_span": round((added - noop_added) / span, 2)})
-    if "oi" in results:
-        oi_added = (results["oi"]["per_run"] - bare) / steps
-        line.update({"openinference_run_ms": round(results["oi"]["per_run"] * 1e3, 3),
+    attributed = r["attributed"]
+    line.update({"attributed_us_per_step": round(sum(attributed.values()) * 1e6, 2),
+                 "attributed_breakdown_us": {k: round(v * 1e6, 2) for k, v in attributed.items()},
+                 "ratio_attributed_vs_bare_span": round(sum(attributed.values()) / span, 2)})
+    if "oi" in m:
+        oi_added = (m["oi"] - bare) / steps
+        line.update({"openinference_run_ms": round(m["oi"] * 1e3, 3),
                      "openinference_added_us_per_step": round(oi_added * 1e6, 2),
                      "ratio_assay_vs_openinference": round(added / oi_added, 2) if oi_added > 0 else None})
     print(json.dumps(line))
