@@ -762,6 +762,9 @@ def _regression_checks(results: list[ScenarioResult], arms_b, arms_c, cfg: GateC
 def _fingerprint_tables(eng_b, eng_c, table_b: str, table_c: str):
     from .analyze.fingerprint import fingerprint_matrix, tool_vocabulary
 
+    # both arms (and the vocabulary) read these: compute them once per lake, not per query
+    for eng in {id(eng_b): eng_b, id(eng_c): eng_c}.values():
+        eng.materialize(["fingerprint_tools", "fingerprints"])
     vocab = sorted(set(tool_vocabulary(eng_b, table_b)) | set(tool_vocabulary(eng_c, table_c)))
     return fingerprint_matrix(eng_b, table_b, vocab), fingerprint_matrix(eng_c, table_c, vocab)
 
@@ -884,6 +887,7 @@ def _pca_points(xb: np.ndarray, xc: np.ndarray, limit: int = 300) -> dict[str, A
 
 def _stability(eng, table: str, floor: float) -> dict[str, dict[str, Any]]:
     cols = ", ".join(f"avg({s})" for s in STABILITY_SCORES)
+    eng.materialize(["stability"])  # read once per arm; the view would score every trial each time
     out = {}
     for row in eng.rows(f"SELECT scenario, count(*), {cols}, avg(weakest_score), min(weakest_score), "
                         f"var_pop(weakest_score) FROM stability SEMI JOIN {table} USING (trace_id) "
