@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 import threading
@@ -12,8 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from otel_assay.analyze.engine import Engine
+from otel_assay.collect import lake as lake_module
 from otel_assay.collect.lake import Lake, LakeError
-from otel_assay.collect.schema import TRUNCATION_MARK, Limits, SpanBatch, make_resource
+from otel_assay.collect.schema import SPANS_SCHEMA, TRUNCATION_MARK, Limits, SpanBatch, make_resource
 
 RES = make_resource([("service.name", "svc")])
 T0 = 1_763_000_000_000_000_000
@@ -94,6 +96,69 @@ def test_spans_are_partitioned_by_start_day_with_their_events(tmp_path):
     meta = pq.read_metadata(next((tmp_path / "spans").rglob("*.parquet")))
     assert meta.metadata[b"otel_assay.schema_version"] == b"1"
     assert meta.row_group(0).column(0).compression == "ZSTD"
+
+
+def _random_span_rows(rng, n, *, resource):
+    """Rows in every column's shape; `name` is unique, so a row split across columns shows.
+
+    ``resource``: "one" for every row; "mixed" a random one of three; "odd_value" the same
+    for all but one row near the end, which has another host and service (the writer may
+    leave a column unsorted when it holds the same value in every row); "odd_widths" the
+    same but for one row without attributes and one with them twice.
+    """
+    day = 86_400 * 10**9
+    one = [("service.name", "svc"), ("host.name", "h1")]
+    resources = [one, [("service.name", "svc")], []]
+    rows = []
+    for i in range(n):
+        res = rng.choice(resources) if resource == "mixed" else one
+        if resource == "odd_value" and i == n - 13:
+            res = [("service.name", "svc"), ("host.name", "h2")]
+        if resource == "odd_widths" and i in (n - 21, n - 20):
+            res = [] if i == n - 21 else one + one
+        row = {f.name: None for f in SPANS_SCHEMA}
+        row.update(
+            # few traces, ids and start times: ties on the first keys and whole-key duplicates
+            trace_id=f"{rng.randrange(1, 40):032x}", span_id=f"{rng.randrange(1, 60):016x}",
+            start_time_unix_nano=T0 + rng.randrange(5) + (day if rng.random() < 0.1 else 0),
+            name=f"n{i}", kind=rng.randrange(6), duration_ns=rng.randrange(10**6), status_code=0,
+            service_name="other" if res[-1:] == [("host.name", "h2")] else "svc",
+            tool_name=rng.choice([None, "search", "refund"]), input_tokens=rng.choice([None, 7, 100 + i]),
+            dropped_attributes_count=0, resource_attributes=res,
+            attributes=rng.choice([None, [], [("k", "v")], [("a", str(i)), ("b", None)],
+                                   [("x", "y"), ("z", str(i))]]),
+        )
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("resource", ["one", "mixed", "odd_value", "odd_widths"])
+@pytest.mark.parametrize("cuts", [[3, 700, 701, 1600, 1989], [3, 1989]], ids=["chunks", "slice"])
+@pytest.mark.parametrize("presorted", ["no", "yes", "trace_only"])
+def test_write_keeps_every_row_whole_in_sort_order(tmp_path, monkeypatch, resource, cuts, presorted):
+    """Sliced or chunked input with null and empty maps comes back sorted, each row intact."""
+    # the chunked input also takes the threaded path, the sliced one the inline path
+    monkeypatch.setattr(lake_module, "_PARALLEL_ROWS", 0 if len(cuts) > 2 else 1 << 40)
+    rows = _random_span_rows(random.Random(5), 2000, resource=resource)
+    key = lambda r: (r["trace_id"], r["start_time_unix_nano"], r["span_id"])  # noqa: E731
+    if presorted != "no":  # one day, in order or in trace order only: the writer may skip the sort
+        rows = sorted((r for r in rows if r["start_time_unix_nano"] < T0 + 10),
+                      key=key if presorted == "yes" else lambda r: r["trace_id"])
+    whole = pa.Table.from_pylist(rows, schema=SPANS_SCHEMA)
+    # slices of one table: offsets (of the maps' entries too) that do not start at zero
+    cuts = [min(c, len(rows) - 11) for c in cuts]
+    table = pa.concat_tables([whole.slice(a, b - a) for a, b in zip(cuts, cuts[1:])])
+    assert table.column("attributes").num_chunks == len(cuts) - 1
+    sent = table.to_pylist()
+    Lake(tmp_path).write({"spans": table}, token="t")
+    got = {p.parent.name: pq.read_table(p).to_pylist() for p in (tmp_path / "spans").glob("dt=*/*.parquet")}
+    day = lambda r: "dt=2025-11-13" if r["start_time_unix_nano"] < T0 + 10 else "dt=2025-11-14"  # noqa: E731
+    want: dict[str, list] = {}
+    for r in sorted(sent, key=key):  # stable, as the writer's sort: duplicates keep their order
+        want.setdefault(day(r), []).append(r)
+    assert sorted(got) == sorted(want) and len(want) == (2 if presorted == "no" else 1)
+    for dt in want:
+        assert got[dt] == want[dt], dt
 
 
 def _write_files(lake, n_files, per_file, dup_every=0):
