@@ -105,7 +105,10 @@ def test_hand_built_readable_spans_with_plain_dict_attributes(tmp_path):
         ReadableSpan("mutable", context=SpanContext(0xABC, 0x13, is_remote=False), parent=ctx,
                      start_time=11, end_time=19, attributes=mutable, **common),
     ]
+    invalid = ReadableSpan("no trace", context=SpanContext(0, 0x14, is_remote=False), start_time=1, end_time=2, **common)
     exp = ParquetSpanExporter(tmp_path / "lake")
-    exp.export(spans)
+    exp.export([*spans, invalid])
     exp.shutdown()
     assert lake_view(tmp_path / "lake") == expected_view(spans)
+    assert (exp.spans_received, exp.spans_written, exp.spans_rejected) == (3, 2, 1)
+
