@@ -4,7 +4,7 @@ views, and the coverage report computed from them by :mod:`otel_assay.stats.cove
 - tools used (tool steps) vs tools available (configured, else the tool definitions
   recorded on LLM spans: ``tool_definitions``);
 - decision paths with the number of trials that took each (``decision_paths``; Chao1);
-- abstract states with their visit counts (``abstract_states``);
+- abstract states with their visit counts (``step_states``, per trial ``abstract_states``);
 - tool-argument boundary hits: boundaries derived from the tools' parameter JSON schemas,
   tested against the recorded canonical arguments (``tool_arguments``);
 - models tested (``models_used``) vs a configured target.
@@ -49,7 +49,7 @@ def coverage_sets(engine, trials_table: str | None = None) -> CoverageSets:
     sets.n_trials = q(f"SELECT count(*) FROM trials {w}")[0][0]
     sets.tools_used = Counter(dict(q(f"SELECT tool_name, sum(calls)::BIGINT FROM fingerprint_tools {w} GROUP BY 1")))
     sets.path_counts = Counter(dict(q(f"SELECT path, count(*) FROM decision_paths {w} GROUP BY 1")))
-    sets.state_counts = Counter(dict(q(f"SELECT state, sum(visits)::BIGINT FROM abstract_states {w} GROUP BY 1")))
+    sets.state_counts = Counter(dict(q(f"SELECT state, count(*) FROM step_states {w} GROUP BY 1")))
     sets.models_tested = Counter(dict(q(f"SELECT model, sum(calls)::BIGINT FROM models_used {w} GROUP BY 1")))
     schemas = q(f"SELECT DISTINCT tool_name, parameters FROM tool_definitions {w}")
     sets.tools_defined = {name for name, _ in schemas}

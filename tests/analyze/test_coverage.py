@@ -71,6 +71,11 @@ def test_coverage_sets(open_engine, lake):
     assert dict(sets.state_counts) == {
         " | llm | start": 4, " | tool:add | llm": 3, " | respond | tool:add": 3,
         " | tool:search | llm": 1, " | respond | tool:search": 1, " | tool:add | tool:add": 1}
+    # the per-trial view holds the same visits: the trial with two adds passes tool:add twice
+    per_trial = open_engine(lake).rows("SELECT state, list(visits ORDER BY visits) FROM abstract_states GROUP BY 1")
+    assert dict(per_trial) == {
+        " | llm | start": [1, 1, 1, 1], " | tool:add | llm": [1, 1, 1], " | respond | tool:add": [1, 1, 1],
+        " | tool:search | llm": [1], " | respond | tool:search": [1], " | tool:add | tool:add": [1]}
     assert sets.boundaries == {("add", "a", "min=0"), ("add", "a", "max=10"), ("search", "q", "maxLength=5"),
                                ("search", "q", "empty"), ("search", "mode", 'enum="fast"'),
                                ("search", "mode", 'enum="deep"'), ("unused_tool", "flag", "true"),

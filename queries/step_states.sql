@@ -1,0 +1,20 @@
+-- step_states: the abstract state (paper Def. 4.6) each step is in, one row per step.
+--
+-- An agent state σ = (location, variables, history) is abstracted to
+--   agent_name | kind[:tool] of the step | kind[:tool] of the previous step in the trial
+-- i.e. where the agent is (which agent, doing what) plus a one-step history window
+-- ('start' for the first step). Text, arguments and counters are left out on purpose:
+-- they would make every state unique and state coverage meaningless. State coverage is
+-- 1 - exp(-|distinct states| / λ).
+--
+-- abstract_states counts these per trial; the coverage sets count them per state straight
+-- from here, which skips a (trial, state) grouping of every step.
+CREATE OR REPLACE VIEW step_states AS
+WITH labelled AS (
+    SELECT trace_id, seq, coalesce(agent_name, '') AS agent, step_kind || coalesce(':' || tool_name, '') AS action
+    FROM steps
+)
+SELECT trace_id, seq,
+    agent || ' | ' || action || ' | ' || coalesce(lag(action) OVER (PARTITION BY trace_id ORDER BY seq), 'start')
+        AS state
+FROM labelled;
