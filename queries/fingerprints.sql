@@ -45,12 +45,14 @@ recovered AS (
     WHERE e.status = 'error'
     GROUP BY e.trace_id
 ),
-parents AS (SELECT DISTINCT trace_id, step_parent_id AS span_id FROM steps WHERE step_parent_id IS NOT NULL),
 shape AS (
     SELECT m.trace_id,
         count(*) AS n_steps,
         max(m.depth) AS max_depth,
-        count(*) FILTER (WHERE p.span_id IS NULL) AS n_branches,
+        -- a step's step_parent_id is always another step of its trial, and a trial's step
+        -- span ids are unique (steps.sql rule 1): the steps with no child are the steps
+        -- minus the distinct parents, with no join of every step against its parents
+        count(*) - count(DISTINCT m.step_parent_id) AS n_branches,
         count(*) FILTER (WHERE m.step_kind = 'llm') AS n_llm,
         count(*) FILTER (WHERE m.step_kind = 'tool') AS n_tool,
         count(*) FILTER (WHERE m.step_kind = 'agent') AS n_agent,
@@ -62,7 +64,6 @@ shape AS (
         arg_max(m.output_tokens, m.seq) FILTER (WHERE m.step_kind = 'respond') AS final_output_tokens,
         arg_max(m.output_text, m.seq) FILTER (WHERE m.step_kind = 'respond') AS final_text
     FROM steps m
-    LEFT JOIN parents p ON p.trace_id = m.trace_id AND p.span_id = m.span_id
     GROUP BY m.trace_id
 ),
 readability AS (
