@@ -13,11 +13,17 @@ All modes run in one interpreter, taking turns --repeat times (a turn is --runs 
   oi       OpenInference's LangChainInstrumentor, on its own SDK provider with a
            BatchSpanProcessor and a discarding exporter (if installed)
   span     the attributes our adapter recorded, on bare SDK spans (own provider, BSP,
-           discarding exporter), one per step
+           discarding exporter), one per step, in a tight loop
+  in_run   the same bare SDK spans started and ended at the callbacks where our adapter
+           starts and ends its spans, inside the graph run; only the SDK calls are timed
 added cost per step = (t_mode - t_bare) / steps per run, in CPU time of the process (all
 threads), median over the turns. Taking turns in one process matters: separate processes
 differed by 10-50 % in bare CPU time alone, more than the cost being measured.
-Prints one JSON line.
+
+That difference is still noisy (LangGraph's own run varies more than our cost), so the
+cost is also counted directly: per-thread CPU time inside otel-assay's code
+(`attributed_*`), compared with the in-run bare span (`ratio_attributed_vs_bare_span_in_run`,
+the figure the target is about). Prints one JSON line.
 """
 
 from __future__ import annotations
