@@ -493,6 +493,11 @@ def _memory_limit() -> str:
     return limit
 
 
+def _lakes(eng_b, eng_c) -> list:
+    """The engines of baseline and candidate, once each (both are one engine on one lake)."""
+    return [eng_b] if eng_b is eng_c else [eng_b, eng_c]
+
+
 def _open(lake) -> Any:
     from .analyze.engine import Engine
     from .collect.lake import LakeError
@@ -763,7 +768,7 @@ def _fingerprint_tables(eng_b, eng_c, table_b: str, table_c: str):
     from .analyze.fingerprint import fingerprint_matrix, tool_vocabulary
 
     # both arms (and the vocabulary) read these: compute them once per lake, not per query
-    for eng in {id(eng_b): eng_b, id(eng_c): eng_c}.values():
+    for eng in _lakes(eng_b, eng_c):
         eng.materialize(["fingerprint_tools", "fingerprints"])
     vocab = sorted(set(tool_vocabulary(eng_b, table_b)) | set(tool_vocabulary(eng_c, table_c)))
     return fingerprint_matrix(eng_b, table_b, vocab), fingerprint_matrix(eng_c, table_c, vocab)
@@ -994,7 +999,7 @@ def run_verdict(lake, config: GateConfig | None = None, *, select: str | None = 
 def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode, say) -> GateResult:
     alone = mode == "verdict"
     say("computing trials")
-    for eng in {id(eng_b): eng_b, id(eng_c): eng_c}.values():
+    for eng in _lakes(eng_b, eng_c):
         eng.materialize(["steps", "trials"])
     _check_has_trials(eng_c, lake_c)
     if separate:
