@@ -101,10 +101,17 @@ def chats(tr):
     return [(s["model"], s["provider"], s["input_tokens"], s["output_tokens"]) for s in tr if s["op"] == "chat"]
 
 
-def test_streamed_model_is_one_chat_per_call(lake):
-    tr = one(lake, "stream-native")
-    assert steps(tr) == add_then_answer("stream-native")
-    assert chats(tr) == [("scripted-1", "nativestreammodel", 11, 5), ("scripted-1", "nativestreammodel", 21, 6)]
+@pytest.mark.parametrize("scenario, provider", [
+    ("stream-native", "nativestreammodel"),   # a model that streams natively
+    ("subclass-super", "loggingmodel"),       # a subclass calling its base class
+    # composition: the inner model's call is the model call (its name, its usage), though
+    # no agent uses that model itself
+    ("wrapper", "scriptedmodel"),
+])
+def test_one_chat_per_model_call(lake, scenario, provider):
+    tr = one(lake, scenario)
+    assert steps(tr) == add_then_answer(scenario)
+    assert chats(tr) == [("scripted-1", provider, 11, 5), ("scripted-1", provider, 21, 6)]
 
 
 def test_stream_built_on_generate_is_one_chat_per_model_call(lake):
@@ -117,20 +124,6 @@ def test_stream_built_on_generate_is_one_chat_per_model_call(lake):
     assert jload(first["attributes"]["gen_ai.response.finish_reasons"]) == ["tool_calls"]
     assert jload(first["attributes"]["gen_ai.output.messages"])[0]["parts"][-1]["name"] == "add"
     assert [m["role"] for m in jload(first["attributes"]["gen_ai.input.messages"])] == ["system", "user"]
-
-
-def test_subclass_calling_its_base_class_is_one_chat_per_call(lake):
-    tr = one(lake, "subclass-super")
-    assert steps(tr) == add_then_answer("subclass-super")
-    assert chats(tr) == [("scripted-1", "loggingmodel", 11, 5), ("scripted-1", "loggingmodel", 21, 6)]
-
-
-def test_model_around_another_model_records_the_inner_call(lake):
-    # composition: the inner model's call is the model call (its name, its usage), though no
-    # agent uses that model itself
-    tr = one(lake, "wrapper")
-    assert steps(tr) == add_then_answer("wrapper")
-    assert chats(tr) == [("scripted-1", "scriptedmodel", 11, 5), ("scripted-1", "scriptedmodel", 21, 6)]
 
 
 def test_model_used_alone_and_through_a_wrapper_is_one_chat_per_call(lake):
