@@ -4,7 +4,9 @@ Builds Arrow tables from synthetic agent traces (10 spans per trial: trial root,
 chat and tool spans with GenAI attributes), then times `Lake.write` (sort, zstd, delta
 encoding, fsync, atomic rename) and reports bytes per span on disk. Wall time is shared
 with whatever else the machine runs, so CPU time per million rows is reported too, and
-a breakdown of one write into its steps (sort order, take, Parquet encoding, fsync).
+a breakdown of one write into its steps (sort order, take, Parquet encoding, fsync), with
+the encoding also timed as one file on one thread (the writer splits a large write into files
+of whole traces and encodes them in parallel).
 
     python bench/bench_lake_write.py [--spans 1000000]
 """
@@ -22,7 +24,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from otel_assay.collect import Lake, synthetic
-from otel_assay.collect.lake import SORT_KEYS, _days, _sort_order, _take, write_parquet_atomic
+from otel_assay.collect.lake import SORT_KEYS, _days, _file_slices, _sort_order, _take, _write_files, write_parquet_atomic
 from otel_assay.collect.otlp import add_protobuf, parse_protobuf
 from otel_assay.collect.schema import SpanBatch
 
@@ -78,7 +80,11 @@ def breakdown(spans: pa.Table) -> dict[str, float]:
         part = timed("take", lambda: _take(spans, order) if order is not None else spans)
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "part.parquet"
-            timed("encode", lambda: write_parquet_atomic(part, path, fsync=False))
+            # as the writer does it: files of whole traces, encoded in parallel
+            files = [(rows, Path(d) / f"part-{i}.parquet") for i, rows in enumerate(_file_slices(part))]
+            timed("encode", lambda: _write_files(files, fsync=False))
+            # the same rows as one file on one thread, for comparison
+            timed("encode_one_file", lambda: write_parquet_atomic(part, path, fsync=False))
 
             def fsync():
                 fd = os.open(path, os.O_RDONLY)

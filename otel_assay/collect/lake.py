@@ -48,6 +48,12 @@ SORT_KEYS = {
 }
 
 ROW_GROUP_SIZE = 1 << 20
+# A write of more rows than this per partition becomes several files of whole traces, encoded
+# on separate threads: Arrow encodes one file's columns one after another, and encoding is
+# most of a large write (bench/bench_lake_write.py, 1M spans on 2 cores: encoding 1.6 s as one
+# file, 0.8-0.9 s as two; the whole write 0.41-0.57 -> 0.62-0.76M rows/s). Fixed, not the
+# machine's core count, so that a WAL replay on another machine writes the same file names.
+FILE_ROWS = 1 << 19
 _PARALLEL_ROWS = 1 << 16  # measured: below a few 10k rows a thread pool costs more than it saves
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _DT_RE = re.compile(r"^dt=\d{4}-\d{2}-\d{2}$")
@@ -162,6 +168,37 @@ def _sort_order(table: pa.Table, keys: list[tuple[str, str]], days: np.ndarray |
     return None if np.array_equal(order, np.arange(len(order))) else order
 
 
+def _trace_cuts(trace_ids: pa.ChunkedArray, k: int) -> list[int]:
+    """Row positions that cut rows sorted by trace id into about ``k`` equal runs without
+    splitting a trace (fewer runs when a trace is longer than a run)."""
+    n = len(trace_ids)
+    ids = _one_array(trace_ids)
+    changed = pc.fill_null(pc.not_equal(ids.slice(1), ids.slice(0, n - 1)), True)
+    starts = np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1  # where a new trace begins
+    cuts = {int(starts[j]) for j in np.searchsorted(starts, [n * i // k for i in range(1, k)]) if j < len(starts)}
+    return [0, *sorted(cuts), n]
+
+
+def _file_slices(part: pa.Table) -> list[pa.Table]:
+    """The rows of one partition, sorted by trace id, as the contents of its files: one file,
+    or past FILE_ROWS rows several of whole traces (a reader then sees a trace of one write
+    whole or not at all)."""
+    k = -(-part.num_rows // FILE_ROWS)
+    cuts = _trace_cuts(part.column("trace_id"), k) if k > 1 else [0, part.num_rows]
+    return [part.slice(a, b - a) for a, b in zip(cuts, cuts[1:])]
+
+
+def _write_files(jobs: list[tuple[pa.Table, Path]], *, fsync: bool) -> None:
+    """Write each (rows, path), on a thread per core (Arrow's encoding releases the GIL)."""
+    workers = min(len(jobs), pa.cpu_count())
+    if workers < 2:
+        for rows, path in jobs:
+            write_parquet_atomic(rows, path, fsync=fsync)
+        return
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otel-assay-write") as pool:
+        list(pool.map(lambda job: write_parquet_atomic(*job, fsync=fsync), jobs))
+
+
 def _one_array(col: pa.ChunkedArray) -> pa.Array:
     return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
@@ -256,7 +293,8 @@ class Lake:
 
     # ------------------------------------------------------------------ writing
     def write(self, tables: dict[str, pa.Table], *, token: str | None = None, fsync: bool = True) -> WriteResult:
-        """Write buffered rows as one file per table and ``dt=`` partition.
+        """Write buffered rows as one file per table and ``dt=`` partition (several files of
+        whole traces, ``part-<token>-<i>of<n>.parquet``, past ``FILE_ROWS`` rows).
 
         ``token`` names the files (``part-<token>.parquet``); writing the same rows with the
         same token again replaces the file with identical content, which makes WAL replay
@@ -264,6 +302,7 @@ class Lake:
         """
         token = _safe_token(token) if token else time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:16]
         result = WriteResult()
+        jobs: list[tuple[pa.Table, Path]] = []  # (rows, file): encoded together at the end
         for name, table in tables.items():
             if table.num_rows == 0:
                 result.rows[name] = 0
@@ -291,10 +330,13 @@ class Lake:
             for day, part in parts:
                 pdir = self.root / name / _dt_name(day)
                 pdir.mkdir(parents=True, exist_ok=True)
-                path = pdir / f"part-{token}.parquet"
-                write_parquet_atomic(part, path, fsync=fsync)
-                result.files.append(path)
+                files = _file_slices(part)
+                for i, rows in enumerate(files):
+                    suffix = f"-{i + 1}of{len(files)}" if len(files) > 1 else ""
+                    jobs.append((rows, pdir / f"part-{token}{suffix}.parquet"))
             result.rows[name] = table.num_rows
+        _write_files(jobs, fsync=fsync)
+        result.files.extend(path for _, path in jobs)
         return result
 
     # ------------------------------------------------------------------ reading

@@ -161,6 +161,39 @@ def test_write_keeps_every_row_whole_in_sort_order(tmp_path, monkeypatch, resour
         assert got[dt] == want[dt], dt
 
 
+def test_a_large_write_is_split_into_files_of_whole_traces(tmp_path, monkeypatch):
+    """Past FILE_ROWS rows a partition becomes several files, each of whole traces, in
+    order; the same rows, however chunked, give the same bytes (WAL replay is idempotent)."""
+    monkeypatch.setattr(lake_module, "FILE_ROWS", 300)
+    rows = _random_span_rows(random.Random(9), 2000, resource="mixed")
+    for r in rows[:700]:  # one trace longer than a file: it stays whole
+        r["trace_id"] = f"{41:032x}"
+    table = pa.Table.from_pylist(rows, schema=SPANS_SCHEMA)
+    Lake(tmp_path / "a").write({"spans": table}, token="t")
+    Lake(tmp_path / "b").write({"spans": pa.concat_tables([table.slice(0, 999), table.slice(999)])}, token="t")
+    key = lambda r: (r["trace_id"], r["start_time_unix_nano"], r["span_id"])  # noqa: E731
+    for dt in ("dt=2025-11-13", "dt=2025-11-14"):
+        files = sorted((tmp_path / "a" / "spans" / dt).glob("*.parquet"))
+        want = sorted((r for r in table.to_pylist() if _dt(r) == dt), key=key)
+        if len(want) <= 300:
+            assert [f.name for f in files] == ["part-t.parquet"]
+        else:
+            n = len(files)
+            assert n >= 2 and sorted(f.name for f in files) == sorted(f"part-t-{i}of{n}.parquet" for i in range(1, n + 1))
+        files.sort(key=lambda f: int(f.stem.rsplit("-", 1)[1].split("of")[0]) if "of" in f.stem else 0)
+        got = [pq.read_table(f).to_pylist() for f in files]
+        assert [r for part in got for r in part] == want
+        traces = [{r["trace_id"] for r in part} for part in got]
+        assert sum(map(len, traces)) == len(set().union(*traces)), "a trace was split across files"
+        for f in files:
+            assert f.read_bytes() == (tmp_path / "b" / "spans" / dt / f.name).read_bytes()
+    assert len(Lake(tmp_path / "a").live_files()) == len(list((tmp_path / "a" / "spans").rglob("*.parquet")))
+
+
+def _dt(row) -> str:
+    return "dt=2025-11-13" if row["start_time_unix_nano"] < T0 + 10 else "dt=2025-11-14"
+
+
 def _write_files(lake, n_files, per_file, dup_every=0):
     for f in range(n_files):
         b = SpanBatch()
