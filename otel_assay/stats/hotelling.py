@@ -27,10 +27,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import betaln, comb, fdtrc, fdtri, ncfdtr
 
-from ._common import Verdict, check_count, check_finite_array, check_open_unit, make_rng, neg_log10
+from ._common import (Verdict, bracketed_root, check_count, check_finite_array, check_open_unit, make_rng,
+                      neg_log10)
 
 _AUTO_PERMUTATION_BELOW = 100  # n_b + n_c below which the permutation p-value is the default
 _SHRINK_BELOW_PER_DIM = 5  # shrink when n_b + n_c - 2 < 5 d_eff
@@ -360,5 +360,5 @@ def hotelling_detectable_shift(n_baseline: int, n_candidate: int, d_eff: int, al
     hi = 1.0
     while power(hi) < 0:
         hi *= 2.0
-    nc = brentq(power, 0.0, hi, xtol=1e-10, rtol=1e-10)
+    nc = bracketed_root(power, 0.0, hi, xtol=1e-10, rtol=1e-10)
     return math.sqrt(nc / c)

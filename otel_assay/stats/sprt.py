@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 import numpy as np
-from scipy.optimize import brentq
 
-from ._common import Verdict, check_count, check_open_unit
+from ._common import Verdict, bracketed_root, check_count, check_open_unit
 from .proportions import verdict as fixed_sample_verdict
 
 CONTINUE = "CONTINUE"
@@ -266,7 +265,7 @@ def sprt_expected_n(theta: float, delta: float, alpha: float = 0.05, beta: float
     lo, hi = (1e-9, 1.0) if drift < 0 else (-1.0, -1e-9)
     while g(lo) * g(hi) > 0:
         lo, hi = (lo, hi * 2.0) if drift < 0 else (lo * 2.0, hi)
-    h = brentq(g, lo, hi, xtol=1e-14, rtol=1e-14)
+    h = bracketed_root(g, lo, hi, xtol=1e-14, rtol=1e-14)
     ea, eb = math.exp(h * a), math.exp(h * b)
     oc = (eb - 1.0) / (eb - ea)
     return (oc * a + (1.0 - oc) * b) / drift
