@@ -188,15 +188,36 @@ def _file_slices(part: pa.Table) -> list[pa.Table]:
     return [part.slice(a, b - a) for a, b in zip(cuts, cuts[1:])]
 
 
+def _in_threads(fn, items: list, workers: int) -> list:
+    """``[fn(x) for x in items]``, spread over up to ``workers`` threads when that pays.
+
+    Serial when threads cannot start: at interpreter exit (the exporter's last flush runs
+    from atexit, where Python refuses new threads) or when the process is out of them. A
+    pool per call: a process that forks must not inherit a pool whose threads are gone.
+    """
+    if workers < 2 or len(items) < 2:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items)), thread_name_prefix="otel-assay-lake") as pool:
+        futures = []
+        for x in items:
+            try:
+                futures.append(pool.submit(fn, x))
+            except RuntimeError:  # "cannot schedule new futures after interpreter shutdown", "can't start new thread"
+                futures.append(None)
+        return [fn(x) if f is None else f.result() for f, x in zip(futures, items)]
+
+
 def _write_files(jobs: list[tuple[pa.Table, Path]], *, fsync: bool) -> None:
-    """Write each (rows, path), on a thread per core (Arrow's encoding releases the GIL)."""
-    workers = min(len(jobs), pa.cpu_count())
-    if workers < 2:
-        for rows, path in jobs:
-            write_parquet_atomic(rows, path, fsync=fsync)
-        return
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otel-assay-write") as pool:
-        list(pool.map(lambda job: write_parquet_atomic(*job, fsync=fsync), jobs))
+    """Write each (rows, path), on a thread per core for a large write (Arrow's encoding
+    releases the GIL). If any file fails, the files of this write are removed again, so a
+    retry of the same rows (the exporter's, under a new name) cannot store them twice."""
+    workers = pa.cpu_count() if sum(rows.num_rows for rows, _ in jobs) >= _PARALLEL_ROWS else 1
+    try:
+        _in_threads(lambda job: write_parquet_atomic(*job, fsync=fsync), jobs, workers)
+    except BaseException:
+        for _, path in jobs:
+            path.unlink(missing_ok=True)
+        raise
 
 
 def _one_array(col: pa.ChunkedArray) -> pa.Array:
@@ -241,13 +262,8 @@ def _take(table: pa.Table, order: np.ndarray) -> pa.Table:
         arr = _one_array(col)
         return arr if _same_in_every_row(arr) else arr.take(indices)
 
-    workers = min(4, pa.cpu_count(), table.num_columns)
-    if workers < 2 or table.num_rows < _PARALLEL_ROWS:
-        columns = [take(c) for c in table.columns]
-    else:
-        # a pool per call: a process that forks must not inherit a pool whose threads are gone
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otel-assay-take") as pool:
-            columns = list(pool.map(take, table.columns))
+    workers = min(4, pa.cpu_count()) if table.num_rows >= _PARALLEL_ROWS else 1
+    columns = _in_threads(take, table.columns, workers)
     return pa.Table.from_arrays(columns, schema=table.schema)
 
 
@@ -298,7 +314,8 @@ class Lake:
 
         ``token`` names the files (``part-<token>.parquet``); writing the same rows with the
         same token again replaces the file with identical content, which makes WAL replay
-        and re-import idempotent. Without a token the name is unique.
+        and re-import idempotent. Without a token the name is unique. A write that fails
+        removes the files it had written, so that its rows can be written again.
         """
         token = _safe_token(token) if token else time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:16]
         result = WriteResult()

@@ -190,6 +190,32 @@ def test_a_large_write_is_split_into_files_of_whole_traces(tmp_path, monkeypatch
     assert len(Lake(tmp_path / "a").live_files()) == len(list((tmp_path / "a" / "spans").rglob("*.parquet")))
 
 
+@pytest.mark.parametrize("parallel", [True, False])
+def test_a_failed_write_leaves_no_files_and_a_retry_stores_each_row_once(tmp_path, monkeypatch, parallel):
+    """One file of a split write fails (disk full): the files already written go again, so
+    the exporter's retry under a new name does not store their rows twice."""
+    monkeypatch.setattr(lake_module, "FILE_ROWS", 300)
+    monkeypatch.setattr(lake_module, "_PARALLEL_ROWS", 0 if parallel else 1 << 40)
+    table = pa.Table.from_pylist(_random_span_rows(random.Random(4), 2000, resource="one"), schema=SPANS_SCHEMA)
+    real = lake_module.write_parquet_atomic
+
+    def disk_full_once(rows, path, fsync=True):
+        if "-3of" in path.name and not failed:
+            failed.append(path)
+            raise OSError(28, "No space left on device")
+        return real(rows, path, fsync=fsync)
+
+    failed: list = []
+    monkeypatch.setattr(lake_module, "write_parquet_atomic", disk_full_once)
+    lake = Lake(tmp_path)
+    with pytest.raises(OSError, match="No space"):
+        lake.write({"spans": table})
+    assert failed and not list(tmp_path.rglob("*.parquet"))
+    lake.write({"spans": table})
+    assert len(lake.live_files()) > 2
+    assert sorted(map(str, all_rows(tmp_path))) == sorted(map(str, table.to_pylist()))
+
+
 def _dt(row) -> str:
     return "dt=2025-11-13" if row["start_time_unix_nano"] < T0 + 10 else "dt=2025-11-14"
 
