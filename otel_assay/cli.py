@@ -15,7 +15,7 @@ import threading
 import click
 
 from . import __version__
-from .errors import EXIT_USAGE, DataError, UsageError
+from .errors import EXIT_DATA, EXIT_USAGE, DataError, UsageError
 
 
 def default_lake() -> str:
@@ -235,11 +235,26 @@ def sql(lake, query, fmt):
         table = eng.query(query)
     except duckdb.PermissionException as e:
         raise UsageError(f"the query may only read the lake's views: {e}") from None
-    except duckdb.Error as e:
-        raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
+    except _QUERY_MISTAKES(duckdb) as e:
+        if "Failed to read file" not in str(e):
+            raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
+        raise DataError(f"query failed reading the lake: {str(e).splitlines()[0]}; {CORRUPT_HINT}") from None
+    except duckdb.Error as e:  # reading a page failed (IO error, corrupt page header), out of memory
+        raise DataError(f"query failed reading the lake: {str(e).splitlines()[0]}; {CORRUPT_HINT}") from None
     finally:
         eng.close()
     write_table(table, fmt)
+
+
+CORRUPT_HINT = ("if a Parquet file is corrupt, `otel-assay compact --dir LAKE` names the unreadable files "
+                "(and merges the rest); move them out of the lake or restore them")
+
+
+def _QUERY_MISTAKES(duckdb) -> tuple:
+    """DuckDB's exception kinds that mean the query is wrong, not the lake."""
+    return (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException, duckdb.ConversionException,
+            duckdb.OutOfRangeException, duckdb.NotImplementedException, duckdb.TypeMismatchException,
+            duckdb.SyntaxException, duckdb.InvalidTypeException, duckdb.InvalidInputException)
 
 
 def _register_commands() -> None:
@@ -272,4 +287,28 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as e:
+        # whatever escaped the commands must not exit 1, which CI reads as "block"
+        sys.exit(_unexpected(e))
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _unexpected(e: Exception) -> int:
+    """Report an error no command handled and return exit 4 (DESIGN §8: the lake could not be judged)."""
+    import duckdb
+
+    first = (str(e).splitlines() or [""])[0][:500]
+    if isinstance(e, duckdb.OutOfMemoryException):
+        click.echo(f"otel-assay: out of memory while analysing the lake: {first}\n"
+                   "give the gate more memory with OTEL_ASSAY_MEMORY_LIMIT (default 1.5GB), or analyse fewer trials",
+                   err=True)
+    elif isinstance(e, (duckdb.Error, OSError)):
+        # a file that passed the open-time check but is corrupt inside, a file removed mid-run, ...
+        click.echo(f"otel-assay: reading the lake failed: {type(e).__name__}: {first}\n{CORRUPT_HINT}", err=True)
+    else:
+        import traceback
+
+        traceback.print_exception(e)
+        click.echo(f"otel-assay: internal error: {type(e).__name__}: {first}\n"
+                   "this is a bug in otel-assay; please report it with the traceback above", err=True)
+    return EXIT_DATA

@@ -414,7 +414,18 @@ class Lake:
                     for group in _bins(readable, target_bytes):
                         if len(group) < 2:
                             continue
-                        before, after = self._compact_group(con, table, tdir / partition, group)
+                        try:
+                            before, after = self._compact_group(con, table, tdir / partition, group)
+                        except duckdb.Error:
+                            # a file whose footer reads but whose data does not: leave it, merge the rest
+                            bad = {f: why for f in group if (why := _data_problem(con, f))}
+                            if not bad:
+                                raise
+                            result.skipped.extend(f"{f}: {why}" for f, why in bad.items())
+                            group = [f for f in group if f not in bad]
+                            if len(group) < 2:
+                                continue
+                            before, after = self._compact_group(con, table, tdir / partition, group)
                         result.files_in += len(group)
                         result.files_out += 1
                         result.rows_in += before
@@ -504,6 +515,18 @@ class CompactResult:
     rows_out: int = 0
     deleted_files: int = 0
     skipped: list[str] = field(default_factory=list)
+
+
+def _data_problem(con, path: Path) -> str | None:
+    """Why ``path``'s rows cannot be read in full (corrupt pages), or None."""
+    import duckdb
+
+    try:
+        for _ in con.sql("SELECT * FROM read_parquet(?)", params=[str(path)]).to_arrow_reader():
+            pass
+    except duckdb.Error as e:
+        return f"unreadable data ({str(e).splitlines()[0][:200]})"
+    return None
 
 
 def _bins(files: list[Path], target_bytes: int) -> list[list[Path]]:

@@ -297,6 +297,30 @@ def test_corrupt_and_foreign_parquet_in_the_lake(tmp_path):
     assert r.returncode == 0 and r.stdout.splitlines()[1] == "20"
 
 
+def _corrupt_pages(path):
+    """Overwrite a Parquet file's data pages, keeping its footer (so the open-time check passes)."""
+    data = bytearray(path.read_bytes())
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    data[4:footer] = random.Random(1).randbytes(footer - 4)
+    path.write_bytes(bytes(data))
+
+
+def test_corrupt_data_pages_give_exit_4_and_compaction_merges_the_rest(tmp_path):
+    lake = tmp_path / "lake"
+    _write_files(lake, 3, 10)
+    bad = sorted((lake / "spans").rglob("*.parquet"))[1]
+    _corrupt_pages(bad)
+    assert Engine(lake).files  # the footer still reads: only reading the rows fails
+    for args in (["gate", lake, "-q"], ["sql", lake, "SELECT max(name) FROM spans"], ["sql", lake, "FROM trials"]):
+        r = run_cli(*args)
+        assert r.returncode == 4, (args, r.stderr)
+        assert "Traceback" not in r.stderr and "names the unreadable files" in r.stderr, r.stderr
+    r = run_cli("compact", "--dir", lake, "--grace-seconds", "0")
+    assert r.returncode == 4 and f"skipped {bad}: unreadable data" in r.stderr, r.stderr
+    live = Lake(lake).live_files()
+    assert len(live) == 2 and bad in live and any(p.name.startswith("part-compact-") for p in live)
+
+
 def test_sql_command_formats_and_errors(tmp_path):
     lake = tmp_path / "lake"
     _write_files(lake, 1, 3)

@@ -40,6 +40,12 @@ def test_memory_limit_in_duckdb_spelling_is_taken(small_lake):
     assert p.returncode in (0, 1, 2) and "Traceback" not in p.stderr, p.stderr
 
 
+def test_too_little_memory_is_a_data_error_not_a_block(small_lake):
+    # DuckDB runs out of memory mid-analysis: exit 4 with what to do, never 1 ("block")
+    _check(cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2",
+               env={"OTEL_ASSAY_MEMORY_LIMIT": "1MB"}), 4, "out of memory", "OTEL_ASSAY_MEMORY_LIMIT")
+
+
 def test_unknown_selector_key(small_lake):
     _check(cli("gate", small_lake, "--baseline", "versio=v1", "--candidate", "version=v2"), 3, "versio")
 
