@@ -190,6 +190,22 @@ def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, prog
 
 
 def _import_json(stream: BinaryIO, *, batch_ref, flush, report: FileReport) -> None:
+    foreign: set[str] = set()  # top-level keys of documents that are not OTLP
+    _import_json_docs(stream, batch_ref=batch_ref, flush=flush, report=report, foreign=foreign)
+    if report.spans_seen == 0 and not report.errors and foreign:
+        # valid JSON, but not OTLP (a Jaeger or Zipkin export, a report): saying "0 spans
+        # imported" and succeeding would hide that nothing of it can be analysed
+        report.errors.append(
+            "no OTLP spans: the JSON has no resourceSpans (its top-level keys: " + ", ".join(sorted(foreign)[:8]) +
+            "); export OTLP/JSON, for example with the OpenTelemetry Collector's file exporter")
+
+
+def _note_foreign(doc, foreign: set[str]) -> None:
+    if isinstance(doc, dict) and "resourceSpans" not in doc and "resource_spans" not in doc:
+        foreign.update(str(k)[:40] for k in list(doc)[:20])
+
+
+def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport, foreign: set[str]) -> None:
     lines = iter(stream)
     first_line = next(lines, b"")
     try:
@@ -206,6 +222,7 @@ def _import_json(stream: BinaryIO, *, batch_ref, flush, report: FileReport) -> N
             report.errors.append(f"not valid JSON: {e}")
             return
         for d in doc if isinstance(doc, list) else [doc]:
+            _note_foreign(d, foreign)
             try:
                 report.spans_seen += add_json(d, batch_ref())
             except MalformedOTLP as e:
@@ -219,6 +236,7 @@ def _import_json(stream: BinaryIO, *, batch_ref, flush, report: FileReport) -> N
             if len(report.errors) < 100:
                 report.errors.append(f"line {lineno}: {item.why}")
             continue
+        _note_foreign(item, foreign)
         try:
             report.spans_seen += add_json(item, batch_ref())
         except MalformedOTLP as e:

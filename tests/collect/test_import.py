@@ -81,6 +81,18 @@ def test_unreadable_files_exit_4_with_the_reason(tmp_path, content):
     assert "error:" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("content", [b'{"data": [{"traceID": "abc", "spans": [{"spanID": "def"}]}]}',
+                                     b'{"decision": "deploy"}\n{"decision": "block"}\n'], ids=["jaeger", "jsonl"])
+def test_json_that_is_not_otlp_is_an_error_not_zero_spans(tmp_path, content):
+    f = tmp_path / "export.json"
+    f.write_bytes(content)
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 4 and "no OTLP spans" in r.stderr and "resourceSpans" in r.stderr, r.stderr
+    # an OTLP export that is merely empty is fine
+    f.write_bytes(b'{"resourceSpans": []}')
+    assert run_cli("import", f, "--dir", tmp_path / "lake").returncode == 0
+
+
 def test_missing_file_and_unwritable_lake(tmp_path):
     r = run_cli("import", tmp_path / "nope.jsonl", "--dir", tmp_path / "lake")
     assert r.returncode == 4 and "no such file" in r.stderr
