@@ -50,7 +50,8 @@ def _common_options(f):
         click.option("--emit-otel", metavar="TARGET",
                      help="Also emit the verdicts as OpenTelemetry gen_ai.evaluation.result events on an "
                           "`assay.gate` span: TARGET is `lake` (into LAKE) or an OTLP/HTTP traces URL "
-                          "(e.g. http://127.0.0.1:4318/v1/traces)."),
+                          "(e.g. http://127.0.0.1:4318/v1/traces). If the target does not take them, a "
+                          "warning says so and the exit code is still the decision's."),
         click.option("--quiet", "-q", is_flag=True, help="Print only the decision line."),
     ]):
         f = opt(f)
@@ -105,9 +106,14 @@ def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, qu
     except OSError as e:
         raise UsageError(f"cannot write the report: {e}") from None
     if emit_otel:
-        from .report.otel import emit_results
-        n = emit_results(result, emit_otel, lake)
-        click.echo(f"emitted {n} gen_ai.evaluation.result events to {emit_otel}", err=True)
+        from .report.otel import EmitError, emit_results
+        try:
+            n = emit_results(result, emit_otel, lake)
+        except EmitError as e:
+            # the decision stands: a dashboard being down must not fail (or pass) the build
+            click.echo(f"otel-assay: warning: the verdicts were not emitted to {emit_otel}: {e}", err=True)
+        else:
+            click.echo(f"emitted {n} gen_ai.evaluation.result events to {emit_otel}", err=True)
     for path, what in ((json_path, "JSON"), (junit_path, "JUnit"), (html_path, "HTML")):
         if path and not quiet:
             click.echo(f"{what} report: {path}", err=True)

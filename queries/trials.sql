@@ -1,4 +1,5 @@
--- trials: one row per trace (a trial is one trace, DESIGN §2), steps rolled up.
+-- trials: one row per trace (a trial is one trace, DESIGN §2), steps rolled up; except
+-- traces made only of the gate's own verdict spans (scope otel_assay.gate).
 --
 --   trace_id, run_id, scenario, version, trial_index
 --       from the assay.* attributes (on every span of a trial; the earliest span that has
@@ -42,7 +43,9 @@ WITH span_facts AS (
         arg_min(resource_attributes['service.version'], start_time_unix_nano)
             FILTER (WHERE parent_span_id IS NULL) AS service_version,
         bool_or(parent_span_id IS NULL AND status_code = 2
-                AND (error_type ILIKE '%timeout%' OR status_message ILIKE '%timeout%')) AS root_timed_out
+                AND (error_type ILIKE '%timeout%' OR status_message ILIKE '%timeout%')) AS root_timed_out,
+        -- the gate's own verdicts written back into the lake (gate --emit-otel lake)
+        bool_and(scope_name IS NOT DISTINCT FROM 'otel_assay.gate') AS gate_record
     FROM spans
     GROUP BY trace_id
 ),
@@ -92,6 +95,7 @@ joined AS (
     FROM span_facts f
     LEFT JOIN step_facts st USING (trace_id)
     LEFT JOIN trial_labels l USING (trace_id)
+    WHERE NOT f.gate_record
 ),
 classified AS (
     SELECT *,

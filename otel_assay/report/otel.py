@@ -2,8 +2,8 @@
 ``gen_ai.evaluation.result`` event per check (GenAI semantic conventions), so a dashboard
 that shows the agent's traces shows the gate's verdicts next to them.
 
-The span's trace has no ``assay.scenario``, so it never counts as a trial when the lake
-is gated again.
+In a lake, the span's trace is not a trial: the trials view leaves out traces made only of
+spans of this scope (``otel_assay.gate``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import os
 from .. import semconv
 
 EXPLANATION = "gen_ai.evaluation.explanation"
+GATE_SCOPE = "otel_assay.gate"  # the trials view leaves out traces of this scope only
 _SCORE = {"PASS": 1.0, "FAIL": 0.0, "INCONCLUSIVE": 0.5}
 
 
@@ -36,23 +37,25 @@ def _events(result):
            EXPLANATION: "; ".join(result.reasons)[:4000]}
 
 
+class EmitError(RuntimeError):
+    """The target did not take the verdicts (unreachable collector, unwritable lake)."""
+
+
 def emit_results(result, target: str, lake: str | os.PathLike | None = None) -> int:
     """Emit the verdicts; ``target`` is ``"lake"`` (write into ``lake``) or an OTLP/HTTP
-    traces URL. Returns the number of events. Uses its own tracer provider, so the
-    application's global one is left alone."""
+    traces URL. Returns the number of events; raises :class:`EmitError` when the target
+    did not accept them. Uses its own tracer provider, so the application's global one is
+    left alone."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    if target == "lake":
-        from ..collect.exporter import ParquetSpanExporter
-        exporter = ParquetSpanExporter(str(lake))
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        exporter = OTLPSpanExporter(endpoint=target)
+    # the span is built first and exported by hand: a span processor would swallow the result
+    memory = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "otel-assay-gate"}))
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("otel_assay.gate")
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer(GATE_SCOPE)
     n = 0
     attrs = {"assay.gate.decision": result.decision, "assay.gate.exit_code": result.exit_code,
              "assay.gate.candidate": result.candidate["selection"]}
@@ -63,4 +66,19 @@ def emit_results(result, target: str, lake: str | os.PathLike | None = None) -> 
             span.add_event(semconv.GEN_AI_EVALUATION_RESULT, ev)
             n += 1
     provider.shutdown()
+    if target == "lake":
+        from ..collect.exporter import ParquetSpanExporter
+        exporter = ParquetSpanExporter(str(lake))
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        exporter = OTLPSpanExporter(endpoint=target)
+    try:
+        ok = exporter.export(memory.get_finished_spans()) == SpanExportResult.SUCCESS
+        ok = exporter.force_flush() and ok if target == "lake" else ok  # the lake writes on flush
+    except Exception as e:  # an exporter should not raise, but a failure must not look like success
+        raise EmitError(f"{type(e).__name__}: {e}") from None
+    finally:
+        exporter.shutdown()
+    if not ok:
+        raise EmitError("the target did not accept them")
     return n

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import jsonschema
 import pytest
@@ -104,15 +105,27 @@ def test_verdicts_go_back_into_otel(agent_lakes, tmp_path):
             "-q")
     assert p.returncode == 1, p.stderr
     from otel_assay.analyze.engine import Engine
+    with Engine(agent_lakes["candidate_lake"]) as eng:
+        n_trials = eng.rows("SELECT count(*) FROM trials")[0][0]
     with Engine(lake) as eng:
         rows = eng.rows("SELECT e.attributes['gen_ai.evaluation.name'], e.attributes['gen_ai.evaluation.score.label'] "
                         "FROM span_events e JOIN spans s USING (trace_id, span_id) "
                         "WHERE s.name = 'assay.gate' AND e.name = 'gen_ai.evaluation.result'")
+        # the gate's trace is in the lake but is no trial (pass rates and coverage count trials)
+        assert eng.rows("SELECT count(*) FROM trials")[0][0] == n_trials
+        assert eng.rows("SELECT count(DISTINCT trace_id) FROM spans")[0][0] == n_trials + 1
     assert ("otel-assay.decision", "block") in rows
     assert ("otel-assay.fingerprint", "fail") in rows
     # the gate's own span is not a trial: the lake gates the same way again
     again = cli("gate", lake, "--baseline-lake", agent_lakes["lake"], "--baseline", "version=v1", "-q")
     assert again.returncode == 1, again.stderr
+    # a collector that is not there: a warning, not "emitted", and the decision's exit code
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens on it once closed
+    p = cli("gate", lake, "--baseline-lake", agent_lakes["lake"], "--baseline", "version=v1", "-q",
+            "--emit-otel", f"http://127.0.0.1:{port}/v1/traces", env={"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "2"})
+    assert p.returncode == 1 and "were not emitted" in p.stderr and "emitted 7" not in p.stderr, p.stderr
 
 
 def _demo_command() -> str:
