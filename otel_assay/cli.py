@@ -92,6 +92,8 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
                          "pass --token or set OTEL_ASSAY_TOKEN")
     if bool(tls_cert) != bool(tls_key):
         raise UsageError("--tls-cert and --tls-key go together")
+    if tls_cert:
+        _check_tls(tls_cert, tls_key)
     try:
         collector = Collector(lake_dir, max_buffered_spans=max_buffered_spans, flush_seconds=flush_seconds, fsync=fsync)
     except LakeError as e:
@@ -244,6 +246,18 @@ def sql(lake, query, fmt):
     finally:
         eng.close()
     write_table(table, fmt)
+
+
+def _check_tls(cert, key) -> None:
+    """Load the certificate and key once up front: gRPC and http.server would report a bad
+    one as a failure to bind the port."""
+    import ssl
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(cert), str(key))
+    except (ssl.SSLError, OSError) as e:
+        raise UsageError(f"--tls-cert {cert} / --tls-key {key}: cannot load them ({e}); give a PEM certificate "
+                         "(chain) and its PEM private key") from None
 
 
 CORRUPT_HINT = ("if a Parquet file is corrupt, `otel-assay compact --dir LAKE` names the unreadable files "

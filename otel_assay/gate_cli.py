@@ -8,6 +8,7 @@ error, 4 data error.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 from pathlib import Path
 
@@ -237,7 +238,7 @@ def init(path, force):
         p.write_text(STARTER_CONFIG, encoding="utf-8")
     except OSError as e:
         raise UsageError(f"cannot write {p}: {e}") from None
-    click.echo(f"wrote {p}; use it with: otel-assay gate LAKE --config {p}")
+    click.echo(f"wrote {p}; use it with: otel-assay gate LAKE --config {shlex.quote(str(p))}")
 
 
 @click.command()
@@ -264,7 +265,8 @@ def demo(out_dir, trials, seed):
     click.echo("")
     click.echo(f"In CI this gate would exit {result.gate.exit_code} ({result.gate.decision}).")
     click.echo(f"Reports: {result.html}  {result.json}  {result.junit}")
-    click.echo(f"Try: otel-assay gate {result.lake} --baseline version=v1 --candidate version=v2 --html report.html")
+    click.echo(f"Try: otel-assay gate {shlex.quote(str(result.lake))} --baseline version=v1 --candidate version=v2 "
+               "--html report.html")
 
 
 COMMANDS = (gate, regress, verdict, report, init, demo)

@@ -346,3 +346,7 @@ def test_collect_refuses_non_loopback_without_token_and_bad_addresses(tmp_path):
     assert r.returncode == 3 and "--http" in r.stderr
     r = run_cli("collect", "--dir", tmp_path, "--grpc", "off", "--http", "off")
     assert r.returncode == 3
+    not_pem = tmp_path / "cert.pem"
+    not_pem.write_text("grpc: on\n")
+    r = run_cli("collect", "--dir", tmp_path, "--tls-cert", not_pem, "--tls-key", not_pem, "--http", "off")
+    assert r.returncode == 3 and "cannot load them" in r.stderr and "free port" not in r.stderr, r.stderr

@@ -112,3 +112,12 @@ def test_init_refuses_to_overwrite(tmp_path):
     p = tmp_path / "assay.yaml"
     assert cli("init", p).returncode == 0
     _check(cli("init", p), 3, "--force")
+
+
+def test_init_prints_a_command_that_pastes_into_a_shell(tmp_path):
+    import shlex
+
+    p = tmp_path / "my configs" / "it's.yaml"
+    p.parent.mkdir()
+    out = cli("init", p).stdout
+    assert shlex.split(out.split("use it with: ", 1)[1])[-1] == str(p)
