@@ -1044,9 +1044,14 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
             base = _arm_summary(arms_b[sc], cfg.alpha) if sc in arms_b else Arm()
             base.stability = stab_b.get(sc)
         results.append(ScenarioResult(sc, base, cand, s))
-    unknown_config = sorted(set(cfg.scenarios) - {r.scenario for r in results})
+    judged = {r.scenario for r in results}
+    unknown_config = sorted(set(cfg.scenarios) - judged)
     if unknown_config:
         notes.append(f"config overrides for scenarios with no trials: {', '.join(unknown_config)}")
+    for c in cfg.contracts:
+        if c.scenarios and not set(c.scenarios) & judged:
+            notes.append(f"contract {c.name!r} is scoped to scenarios with no trials ({', '.join(c.scenarios)}): "
+                         "it judged nothing")
 
     plots: dict[str, Any] = {}
     say("pass rates")
@@ -1113,14 +1118,14 @@ class _Oracles:
 
 def _oracles(eng, table: str, cfg: GateConfig) -> _Oracles:
     """Contracts and metamorphic relations judged on one arm's recorded trials."""
-    from .oracles.contracts import ContractError, check_tools, evaluate
+    from .oracles.contracts import ContractError, check_names, evaluate
     from .oracles.metamorphic import RelationDataError, evaluate as evaluate_relations
 
     eng.rows(f"CREATE OR REPLACE TEMP TABLE {table}_rows AS SELECT * FROM trials SEMI JOIN {table} USING (trace_id)")
     out = _Oracles()
     try:
         if cfg.contracts:
-            check_tools(eng, cfg.contracts)
+            check_names(eng, cfg.contracts, scenarios=False)
             out.contracts = evaluate(eng, cfg.contracts, trials=f"{table}_rows")
         if cfg.metamorphic:
             out.pairs = evaluate_relations(eng, cfg.metamorphic, trials=f"{table}_rows")

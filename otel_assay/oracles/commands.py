@@ -117,7 +117,7 @@ def register(cli: click.Group) -> None:
         import pyarrow as pa
 
         from ..report.output import write_table
-        from .contracts import ContractError, check_tools, evaluate, verdicts
+        from .contracts import ContractError, check_names, evaluate, verdicts
 
         specs = load_contracts(config_path)
         if not specs:
@@ -125,7 +125,7 @@ def register(cli: click.Group) -> None:
         eng = _open_selected(lake, selectors, "contract_trials")
         try:
             try:
-                check_tools(eng, specs)
+                check_names(eng, specs)
                 results = evaluate(eng, specs, trials="contract_trials")
             except ContractError as e:
                 raise UsageError(str(e)) from None

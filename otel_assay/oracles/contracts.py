@@ -263,10 +263,20 @@ def known_tools(engine) -> set[str]:
     return tools
 
 
-def check_tools(engine, contracts: Sequence[Contract]) -> None:
-    """Refuse contracts that name a tool the lake has never seen (a typo judges every trial wrong)."""
+def check_names(engine, contracts: Sequence[Contract], *, scenarios: bool = True) -> None:
+    """Refuse contracts that name a tool the lake has never seen (a typo judges every trial
+    wrong) or, with ``scenarios``, are scoped only to scenarios it has no trials of (a typo
+    judges nothing; the gate, whose arms may come from two lakes, notes it in its report)."""
     tools = None
+    seen_scenarios = None
     for c in contracts:
+        if c.scenarios and scenarios:
+            if seen_scenarios is None:
+                seen_scenarios = {r[0] for r in engine.rows("SELECT DISTINCT scenario FROM trials WHERE scenario IS NOT NULL")}
+            if not set(c.scenarios) & seen_scenarios:
+                seen = ", ".join(sorted(seen_scenarios)[:20]) or "none"
+                raise ContractError(f"contract {c.name!r} is scoped to scenarios the lake has no trials of "
+                                    f"({', '.join(c.scenarios)}); scenarios in the lake: {seen}")
         if c.kind not in TOOL_KINDS:
             continue
         named = list(c.value)  # tool names, or the keys of a tool_args_schema mapping

@@ -50,6 +50,13 @@ def test_outcomes_from_contracts_feed_the_regression_check(tmp_path):
     checks = {c["name"]: c for c in json.loads(out.read_text())["scenarios"][0]["checks"]}
     assert checks["regression"]["verdict"] == "SKIPPED"
     assert checks["contracts"]["verdict"] == "PASS"  # 30/60 hold: Wilson lower bound 0.375 >= 0.3
+    # a contract scoped to a scenario with no trials judged nothing: the report says so
+    cfg.write_text("checks: {fingerprint: false}\ncontracts:\n  - must_call: lookup\n    scenarios: [ss]\n")
+    r = cli("gate", str(lake), "--baseline", "version=v1", "--candidate", "version=v2", "--config", str(cfg),
+            "--json", str(out))
+    assert r.returncode in (0, 1, 2), r.stderr
+    assert any("contract 'must_call' is scoped to scenarios with no trials (ss)" in n
+               for n in json.loads(out.read_text())["notes"])
 
 
 def test_oracle_config_errors(tmp_path):

@@ -12,7 +12,7 @@ from opentelemetry.trace import Status, StatusCode
 from otel_assay.analyze.engine import Engine
 from otel_assay.collect import ParquetSpanExporter
 from otel_assay.oracles import ContractError, evaluate, outcome_from_contracts, parse_contracts, regressions, verdicts
-from otel_assay.oracles.contracts import check_tools
+from otel_assay.oracles.contracts import check_names
 
 
 def final_message(text: str) -> str:
@@ -67,7 +67,7 @@ def write_trials(lake, trials):
 def judge(lake, spec):
     with Engine(lake) as eng:
         contracts = parse_contracts(spec)
-        check_tools(eng, contracts)
+        check_names(eng, contracts)
         return evaluate(eng, contracts)
 
 
@@ -202,3 +202,7 @@ def test_contracts_command_end_to_end(tmp_path):
     cfg.write_text("contracts:\n  - must_call: lookupp\n")
     r = run_cli("contracts", lake, "--config", cfg)
     assert r.returncode == 3 and "unknown tool 'lookupp'" in r.stderr
+    cfg.write_text("contracts:\n  - max_steps: 5\n    scenarios: [nosuch]\n")  # judges nothing: a typo
+    r = run_cli("contracts", lake, "--config", cfg)
+    assert r.returncode == 3 and "scoped to scenarios the lake has no trials of (nosuch)" in r.stderr, r.stderr
+    assert "scenarios in the lake: s" in r.stderr
