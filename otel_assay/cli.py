@@ -158,6 +158,10 @@ def import_(files, lake_dir):
     except LakeError as e:
         raise DataError(str(e)) from None
     for f in result.files:
+        if f.already_imported:
+            click.echo(f"{f.path}: {f.format}, skipped: the same content was imported before "
+                       f"(delete {f.already_imported} to import it again)")
+            continue
         line = f"{f.path}: {f.format}, {f.spans_imported} spans imported"
         if f.spans_rejected:
             line += f", {f.spans_rejected} rejected"

@@ -7,7 +7,9 @@ big-endian length before each message); any of them gzip- or zstd-compressed (de
 magic bytes, not by the file name).
 
 Import is idempotent: files written for an input are named after the input's content
-hash, so importing the same file twice leaves the lake as importing it once.
+hash, so importing the same file twice leaves the lake as importing it once; and a file
+imported in full is recorded in ``LAKE/_imports/<hash>.json``, so that it is skipped even
+after ``compact`` has merged (and renamed) the files it produced.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
@@ -40,6 +44,7 @@ class FileReport:
     spans_rejected: int = 0
     errors: list[str] = field(default_factory=list)
     reject_reasons: dict[str, int] = field(default_factory=dict)
+    already_imported: str | None = None  # the record of an earlier import of the same content, if any
 
 
 @dataclass
@@ -147,8 +152,37 @@ def import_files(
     return result
 
 
+def _ledger(lake: Lake, digest: str) -> Path:
+    return lake.root / "_imports" / f"{digest}.json"
+
+
+def _record_import(lake: Lake, digest: str, report: FileReport) -> None:
+    """Remember a file imported in full (no errors): its spans are in the lake under whatever names."""
+    path = _ledger(lake, digest)
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({"file": report.path, "format": report.format, "spans_imported": report.spans_imported,
+                               "spans_rejected": report.spans_rejected,
+                               "imported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+    os.replace(tmp, path)
+
+
 def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, progress) -> None:
     digest = _digest(path)
+    try:
+        before = json.loads(_ledger(lake, digest).read_text())
+    except (OSError, ValueError):
+        before = None
+    if isinstance(before, dict):
+        report.format = str(before.get("format", "?"))
+        report.already_imported = str(_ledger(lake, digest))
+        return
+    _import_stream(path, digest, lake, limits, report, progress)
+    if not report.errors:
+        _record_import(lake, digest, report)
+
+
+def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: FileReport, progress) -> None:
     stream, compression = _open_decompressed(path, progress)
     chunk = 0
     batch = SpanBatch(limits)

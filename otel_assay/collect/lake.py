@@ -7,6 +7,7 @@ Layout (DESIGN §3)::
     LAKE/span_links/dt=YYYY-MM-DD/part-*.parquet
     LAKE/_wal/            the collector's write-ahead log (never read by analyzers)
     LAKE/_compaction/     compaction records (see below)
+    LAKE/_imports/        one record per file `otel-assay import` has imported in full
 
 Every path component comes from a constant, from the span's time (``dt=``) or from a
 token that :func:`_safe_token` has checked, so nothing taken from span data can steer a

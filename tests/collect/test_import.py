@@ -8,10 +8,13 @@ import struct
 import subprocess
 import sys
 
+import pyarrow.parquet as pq
 import pytest
 import zstandard
 from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans as encode_json
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as encode_proto
+
+from otel_assay.collect.lake import Lake
 
 from .conftest import expected_view, lake_view, recorded_trials
 
@@ -55,6 +58,21 @@ def test_import_round_trips_sdk_encoded_files(tmp_path, fmt):
     # importing the same file again stores nothing twice
     assert run_cli("import", f, "--dir", tmp_path / "lake").returncode == 0
     assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_a_file_imported_before_a_compaction_is_not_imported_again(tmp_path):
+    lake = tmp_path / "lake"
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_bytes(jsonl(recorded_trials(3)))
+    b.write_bytes(jsonl(recorded_trials(2)))
+    assert run_cli("import", a, b, "--dir", lake).returncode == 0
+    n = sum(pq.read_metadata(f).num_rows for f in Lake(lake).live_files())
+    # compaction renames the imported files, so their names no longer tell that a.jsonl is in
+    assert run_cli("compact", "--dir", lake, "--grace-seconds", "0").returncode == 0
+    r = run_cli("import", a, "--dir", lake)
+    assert r.returncode == 0 and "skipped: the same content was imported before" in r.stdout, r.stdout + r.stderr
+    files = Lake(lake).live_files()
+    assert len(files) == 1 and pq.read_table(files[0]).num_rows == n
 
 
 def test_bad_lines_are_reported_and_good_lines_kept(tmp_path):
