@@ -233,6 +233,12 @@ def sql(lake, query, fmt):
     if not is_read_only_sql(query):
         raise UsageError("only read-only queries (SELECT, WITH, DESCRIBE, ...) are allowed")
     try:
+        n_statements = len(duckdb.extract_statements(query))
+    except duckdb.Error as e:
+        raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
+    if n_statements != 1:
+        raise UsageError(f"give one query, not {n_statements} (separated by ';'); run `sql` once per query")
+    try:
         eng = Engine(lake)
     except LakeError as e:
         raise DataError(str(e)) from None

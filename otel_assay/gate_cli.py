@@ -87,11 +87,25 @@ def _progress():
         yield lambda msg: prog.update(task, description=msg)
 
 
-def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, quiet: bool) -> None:
+def _check_output_paths(**paths) -> None:
+    """Refuse report paths that cannot be written before the analysis runs, not after."""
+    for flag, path in paths.items():
+        if not path:
+            continue
+        p = Path(path)
+        if p.is_dir():
+            raise UsageError(f"--{flag} {path}: is a directory; give a file name")
+        if not p.parent.is_dir():
+            raise UsageError(f"--{flag} {path}: directory {p.parent} does not exist; create it first")
+
+
+def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, quiet: bool,
+                   exit_with_decision: bool = True) -> None:
     from .report.terminal import render
 
     if quiet:
-        click.echo(f"decision: {result.decision} (exit {result.exit_code})")
+        code = f"exit {result.exit_code}" if exit_with_decision else f"the gate would exit {result.exit_code}"
+        click.echo(f"decision: {result.decision} ({code})")
     else:
         render(result)
     try:
@@ -131,11 +145,12 @@ def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, thres
     from .gate import run_gate
 
     _check_emit_target(emit_otel)
+    _check_output_paths(json=json_path, junit=junit_path, html=html_path)
     cfg = _config(config_path, threshold, alpha, delta)
     with _progress() as say:
         result = run_gate(lake, cfg, baseline=baseline, candidate=candidate, baseline_lake=baseline_lake,
                           mode=mode, progress=say)
-    _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, quiet)
+    _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, quiet, exit_with_decision)
     ctx.exit(result.exit_code if exit_with_decision else 0)
 
 
@@ -217,6 +232,7 @@ def verdict(ctx, lake, select, threshold, alpha, config_path, json_path, junit_p
     """
     from .gate import run_verdict
 
+    _check_output_paths(json=json_path, junit=junit_path, html=html_path)
     cfg = _config(config_path, threshold, alpha)
     with _progress() as say:
         result = run_verdict(lake, cfg, select=select, progress=say)

@@ -332,6 +332,8 @@ def test_sql_command_formats_and_errors(tmp_path):
     assert run_cli("sql", lake, "SELECT nonsense FROM spans").returncode == 3
     assert run_cli("sql", lake, "SELECT * FROM read_csv('/etc/passwd')").returncode == 3
     assert run_cli("sql", lake, "SELECT 1", "--format", "xml").returncode == 3
+    r = run_cli("sql", lake, "SELECT 1; SELECT 2")
+    assert r.returncode == 3 and "give one query, not 2" in r.stderr
     assert run_cli("sql", tmp_path / "missing", "SELECT 1").returncode == 4
     empty = tmp_path / "empty"
     (empty / "spans").mkdir(parents=True)

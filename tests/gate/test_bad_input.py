@@ -108,6 +108,11 @@ def test_overlapping_selections(small_lake):
     _check(cli("gate", small_lake, "--baseline", "scenario=s1", "--candidate", "version=v2"), 3, "share 10 trials")
 
 
+@pytest.mark.parametrize("flag", ["--json", "--junit", "--html"])
+def test_a_report_path_that_cannot_be_written_is_refused_before_the_analysis(small_lake, tmp_path, flag):
+    _check(cli("gate", small_lake, flag, tmp_path / "no-such-dir" / "r.out"), 3, flag, "does not exist")
+
+
 def test_init_refuses_to_overwrite(tmp_path):
     p = tmp_path / "assay.yaml"
     assert cli("init", p).returncode == 0
