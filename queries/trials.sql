@@ -56,12 +56,18 @@ step_facts AS (
         count(*) FILTER (WHERE llm_call) AS n_llm,
         count(*) FILTER (WHERE step_kind = 'tool') AS n_tool,
         count(*) FILTER (WHERE status = 'error') AS n_errors,
-        list(DISTINCT model ORDER BY model) FILTER (WHERE llm_call AND model IS NOT NULL) AS models,
         sum(input_tokens) FILTER (WHERE llm_call) AS input_tokens,
         sum(output_tokens) FILTER (WHERE llm_call) AS output_tokens,
         sum(cost_usd) FILTER (WHERE llm_call) AS cost_usd,
         count(*) FILTER (WHERE llm_call AND cost_usd IS NULL) AS n_unpriced
     FROM steps
+    GROUP BY trace_id
+),
+-- apart from step_facts: an ordered DISTINCT list inside that aggregate cost five times
+-- as much as all its other aggregates together
+trial_models AS (
+    SELECT trace_id, list(model ORDER BY model) AS models
+    FROM (SELECT DISTINCT trace_id, model FROM steps WHERE llm_call AND model IS NOT NULL)
     GROUP BY trace_id
 ),
 joined AS (
@@ -71,7 +77,7 @@ joined AS (
         coalesce(l.scenario, f.scenario) AS scenario,
         coalesce(l.version, f.version, f.service_version) AS version,
         f.trial_index,
-        coalesce(st.models, []::VARCHAR[]) AS models,
+        coalesce(tm.models, []::VARCHAR[]) AS models,
         lower(coalesce(l.outcome, f.outcome)) AS outcome,
         coalesce(l.score, f.score) AS score,
         CASE replace(lower(trim(f.error_class)), '_', '-')
@@ -94,6 +100,7 @@ joined AS (
         l.trace_id IS NOT NULL AS labelled
     FROM span_facts f
     LEFT JOIN step_facts st USING (trace_id)
+    LEFT JOIN trial_models tm USING (trace_id)
     LEFT JOIN trial_labels l USING (trace_id)
     WHERE NOT f.gate_record
 ),
