@@ -242,6 +242,8 @@ def sql(lake, query, fmt):
         eng = Engine(lake)
     except LakeError as e:
         raise DataError(str(e)) from None
+    except ValueError as e:  # OTEL_ASSAY_MEMORY_LIMIT
+        raise UsageError(str(e)) from None
     try:
         eng.lock_down()
         table = eng.query(query)
@@ -324,7 +326,7 @@ def _unexpected(e: Exception) -> int:
     first = (str(e).splitlines() or [""])[0][:500]
     if isinstance(e, duckdb.OutOfMemoryException):
         click.echo(f"otel-assay: out of memory while analysing the lake: {first}\n"
-                   "give the gate more memory with OTEL_ASSAY_MEMORY_LIMIT (default 1.5GB), or analyse fewer trials",
+                   "give it more memory with OTEL_ASSAY_MEMORY_LIMIT (the gate's default is 1.5GB), or analyse fewer trials",
                    err=True)
     elif isinstance(e, (duckdb.Error, OSError)):
         # a file that passed the open-time check but is corrupt inside, a file removed mid-run, ...

@@ -34,7 +34,6 @@ from __future__ import annotations
 import copy
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -486,11 +485,12 @@ class GateResult:
 
 # ================================================================== data access
 def _memory_limit() -> str:
-    limit = os.environ.get("OTEL_ASSAY_MEMORY_LIMIT", "1.5GB").strip()
-    # DuckDB's own spellings of a size; anything else would surface as a lake error
-    if not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B|B|bytes)?", limit, re.IGNORECASE):
-        raise UsageError(f"OTEL_ASSAY_MEMORY_LIMIT={limit!r} is not a memory size; set it like 1.5GB, 800MB or 2GiB")
-    return limit
+    from .analyze.engine import memory_limit_from_env
+
+    try:
+        return memory_limit_from_env("1.5GB")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _lakes(eng_b, eng_c) -> list:

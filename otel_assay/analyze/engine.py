@@ -44,6 +44,17 @@ CACHED_VIEWS = ["steps", "trials"]
 STEPS_BYTES_PER_SPAN = 1000
 
 PRICES_ENV = "OTEL_ASSAY_PRICES"
+MEMORY_LIMIT_ENV = "OTEL_ASSAY_MEMORY_LIMIT"
+
+
+def memory_limit_from_env(default: str | None = None) -> str | None:
+    """DuckDB's memory limit from OTEL_ASSAY_MEMORY_LIMIT (else ``default``; None: DuckDB's
+    own, 80 % of RAM). Raises ValueError naming the variable for a value that is not a size."""
+    limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip() or default
+    # DuckDB's own spellings of a size; anything else would surface later as a lake error
+    if limit is not None and not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B|B|bytes)?", limit, re.IGNORECASE):
+        raise ValueError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a memory size; set it like 1.5GB, 800MB or 2GiB")
+    return limit
 
 
 def query_files() -> dict[str, str]:
@@ -118,6 +129,7 @@ class Engine:
         self.con.execute("SET temp_directory = ?", [os.path.join(tempfile.gettempdir(), f"otel-assay-duckdb-{os.getpid()}")])
         if threads:
             self.con.execute(f"SET threads = {int(threads)}")
+        memory_limit = memory_limit or memory_limit_from_env()
         if memory_limit:
             self.con.execute("SET memory_limit = ?", [memory_limit])
         self._check_files()

@@ -34,6 +34,12 @@ def test_bad_memory_limit_is_a_usage_error(small_lake, limit):
                env={"OTEL_ASSAY_MEMORY_LIMIT": limit}), 3, "OTEL_ASSAY_MEMORY_LIMIT", limit)
 
 
+@pytest.mark.parametrize("command", [["trials"], ["sql", "SELECT 1"], ["coverage"]])
+def test_every_command_reads_the_memory_limit(small_lake, command):
+    _check(cli(command[0], small_lake, *command[1:], env={"OTEL_ASSAY_MEMORY_LIMIT": "banana"}), 3,
+           "OTEL_ASSAY_MEMORY_LIMIT", "banana")
+
+
 def test_memory_limit_in_duckdb_spelling_is_taken(small_lake):
     p = cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2",
             env={"OTEL_ASSAY_MEMORY_LIMIT": "800MB"})
