@@ -143,6 +143,11 @@ def _render(result, console: Console, tty: bool) -> None:
         overall = "n/a" if cov["overall"] is None else f"{cov['overall']:.2f}"
         minimum = "" if cov["minimum"] is None else f" (min {cov['minimum']})"
         console.print(Text("coverage", style="bold"), f"(candidate) overall {overall}{minimum}: {dims}")
+        zero = [d["name"] for d in cov["dimensions"] if d["value"] == 0]
+        if zero and cov["overall"] == 0:
+            # the geometric mean (coverage doc): one untested dimension zeroes the whole
+            console.print(f"  overall is the geometric mean of the dimensions: 0 because {', '.join(zero)} "
+                          "coverage is 0", style="dim" if tty else "")
         if cov["verdict"] != "SKIPPED":
             line = Text("  ")
             line.append_text(_verdict(cov["verdict"]))

@@ -123,3 +123,21 @@ def test_html_renders_in_chromium(results, tmp_path):
         assert f'id="{plot}"' in dom.stdout, plot
     assert "<polyline" in dom.stdout and "<circle" in dom.stdout
     assert "BLOCK (exit 1)" in dom.stdout
+
+
+def test_terminal_report_says_why_overall_coverage_is_zero(results):
+    import copy
+    import io
+
+    from otel_assay.report.terminal import render
+
+    r = copy.copy(results["blocked"])
+    out = io.StringIO()
+    render(r, out)
+    assert r.coverage["overall"] > 0 and "geometric mean" not in out.getvalue()
+    # the demo's case: no boundary inputs exercised, so the geometric mean is 0
+    r.coverage = {**r.coverage, "overall": 0.0,
+                  "dimensions": [{**d, "value": 0.0} if d["name"] == "boundary" else d for d in r.coverage["dimensions"]]}
+    out = io.StringIO()
+    render(r, out)
+    assert "geometric mean of the dimensions: 0 because boundary coverage is 0" in " ".join(out.getvalue().split())
