@@ -134,17 +134,21 @@ def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, qu
             click.echo(f"{what} report: {path}", err=True)
 
 
-def _check_emit_target(target) -> None:
+def _check_emit_target(target, lake) -> None:
     if target and target != "lake" and not target.startswith(("http://", "https://")):
         raise UsageError(f"--emit-otel {target!r}: use `lake` or an OTLP/HTTP URL such as "
                          "http://127.0.0.1:4318/v1/traces")
+    if target == "lake" and not Path(lake).is_dir():
+        # a glob or a single file is no place to write spans into
+        raise UsageError(f"--emit-otel lake writes into the lake directory, and {lake} is not one; "
+                         "give LAKE as a directory or emit to an OTLP/HTTP URL")
 
 
 def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, threshold, alpha, delta, json_path,
          junit_path, html_path, emit_otel, quiet, *, exit_with_decision=True):
     from .gate import run_gate
 
-    _check_emit_target(emit_otel)
+    _check_emit_target(emit_otel, lake)
     _check_output_paths(json=json_path, junit=junit_path, html=html_path)
     cfg = _config(config_path, threshold, alpha, delta)
     with _progress() as say:

@@ -132,3 +132,10 @@ def test_init_prints_a_command_that_pastes_into_a_shell(tmp_path):
     p.parent.mkdir()
     out = cli("init", p).stdout
     assert shlex.split(out.split("use it with: ", 1)[1])[-1] == str(p)
+
+
+def test_emitting_into_a_lake_given_as_a_glob_is_refused(small_lake):
+    glob = f"{small_lake}/spans/**/*.parquet"
+    _check(cli("gate", glob, "--baseline", "version=v1", "--candidate", "version=v2", "--emit-otel", "lake"), 3,
+           "is not one")
+    assert not [p for p in (small_lake / "spans").iterdir() if "*" in p.name]  # no directory named after the glob
