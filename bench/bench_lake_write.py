@@ -82,7 +82,7 @@ def breakdown(spans: pa.Table) -> dict[str, float]:
             path = Path(d) / "part.parquet"
             # as the writer does it: files of whole traces, encoded in parallel
             files = [(rows, Path(d) / f"part-{i}.parquet") for i, rows in enumerate(_file_slices(part))]
-            timed("encode", lambda: _write_files(files, fsync=False))
+            timed("encode", lambda: _write_files(files, fsync=False, unique_names=True))
             # the same rows as one file on one thread, for comparison
             timed("encode_one_file", lambda: write_parquet_atomic(part, path, fsync=False))
 

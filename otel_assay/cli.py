@@ -175,8 +175,9 @@ def import_(files, lake_dir):
     click.echo(f"imported {result.spans_imported} spans into {lake_dir}"
                + (f"; {result.spans_rejected} rejected" if result.spans_rejected else ""))
     if not result.ok:
-        raise DataError("some input could not be imported (see above); fix or remove it and import again — "
-                        "spans already imported are kept and are not duplicated")
+        raise DataError("some input could not be imported (see above); the rest was imported. Importing the "
+                        "same file again skips it; a fixed file imports again, and `otel-assay compact` then drops "
+                        "the spans stored twice")
 
 
 # ---------------------------------------------------------------------------- compact
@@ -237,7 +238,8 @@ def sql(lake, query, fmt):
     except duckdb.Error as e:
         raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
     if n_statements != 1:
-        raise UsageError(f"give one query, not {n_statements} (separated by ';'); run `sql` once per query")
+        raise UsageError("give one query" + (f", not {n_statements} (separated by ';'); run `sql` once per query"
+                                             if n_statements else ""))
     try:
         eng = Engine(lake)
     except LakeError as e:
@@ -253,7 +255,10 @@ def sql(lake, query, fmt):
         if "Failed to read file" not in str(e):
             raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
         raise DataError(f"query failed reading the lake: {str(e).splitlines()[0]}; {CORRUPT_HINT}") from None
-    except duckdb.Error as e:  # reading a page failed (IO error, corrupt page header), out of memory
+    except duckdb.OutOfMemoryException as e:
+        raise DataError(f"query ran out of memory: {str(e).splitlines()[0]}; raise OTEL_ASSAY_MEMORY_LIMIT or "
+                        "narrow the query") from None
+    except duckdb.Error as e:  # reading a page failed (IO error, corrupt page header)
         raise DataError(f"query failed reading the lake: {str(e).splitlines()[0]}; {CORRUPT_HINT}") from None
     finally:
         eng.close()
@@ -328,9 +333,12 @@ def _unexpected(e: Exception) -> int:
         click.echo(f"otel-assay: out of memory while analysing the lake: {first}\n"
                    "give it more memory with OTEL_ASSAY_MEMORY_LIMIT (the gate's default is 1.5GB), or analyse fewer trials",
                    err=True)
-    elif isinstance(e, (duckdb.Error, OSError)):
+    elif isinstance(e, duckdb.Error):
         # a file that passed the open-time check but is corrupt inside, a file removed mid-run, ...
         click.echo(f"otel-assay: reading the lake failed: {type(e).__name__}: {first}\n{CORRUPT_HINT}", err=True)
+    elif isinstance(e, OSError):
+        click.echo(f"otel-assay: {type(e).__name__}: {first}\ncheck that the path exists and that you may read "
+                   "and write it", err=True)
     else:
         import traceback
 

@@ -8,8 +8,10 @@ magic bytes, not by the file name).
 
 Import is idempotent: files written for an input are named after the input's content
 hash, so importing the same file twice leaves the lake as importing it once; and a file
-imported in full is recorded in ``LAKE/_imports/<hash>.json``, so that it is skipped even
-after ``compact`` has merged (and renamed) the files it produced.
+read to its end (bad lines included) is recorded in ``LAKE/_imports/<hash>.json``, so that
+the same content is skipped even after ``compact`` has merged (and renamed) the files it
+produced. A fixed file is new content: its spans that were already imported are stored
+again, and ``compact`` drops such duplicates.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import os
 import struct
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
@@ -142,13 +145,6 @@ def import_files(
             _import_one(path, lake, limits, report, progress)
         except OSError as e:
             report.errors.append(f"cannot read: {e.strerror or e}")
-        except EOFError as e:
-            report.errors.append(f"truncated compressed data: {e}")
-        except Exception as e:  # a corrupt compressed stream raises library-specific errors
-            if type(e).__module__.startswith(("zstd", "zlib", "gzip")) or "zstd" in type(e).__name__.lower():
-                report.errors.append(f"corrupt compressed data: {e}")
-            else:
-                raise
     return result
 
 
@@ -157,10 +153,10 @@ def _ledger(lake: Lake, digest: str) -> Path:
 
 
 def _record_import(lake: Lake, digest: str, report: FileReport) -> None:
-    """Remember a file imported in full (no errors): its spans are in the lake under whatever names."""
+    """Remember a file whose import ran to its end: its spans are in the lake under whatever names."""
     path = _ledger(lake, digest)
     path.parent.mkdir(exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")  # two imports of one file may race
     tmp.write_text(json.dumps({"file": report.path, "format": report.format, "spans_imported": report.spans_imported,
                                "spans_rejected": report.spans_rejected,
                                "imported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
@@ -177,9 +173,21 @@ def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, prog
         report.format = str(before.get("format", "?"))
         report.already_imported = str(_ledger(lake, digest))
         return
-    _import_stream(path, digest, lake, limits, report, progress)
-    if not report.errors:
-        _record_import(lake, digest, report)
+    try:
+        _import_stream(path, digest, lake, limits, report, progress)
+    except EOFError as e:
+        report.errors.append(f"truncated compressed data: {e}")
+    except OSError:
+        raise  # reading the file or writing the lake failed: the same content may import fully later
+    except Exception as e:  # a corrupt compressed stream raises library-specific errors
+        if type(e).__module__.startswith(("zstd", "zlib", "gzip")) or "zstd" in type(e).__name__.lower():
+            report.errors.append(f"corrupt compressed data: {e}")
+        else:
+            raise
+    # recorded even with bad lines or a corrupt tail: the same bytes can never import more
+    # than they just did, and importing them again after a compaction would store the good
+    # spans twice
+    _record_import(lake, digest, report)
 
 
 def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: FileReport, progress) -> None:

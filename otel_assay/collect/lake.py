@@ -7,7 +7,7 @@ Layout (DESIGN §3)::
     LAKE/span_links/dt=YYYY-MM-DD/part-*.parquet
     LAKE/_wal/            the collector's write-ahead log (never read by analyzers)
     LAKE/_compaction/     compaction records (see below)
-    LAKE/_imports/        one record per file `otel-assay import` has imported in full
+    LAKE/_imports/        one record per file `otel-assay import` has read to its end
 
 Every path component comes from a constant, from the span's time (``dt=``) or from a
 token that :func:`_safe_token` has checked, so nothing taken from span data can steer a
@@ -208,16 +208,22 @@ def _in_threads(fn, items: list, workers: int) -> list:
         return [fn(x) if f is None else f.result() for f, x in zip(futures, items)]
 
 
-def _write_files(jobs: list[tuple[pa.Table, Path]], *, fsync: bool) -> None:
+def _write_files(jobs: list[tuple[pa.Table, Path]], *, fsync: bool, unique_names: bool) -> None:
     """Write each (rows, path), on a thread per core for a large write (Arrow's encoding
-    releases the GIL). If any file fails, the files of this write are removed again, so a
-    retry of the same rows (the exporter's, under a new name) cannot store them twice."""
+    releases the GIL).
+
+    With ``unique_names`` (no caller token) a failure removes the files this write made, so
+    a retry of the same rows (the exporter's, under new names) cannot store them twice. With
+    a caller's token the names may be those of an earlier write of the same rows (WAL
+    replay, re-import), which must stay; a retry under the same token replaces its files.
+    """
     workers = pa.cpu_count() if sum(rows.num_rows for rows, _ in jobs) >= _PARALLEL_ROWS else 1
     try:
         _in_threads(lambda job: write_parquet_atomic(*job, fsync=fsync), jobs, workers)
     except BaseException:
-        for _, path in jobs:
-            path.unlink(missing_ok=True)
+        if unique_names:
+            for _, path in jobs:
+                path.unlink(missing_ok=True)
         raise
 
 
@@ -315,9 +321,10 @@ class Lake:
 
         ``token`` names the files (``part-<token>.parquet``); writing the same rows with the
         same token again replaces the file with identical content, which makes WAL replay
-        and re-import idempotent. Without a token the name is unique. A write that fails
+        and re-import idempotent. Without a token the name is unique, and a write that fails
         removes the files it had written, so that its rows can be written again.
         """
+        unique_names = not token
         token = _safe_token(token) if token else time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:16]
         result = WriteResult()
         jobs: list[tuple[pa.Table, Path]] = []  # (rows, file): encoded together at the end
@@ -353,7 +360,7 @@ class Lake:
                     suffix = f"-{i + 1}of{len(files)}" if len(files) > 1 else ""
                     jobs.append((rows, pdir / f"part-{token}{suffix}.parquet"))
             result.rows[name] = table.num_rows
-        _write_files(jobs, fsync=fsync)
+        _write_files(jobs, fsync=fsync, unique_names=unique_names)
         result.files.extend(path for _, path in jobs)
         return result
 

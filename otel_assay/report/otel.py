@@ -66,19 +66,21 @@ def emit_results(result, target: str, lake: str | os.PathLike | None = None) -> 
             span.add_event(semconv.GEN_AI_EVALUATION_RESULT, ev)
             n += 1
     provider.shutdown()
-    if target == "lake":
-        from ..collect.exporter import ParquetSpanExporter
-        exporter = ParquetSpanExporter(str(lake))
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        exporter = OTLPSpanExporter(endpoint=target)
+    exporter = None
     try:
+        if target == "lake":
+            from ..collect.exporter import ParquetSpanExporter
+            exporter = ParquetSpanExporter(str(lake))  # raises LakeError for a lake it cannot write
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            exporter = OTLPSpanExporter(endpoint=target)
         ok = exporter.export(memory.get_finished_spans()) == SpanExportResult.SUCCESS
         ok = exporter.force_flush() and ok if target == "lake" else ok  # the lake writes on flush
     except Exception as e:  # an exporter should not raise, but a failure must not look like success
         raise EmitError(f"{type(e).__name__}: {e}") from None
     finally:
-        exporter.shutdown()
+        if exporter is not None:
+            exporter.shutdown()
     if not ok:
         raise EmitError("the target did not accept them")
     return n

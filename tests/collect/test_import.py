@@ -63,9 +63,9 @@ def test_import_round_trips_sdk_encoded_files(tmp_path, fmt):
 def test_a_file_imported_before_a_compaction_is_not_imported_again(tmp_path):
     lake = tmp_path / "lake"
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    a.write_bytes(jsonl(recorded_trials(3)))
+    a.write_bytes(jsonl(recorded_trials(3)) + b"{not json\n")  # one bad line: the rest is imported
     b.write_bytes(jsonl(recorded_trials(2)))
-    assert run_cli("import", a, b, "--dir", lake).returncode == 0
+    assert run_cli("import", a, b, "--dir", lake).returncode == 4
     n = sum(pq.read_metadata(f).num_rows for f in Lake(lake).live_files())
     # compaction renames the imported files, so their names no longer tell that a.jsonl is in
     assert run_cli("compact", "--dir", lake, "--grace-seconds", "0").returncode == 0

@@ -141,3 +141,16 @@ def test_terminal_report_says_why_overall_coverage_is_zero(results):
     out = io.StringIO()
     render(r, out)
     assert "geometric mean of the dimensions: 0 because boundary coverage is 0" in " ".join(out.getvalue().split())
+
+
+def test_emitting_into_a_lake_that_cannot_be_written_is_an_emit_error(results, tmp_path, monkeypatch):
+    # as root a read-only directory is still writable, so the lake's own check is made to fail
+    from otel_assay.collect.lake import Lake, LakeError
+    from otel_assay.report.otel import EmitError, emit_results
+
+    def refuse(self):
+        raise LakeError(f"lake directory {self.root} is not writable")
+
+    monkeypatch.setattr(Lake, "ensure_writable", refuse)
+    with pytest.raises(EmitError, match="not writable"):
+        emit_results(results["blocked"], "lake", tmp_path / "lake")
