@@ -271,7 +271,9 @@ def _check_tls(cert, key) -> None:
     import ssl
 
     try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(cert), str(key))
+        # an empty password: an encrypted key fails here instead of prompting on the terminal
+        # (the gRPC server cannot use one either)
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(cert), str(key), password=b"")
     except (ssl.SSLError, OSError) as e:
         raise UsageError(f"--tls-cert {cert} / --tls-key {key}: cannot load them ({e}); give a PEM certificate "
                          "(chain) and its PEM private key") from None

@@ -88,7 +88,8 @@ def _progress():
 
 
 def _check_output_paths(**paths) -> None:
-    """Refuse report paths that cannot be written before the analysis runs, not after."""
+    """Refuse report paths that are directories or lie in a directory that does not exist,
+    before the analysis runs rather than after."""
     for flag, path in paths.items():
         if not path:
             continue
