@@ -244,22 +244,17 @@ def sql(lake, query, fmt):
         eng = Engine(lake)
     except LakeError as e:
         raise DataError(str(e)) from None
-    except ValueError as e:  # OTEL_ASSAY_MEMORY_LIMIT
-        raise UsageError(str(e)) from None
     try:
         eng.lock_down()
         table = eng.query(query)
     except duckdb.PermissionException as e:
         raise UsageError(f"the query may only read the lake's views: {e}") from None
-    except _QUERY_MISTAKES(duckdb) as e:
-        if "Failed to read file" not in str(e):
-            raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
-        raise DataError(f"query failed reading the lake: {str(e).splitlines()[0]}; {CORRUPT_HINT}") from None
-    except duckdb.OutOfMemoryException as e:
-        raise DataError(f"query ran out of memory: {str(e).splitlines()[0]}; raise OTEL_ASSAY_MEMORY_LIMIT or "
-                        "narrow the query") from None
-    except duckdb.Error as e:  # reading a page failed (IO error, corrupt page header)
-        raise DataError(f"query failed reading the lake: {str(e).splitlines()[0]}; {CORRUPT_HINT}") from None
+    except _query_mistakes() as e:
+        if "Failed to read file" in str(e):
+            raise  # a corrupt page, not the query: main() reports it as a lake error (exit 4)
+        raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
+    # any other DuckDB error (a page that cannot be read, out of memory) is the lake's or the
+    # machine's: main() reports it with what to do (exit 4)
     finally:
         eng.close()
     write_table(table, fmt)
@@ -283,8 +278,10 @@ CORRUPT_HINT = ("if a Parquet file is corrupt, `otel-assay compact --dir LAKE` n
                 "(and merges the rest); move them out of the lake or restore them")
 
 
-def _QUERY_MISTAKES(duckdb) -> tuple:
+def _query_mistakes() -> tuple:
     """DuckDB's exception kinds that mean the query is wrong, not the lake."""
+    import duckdb
+
     return (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException, duckdb.ConversionException,
             duckdb.OutOfRangeException, duckdb.NotImplementedException, duckdb.TypeMismatchException,
             duckdb.SyntaxException, duckdb.InvalidTypeException, duckdb.InvalidInputException)

@@ -484,22 +484,13 @@ class GateResult:
 
 
 # ================================================================== data access
-def _memory_limit() -> str:
-    from .analyze.engine import memory_limit_from_env
-
-    try:
-        return memory_limit_from_env("1.5GB")
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-
-
 def _lakes(eng_b, eng_c) -> list:
     """The engines of baseline and candidate, once each (both are one engine on one lake)."""
     return [eng_b] if eng_b is eng_c else [eng_b, eng_c]
 
 
 def _open(lake) -> Any:
-    from .analyze.engine import Engine
+    from .analyze.engine import Engine, memory_limit_from_env
     from .collect.lake import LakeError
 
     if not isinstance(lake, (str, os.PathLike)):
@@ -507,7 +498,7 @@ def _open(lake) -> Any:
     # DuckDB's default is 80 % of RAM; the gate must stay within a CI runner's budget
     # (2 GB at 2,000,000 spans: 1.3 GB peak with this limit, bench/bench_gate.py), and
     # DuckDB spills to disk past the limit.
-    limit = _memory_limit()
+    limit = memory_limit_from_env("1.5GB")
     try:
         eng = Engine(lake, memory_limit=limit)
     except LakeError as e:

@@ -88,16 +88,11 @@ def _progress():
 
 
 def _check_output_paths(**paths) -> None:
-    """Refuse report paths that are directories or lie in a directory that does not exist,
-    before the analysis runs rather than after."""
+    """Refuse report paths in a directory that does not exist before the analysis runs, not
+    after (click's ``dir_okay=False`` already refuses a path that is a directory)."""
     for flag, path in paths.items():
-        if not path:
-            continue
-        p = Path(path)
-        if p.is_dir():
-            raise UsageError(f"--{flag} {path}: is a directory; give a file name")
-        if not p.parent.is_dir():
-            raise UsageError(f"--{flag} {path}: directory {p.parent} does not exist; create it first")
+        if path and not Path(path).parent.is_dir():
+            raise UsageError(f"--{flag} {path}: directory {Path(path).parent} does not exist; create it first")
 
 
 def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, quiet: bool,

@@ -54,8 +54,6 @@ def _open(lake: str, selectors, prices):
         eng = Engine(lake, prices=prices)
     except LakeError as e:
         raise DataError(str(e)) from None
-    except ValueError as e:  # OTEL_ASSAY_MEMORY_LIMIT
-        raise UsageError(str(e)) from None
     try:
         eng.materialize()
         select_trials(eng, selection)

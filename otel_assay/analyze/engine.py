@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from ..collect.lake import Lake, LakeError, check_lake_file
 from ..collect.schema import TABLES
+from ..errors import UsageError
 from .canonical import canonical_json_arrow
 from .labels import LABELS_SCHEMA, label_files
 
@@ -49,11 +50,12 @@ MEMORY_LIMIT_ENV = "OTEL_ASSAY_MEMORY_LIMIT"
 
 def memory_limit_from_env(default: str | None = None) -> str | None:
     """DuckDB's memory limit from OTEL_ASSAY_MEMORY_LIMIT (else ``default``; None: DuckDB's
-    own, 80 % of RAM). Raises ValueError naming the variable for a value that is not a size."""
+    own, 80 % of RAM). A value that is not a size is a :class:`UsageError` (exit 3) naming
+    the variable, wherever an engine is opened."""
     limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip() or default
     # DuckDB's own spellings of a size; anything else would surface later as a lake error
     if limit is not None and not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B|B|bytes)?", limit, re.IGNORECASE):
-        raise ValueError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a memory size; set it like 1.5GB, 800MB or 2GiB")
+        raise UsageError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a memory size; set it like 1.5GB, 800MB or 2GiB")
     return limit
 
 

@@ -289,8 +289,6 @@ def existing_trials(lake: str, version: str, scenarios: list[str]) -> dict[str, 
         eng = Engine(lake)
     except LakeError as e:
         raise DataError(f"cannot read the lake {lake} to resume: {e}") from None
-    except ValueError as e:  # OTEL_ASSAY_MEMORY_LIMIT
-        raise UsageError(str(e)) from None
     try:
         eng.materialize(["steps", "trials"])
         rows = eng.con.execute(

@@ -111,8 +111,6 @@ def _baseline_counts(lake: str, selector: str, scenario: str) -> tuple[int, int]
         eng = Engine(lake)
     except LakeError as e:
         raise DataError(f"baseline {selector}: cannot read the lake {lake}: {e}") from None
-    except ValueError as e:  # OTEL_ASSAY_MEMORY_LIMIT
-        raise UsageError(str(e)) from None
     try:
         eng.materialize(["steps", "trials"])
         _select(eng, selector, "baseline_trials", lake)

@@ -61,8 +61,6 @@ def _open_selected(lake: str, selectors, table: str):
         eng = Engine(lake)
     except LakeError as e:
         raise DataError(str(e)) from None
-    except ValueError as e:  # OTEL_ASSAY_MEMORY_LIMIT
-        raise UsageError(str(e)) from None
     try:
         select_trials(eng, selection)
     except NoTrialsError as e:
