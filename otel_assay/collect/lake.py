@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .schema import DELTA_COLUMNS, PARTITION_TIME, SCHEMA_METADATA, TABLES
+from .schema import DELTA_COLUMNS, PARTITION_TIME, PLAIN_COLUMNS, SCHEMA_METADATA, TABLES
 
 SORT_KEYS = {
     "spans": [("trace_id", "ascending"), ("start_time_unix_nano", "ascending"), ("span_id", "ascending")],
@@ -88,7 +88,7 @@ def write_parquet_atomic(table: pa.Table, path: Path, *, fsync: bool = True) -> 
             tmp,
             compression="zstd",
             row_group_size=ROW_GROUP_SIZE,
-            use_dictionary=[c for c in names if c not in DELTA_COLUMNS],
+            use_dictionary=[c for c in names if c not in DELTA_COLUMNS and c not in PLAIN_COLUMNS],
             column_encoding={c: "DELTA_BINARY_PACKED" for c in names if c in DELTA_COLUMNS},
             write_statistics=True,
         )

@@ -84,8 +84,11 @@ SPAN_LINKS_SCHEMA = pa.schema(
 
 TABLES = {"spans": SPANS_SCHEMA, "span_events": SPAN_EVENTS_SCHEMA, "span_links": SPAN_LINKS_SCHEMA}
 
-# Time columns sort and delta-encode well; everything else is dictionary-encoded.
+# Time columns sort and delta-encode well; span ids are (nearly) unique, so a dictionary of
+# them is as large as the column and costs time to build: both are stored plain. Everything
+# else is dictionary-encoded.
 DELTA_COLUMNS = {"start_time_unix_nano", "duration_ns", "time_unix_nano"}
+PLAIN_COLUMNS = {"span_id", "parent_span_id"}
 
 INT64_MAX = (1 << 63) - 1
 _ZERO16 = bytes(16)
