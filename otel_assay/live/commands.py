@@ -10,6 +10,7 @@ import time
 import click
 
 from ..errors import UsageError
+from ..report.output import printable
 
 
 def _bar(llr: float, lower: float, upper: float, width: int = 15) -> str:
@@ -99,9 +100,9 @@ def render_result(result) -> None:
     for s in result.scenarios:
         ci = f"[{s.ci_low:.2f}, {s.ci_high:.2f}]" if s.ci_low is not None else ""
         stop = (s.stop_reason or "") + (f" (+{s.more_trials_needed} needed)" if s.more_trials_needed else "")
-        t.add_row(s.scenario, f"{s.decision} ({s.method})", f"{s.successes}/{s.n}", ci, str(s.ran), str(s.resumed),
+        t.add_row(printable(s.scenario), f"{s.decision} ({s.method})", f"{s.successes}/{s.n}", ci, str(s.ran), str(s.resumed),
                   str(s.excluded), stop)
-    Console(width=None if sys.stdout.isatty() else 160).print(t)
+    Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=False).print(t)
     click.echo(f"{result.decision}: {sum(s.ran for s in result.scenarios)} trials run in {result.elapsed_s:.1f}s"
                f", {result.tokens} tokens")
 

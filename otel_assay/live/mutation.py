@@ -509,7 +509,7 @@ def register_mutate(cli) -> None:
             t.add_column(col)
         for r in rep.results:
             t.add_row(r.mutant.id, r.mutant.cls, r.mutant.description, r.status, str(r.trials), r.reason)
-        Console().print(t)
+        Console(markup=False, emoji=False).print(t)
         fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
         click.echo(f"mutation score {fmt(rep.score)} ({rep.counts()}); per class: "
                    + ", ".join(f"{c} {fmt(v)}" for c, v in rep.per_class.items()) + f"; {rep.trials} trials")

@@ -16,11 +16,29 @@ Layout (valid against schemas/junit.xsd, the Jenkins JUnit format):
 from __future__ import annotations
 
 import json
+import re
 import socket
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+# characters XML 1.0 does not allow (ElementTree writes them as they are and the file no
+# longer parses), and C1 controls; a scenario or tool name is span data and can hold any
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml_text(s: str) -> str:
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", s)
+
+
+def _make_xml_safe(root: ET.Element) -> None:
+    for el in root.iter():
+        if el.text:
+            el.text = _xml_text(el.text)
+        for k, v in el.attrib.items():
+            el.attrib[k] = _xml_text(v)
 
 
 def _value(v: Any) -> str:
@@ -101,6 +119,7 @@ def junit_tree(result) -> ET.ElementTree:
     for k in ("tests", "failures", "errors", "skipped"):
         root.set(k, str(sum(int(s.get(k)) for s in suites)))
     root.set("time", "0")
+    _make_xml_safe(root)
     return ET.ElementTree(root)
 
 

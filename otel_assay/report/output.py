@@ -12,6 +12,17 @@ import pyarrow as pa
 FORMATS = ("table", "csv", "json")
 
 
+# C0, DEL and C1 control characters, shown as escapes: a span attribute or label can carry
+# terminal escape sequences (set the title, clear the screen) or characters that break a
+# table's alignment, and a report must show the value, not run it.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (newlines included) replaced by ``\\xNN`` escapes."""
+    return text.translate(_CONTROL)
+
+
 def _cell(value: Any) -> Any:
     """A value as plain JSON data: bytes become hex, NaN becomes null."""
     if isinstance(value, list):
@@ -63,7 +74,7 @@ def write_table(table: pa.Table, fmt: str = "table", out: TextIO | None = None, 
         return
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    cells = [[_text(r[n]) for n in names] for r in rows]
+    cells = [[printable(_text(r[n])) for n in names] for r in rows]
     if out.isatty():
         from rich.console import Console
         from rich.table import Table
@@ -71,7 +82,8 @@ def write_table(table: pa.Table, fmt: str = "table", out: TextIO | None = None, 
         t = Table(*names, show_lines=False)
         for c in cells:
             t.add_row(*c)
-        Console(file=out).print(t)
+        # values are data: "[/x]" or ":smile:" in a tool name is printed as it is
+        Console(file=out, markup=False, emoji=False, highlight=False).print(t)
         return
 
     def clip(s: str) -> str:

@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .output import printable
+
 STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "SKIPPED": "dim",
          "deploy": "bold green", "block": "bold red", "manual": "bold yellow"}
 SHORT = {"PASS": "PASS", "FAIL": "FAIL", "INCONCLUSIVE": "INC", "SKIPPED": "skip"}
@@ -81,7 +83,8 @@ def render(result, out: TextIO | None = None, *, width: int | None = None, color
     tty = out.isatty() if color is None else color
     target = out if tty else io.StringIO()
     console = Console(file=target, width=width or (None if tty else 80), force_terminal=tty,
-                      color_system="auto" if tty else None, highlight=False, soft_wrap=False)
+                      color_system="auto" if tty else None, highlight=False, soft_wrap=False,
+                      markup=False, emoji=False)  # scenario and tool names are data, not markup
     _render(result, console, tty)
     if not tty:  # rich pads cells with spaces; a log reads better without them
         out.write("".join(line.rstrip() + "\n" for line in target.getvalue().splitlines()))
@@ -91,10 +94,10 @@ def _render(result, console: Console, tty: bool) -> None:
     cfg = result.config
     c = result.candidate
     console.print(Text(f"otel-assay {result.mode}", style="bold"))
-    console.print(f"  candidate {c['selection']}: {c['trials']} trials in {c['lake']}")
+    console.print(f"  candidate {printable(c['selection'])}: {c['trials']} trials in {printable(c['lake'])}")
     if result.baseline:
-        console.print(f"  baseline  {result.baseline['selection']}: {result.baseline['trials']} trials "
-                      f"in {result.baseline['lake']}")
+        console.print(f"  baseline  {printable(result.baseline['selection'])}: {result.baseline['trials']} trials "
+                      f"in {printable(result.baseline['lake'])}")
     theta = "off" if cfg.threshold is None else cfg.threshold
     console.print(f"α={cfg.alpha} β={cfg.beta} δ={cfg.delta} θ={theta} correction={cfg.correction}"
                   f" config={cfg.source}", style="dim")
@@ -118,21 +121,21 @@ def _render(result, console: Console, tty: bool) -> None:
         for name, _ in present:
             ch = r.check(name)
             cells.append(_verdict(ch.verdict, ch.gating) if ch else Text("-", style="dim"))
-        table.add_row(r.scenario, n, rate, ci, *cells, _verdict(r.verdict))
+        table.add_row(printable(r.scenario), n, rate, ci, *cells, _verdict(r.verdict))
     console.print(table)
     console.print("INC = inconclusive; (…) = reported, not part of the decision", style="dim" if tty else "")
 
     for r in result.scenarios:
-        console.print(Text(r.scenario, style="bold"))
+        console.print(Text(printable(r.scenario), style="bold"))
         grid = Table.grid(padding=(0, 1))
         grid.add_column(width=1)
         grid.add_column(width=11, no_wrap=True)
         grid.add_column(width=6, no_wrap=True)
         grid.add_column(ratio=1)
         for ch in r.checks:
-            body = Text(ch.reason)
+            body = Text(printable(ch.reason))
             for line in _detail(ch):
-                body.append("\n" + line, style="dim" if tty else "")
+                body.append("\n" + printable(line), style="dim" if tty else "")
             grid.add_row("", ch.name, _verdict(ch.verdict, ch.gating), body)
         console.print(grid)
 
@@ -151,10 +154,10 @@ def _render(result, console: Console, tty: bool) -> None:
         if cov["verdict"] != "SKIPPED":
             line = Text("  ")
             line.append_text(_verdict(cov["verdict"]))
-            line.append(f"  {cov['reason']}")
+            line.append(f"  {printable(cov['reason'])}")
             console.print(line)
     for note in result.notes:
-        console.print(f"note: {note}", style="dim" if tty else "")
+        console.print(f"note: {printable(note)}", style="dim" if tty else "")
     decision = Text("decision: ", style="bold")
     decision.append(result.decision.upper(), style=STYLE[result.decision])
     decision.append(f" (exit {result.exit_code})")
@@ -163,7 +166,7 @@ def _render(result, console: Console, tty: bool) -> None:
     grid.add_column(width=3)
     grid.add_column(ratio=1)
     for reason in result.reasons[:10]:
-        grid.add_row("  -", reason)
+        grid.add_row("  -", printable(reason))
     if len(result.reasons) > 10:
         grid.add_row("", f"... and {len(result.reasons) - 10} more (see --json)")
     console.print(grid)

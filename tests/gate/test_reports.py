@@ -154,3 +154,40 @@ def test_emitting_into_a_lake_that_cannot_be_written_is_an_emit_error(results, t
     monkeypatch.setattr(Lake, "ensure_writable", refuse)
     with pytest.raises(EmitError, match="not writable"):
         emit_results(results["blocked"], "lake", tmp_path / "lake")
+
+
+def test_hostile_names_are_printed_as_data(tmp_path):
+    """Scenario and tool names are span data: rich markup, emoji codes and terminal escape
+    sequences in them are shown literally, and the JUnit file still parses."""
+    import io
+    import xml.etree.ElementTree as ET
+
+    import xmlschema
+
+    from otel_assay.report.output import write_table
+    from otel_assay.report.terminal import render
+
+    name = "[/oops] [bold]x :smile: \x1b]0;owned\x07\x1b[2J"
+    trials = [{"scenario": name, "version": v, "outcome": "pass" if i % 4 else "fail", "tools": [f"t[/b]\x1b{v}"],
+               "index": i} for v in ("v1", "v2") for i in range(20)]
+    r = run_gate(write_trials(tmp_path / "lake", trials), baseline="version=v1", candidate="version=v2")
+    for color in (False, True):
+        out = io.StringIO()
+        render(r, out, color=color)
+        text = out.getvalue()
+        assert "\x1b]0;" not in text and "\x07" not in text and "\x1b[2J" not in text
+        assert "[/oops]" in text and ":smile:" in text and "\\x1b]0;owned\\x07" in text
+    path = tmp_path / "junit.xml"
+    write_junit(r, path)
+    xmlschema.XMLSchema(str(resources.files("otel_assay.report") / "schemas" / "junit.xsd")).validate(str(path))
+    suites = [s.get("name") for s in ET.parse(path).getroot().iter("testsuite")]
+    assert f"otel-assay.{name}".replace("\x1b", "\\x1b").replace("\x07", "\\x07") in suites
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    import pyarrow as pa
+    for out in (io.StringIO(), Tty()):
+        write_table(pa.table({"scenario": [name]}), "table", out)
+        assert "[/oops] [bold]x :smile: \\x1b]0;owned\\x07\\x1b[2J" in out.getvalue()
