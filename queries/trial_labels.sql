@@ -3,13 +3,29 @@
 --
 -- A label keys a trace by trace_id, or by gen_ai.conversation.id / session.id on any of
 -- its spans (OpenInference and LangSmith call it a session), so traces recorded later in
--- the same conversation pick the label up too. The newest label per key wins; a trace
--- matched by several keys takes its trace_id label first. The conversation / session
--- lookups read span attributes, so they only run when such labels exist.
+-- the same conversation pick the label up too. Labels of one key merge column by column:
+-- each value comes from the newest label file that gives it (NULL = not given), so a file
+-- with only outcomes keeps the scenarios labelled before. A file holds one row per key
+-- (analyze/labels.py refuses conflicting rows), so (time, file name) orders labels fully.
+-- A trace matched by several keys takes its trace_id label first. The conversation /
+-- session lookups read span attributes, so they only run when such labels exist.
 CREATE OR REPLACE VIEW trial_labels AS
-WITH latest AS (
-    SELECT * FROM lake_labels
-    QUALIFY row_number() OVER (PARTITION BY key_kind, key ORDER BY labelled_at_unix_nano DESC, filename DESC) = 1
+WITH ranked AS (
+    SELECT *, row_number() OVER (PARTITION BY key_kind, key ORDER BY labelled_at_unix_nano, filename) AS age
+    FROM lake_labels
+),
+latest AS (
+    SELECT
+        key_kind,
+        key,
+        arg_max(scenario, age) FILTER (WHERE scenario IS NOT NULL) AS scenario,
+        arg_max(version, age) FILTER (WHERE version IS NOT NULL) AS version,
+        arg_max(outcome, age) FILTER (WHERE outcome IS NOT NULL) AS outcome,
+        arg_max(run_id, age) FILTER (WHERE run_id IS NOT NULL) AS run_id,
+        arg_max(score, age) FILTER (WHERE score IS NOT NULL) AS score,
+        max(labelled_at_unix_nano) AS labelled_at_unix_nano
+    FROM ranked
+    GROUP BY key_kind, key
 ),
 by_attribute AS (
     SELECT DISTINCT s.trace_id, l.key_kind, l.key

@@ -202,10 +202,11 @@ def label(lake, file):
 
     FILE is a CSV with one key column (trace_id, gen_ai.conversation.id or session.id) and
     any of scenario, version, outcome (pass/fail), run, score. The labels go to a new file
-    under LAKE/labels/; span files are never modified. A later label for the same key wins.
+    under LAKE/labels/; span files are never modified. Labels merge column by column: a later
+    file's non-empty values win, the columns it leaves out or empty keep earlier labels.
     """
     from ..collect.lake import LakeError
-    from .labels import LabelError, read_labels_csv, write_labels
+    from .labels import LabelError, read_labels_csv, unmatched_keys, write_labels
 
     try:
         table = read_labels_csv(file)
@@ -216,6 +217,11 @@ def label(lake, file):
     except LakeError as e:
         raise DataError(str(e)) from None
     click.echo(f"labelled {table.num_rows} key(s): {path}")
+    missing = unmatched_keys(lake, table)
+    if missing:
+        # not an error: conversation and session labels also apply to traces recorded later
+        click.echo(f"warning: {missing} of {table.num_rows} key(s) match no trace in {lake} yet; check the "
+                   "key column if they should", err=True)
 
 
 def register(cli: click.Group) -> None:

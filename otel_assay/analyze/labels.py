@@ -4,8 +4,10 @@
 ``gen_ai.conversation.id`` / ``session.id``) to a scenario, version, outcome, and
 optionally run and score. Labels never touch the lake's span files: each call writes one
 small file ``LAKE/labels/labels-<time>-<id>.parquet`` (temporary name, fsync, rename), and
-the ``trial_labels`` view joins them into ``trials``. A later label for the same key
-overrides an earlier one; a label overrides what the spans say.
+the ``trial_labels`` view joins them into ``trials``. Labels merge column by column: for
+each key, each of scenario, version, outcome, run and score comes from the newest label
+that gives it, so a later file with only ``trace_id,outcome`` adds outcomes and keeps the
+scenarios labelled before. A label overrides what the spans say.
 """
 
 from __future__ import annotations
@@ -67,21 +69,41 @@ def read_labels_csv(path: str | os.PathLike) -> pa.Table:
     keys = [h for h in header if h in KEY_COLUMNS]
     unknown = [h for h in header if h not in KEY_COLUMNS and h not in VALUE_COLUMNS]
     if len(keys) != 1:
+        hint = ("; the file must be comma-separated" if len(header) == 1 and any(d in header[0] for d in ";\t|")
+                else "")
         raise LabelError(f"{path}: the header needs exactly one key column out of "
-                         f"{', '.join(KEY_COLUMNS)}; found {', '.join(keys) or 'none'}")
+                         f"{', '.join(KEY_COLUMNS)}; found {', '.join(keys) or 'none'}{hint}")
     if unknown:
         raise LabelError(f"{path}: unknown column(s) {', '.join(unknown)}; "
                          f"allowed: {', '.join(sorted(VALUE_COLUMNS | set(KEY_COLUMNS)))}")
+    repeated = sorted({h for h in header if header.count(h) > 1})
+    if repeated:
+        raise LabelError(f"{path}: column(s) {', '.join(repeated)} appear more than once in the header")
     key_col = keys[0]
     now = time.time_ns()
     cols: dict[str, list] = {n: [] for n in LABELS_SCHEMA.names}
+    seen: dict[str, tuple[int, dict]] = {}
     for line, row in enumerate(rows, start=2):
-        row = {k.strip(): (v.strip() if isinstance(v, str) else v) for k, v in row.items() if k is not None}
+        # a short row would erase the labels of its missing columns; a long one means a
+        # quoting or delimiter mistake
+        if None in row or any(v is None for v in row.values()):
+            n = len([v for k, v in row.items() if k is not None and v is not None]) + len(row.get(None) or [])
+            raise LabelError(f"{path} line {line}: {n} field(s), the header has {len(header)}; "
+                             "check the delimiter (comma) and quoting")
+        row = {k.strip(): v.strip() for k, v in row.items()}
         key = row.get(key_col) or ""
         if not key:
             raise LabelError(f"{path} line {line}: empty {key_col}")
         if key_col == "trace_id":
             key = key.lower()
+        if key in seen:
+            first, values = seen[key]
+            if values != row:  # which row should win is a guess; the user knows
+                raise LabelError(f"{path} line {line}: {key_col} {key} is labelled differently on line {first}; "
+                                 "keep one row per key")
+            continue
+        seen[key] = (line, row)
+        if key_col == "trace_id":
             if len(key) != 32 or any(c not in "0123456789abcdef" for c in key):
                 raise LabelError(f"{path} line {line}: trace_id {key!r} is not 32 hex digits")
         outcome = (row.get("outcome") or "").lower() or None
@@ -127,3 +149,25 @@ def label_files(lake_dir: Path) -> list[Path]:
     if not ldir.is_dir():
         return []
     return sorted(p for p in ldir.glob("*.parquet") if not p.name.startswith("."))
+
+
+def unmatched_keys(lake_dir: str | os.PathLike, labels: pa.Table) -> int:
+    """How many of ``labels``' keys no span in the lake carries (yet: conversation and
+    session labels also apply to traces recorded later)."""
+    from .engine import Engine
+
+    engine = Engine(lake_dir)
+    try:
+        engine.con.register("_new_labels", labels)
+        (n,) = engine.rows("""
+            SELECT count(*) FROM _new_labels l
+            WHERE NOT EXISTS (
+                SELECT 1 FROM spans s
+                WHERE (l.key_kind = 'trace_id' AND s.trace_id = l.key)
+                   OR (l.key_kind = 'conversation_id' AND s.attributes['gen_ai.conversation.id'] = l.key)
+                   OR (l.key_kind = 'session_id' AND l.key IN (s.attributes['session.id'],
+                           s.attributes['langsmith.trace.session_id'],
+                           s.attributes['traceloop.association.properties.session_id'])))""")[0]
+    finally:
+        engine.con.close()
+    return n

@@ -121,13 +121,36 @@ def test_label_by_trace_and_conversation(capsys, lake, tmp_path):
     assert (t[tid(9)]["scenario"], t[tid(9)]["version"], t[tid(9)]["outcome"], t[tid(9)]["score"]) == (
         "foreign", "v1", "pass", 0.75)
     assert t[tid(2)]["labelled"] is False
-    # a later label for the same key wins
+    # a later label for the same key wins, column by column: the scenario labelled before stays
     f.write_text(f"trace_id,outcome\n{tid(1)},pass\n")
     run(capsys, "label", str(lake), "--file", str(f))
     code, out, _ = run(capsys, "trials", str(lake), "--select", "outcome=pass", "--format", "json")
-    assert tid(1) in {r["trace_id"] for r in json.loads(out)}
+    t = {r["trace_id"]: r for r in json.loads(out)}
+    assert (t[tid(1)]["scenario"], t[tid(1)]["version"], t[tid(1)]["outcome"]) == ("relabelled", "v7", "pass")
+    # an empty cell gives nothing either; identical repeated rows are one label
+    f.write_text(f"trace_id,scenario,outcome\n{tid(1)},,fail\n{tid(1)},,fail\n")
+    code, out, _ = run(capsys, "label", str(lake), "--file", str(f))
+    assert code == 0 and "labelled 1 key" in out
+    code, out, _ = run(capsys, "trials", str(lake), "--format", "json")
+    t = {r["trace_id"]: r for r in json.loads(out)}
+    assert (t[tid(1)]["scenario"], t[tid(1)]["outcome"]) == ("relabelled", "fail")
     assert _span_files_digest(lake) == before
-    assert len(list((lake / "labels").glob("*.parquet"))) == 3
+    assert len(list((lake / "labels").glob("*.parquet"))) == 4
+
+
+def test_labels_that_match_no_trace_are_written_with_a_warning(capsys, lake, tmp_path):
+    f = tmp_path / "labels.csv"
+    f.write_text(f"trace_id,scenario\n{tid(1)},s\n{'ab' * 16},s\n")
+    code, out, err = run(capsys, "label", str(lake), "--file", str(f))
+    assert code == 0 and "labelled 2 key(s)" in out
+    assert "1 of 2 key(s) match no trace" in err
+    g = tmp_path / "conv.csv"
+    g.write_text("session.id,scenario\nnot-yet-recorded,s\n")  # a session recorded later picks it up
+    code, _, err = run(capsys, "label", str(lake), "--file", str(g))
+    assert code == 0 and "1 of 1 key(s) match no trace" in err
+    f.write_text(f"trace_id,scenario\n{tid(1)},s\n")
+    code, _, err = run(capsys, "label", str(lake), "--file", str(f))
+    assert code == 0 and "warning" not in err
 
 
 @pytest.mark.parametrize("content, message", [
@@ -135,6 +158,13 @@ def test_label_by_trace_and_conversation(capsys, lake, tmp_path):
     ("trace_id,outcome\nxyz,pass\n", "32 hex"),
     (f"trace_id,outcome\n{tid(1)},maybe\n", "pass, fail"),
     (f"trace_id,colour\n{tid(1)},red\n", "unknown column"),
+    # which of two different labels for one key should win is the user's call
+    (f"trace_id,outcome\n{tid(1)},pass\n{tid(1).upper()},fail\n", "labelled differently on line 2"),
+    # a short row would erase its missing columns; a long one is a delimiter or quoting slip
+    (f"trace_id,scenario,outcome\n{tid(1)},s\n", "line 2: 2 field(s), the header has 3"),
+    (f"trace_id,outcome\n{tid(1)},pass,extra\n", "line 2: 3 field(s), the header has 2"),
+    (f"trace_id;scenario;outcome\n{tid(1)};s;pass\n", "must be comma-separated"),
+    (f"trace_id,outcome,outcome\n{tid(1)},pass,fail\n", "outcome appear more than once"),
 ])
 def test_bad_labels_exit_3(capsys, lake, tmp_path, content, message):
     f = tmp_path / "bad.csv"
