@@ -517,8 +517,9 @@ def _check_has_trials(eng, lake_name: str) -> None:
     n_trials, n_traces = eng.rows("SELECT count(scenario), count(*) FROM trials")[0]
     if n_trials == 0:
         raise DataError(f"{lake_name}: the lake has {n_spans} spans in {n_traces} traces but no trials "
-                        "(no trace carries assay.scenario); wrap each agent run in "
-                        "`with otel_assay.trial(scenario, version=...)`")
+                        "(no trace carries assay.scenario, none is labelled with a scenario); wrap each agent "
+                        "run in `with otel_assay.trial(scenario, version=...)`, or label the traces of other "
+                        "instrumentation: `otel-assay label LAKE --file labels.csv` with a scenario column")
 
 
 def _select(eng, selector: str | None, table: str, lake_name: str) -> int:

@@ -91,6 +91,8 @@ def _check_output_paths(**paths) -> None:
     """Refuse report paths in a directory that does not exist before the analysis runs, not
     after (click's ``dir_okay=False`` already refuses a path that is a directory)."""
     for flag, path in paths.items():
+        if path is not None and str(path).strip() in ("", "-"):
+            raise UsageError(f"--{flag} {str(path)!r}: give a file path (the terminal report already goes to stdout)")
         if path and not Path(path).parent.is_dir():
             raise UsageError(f"--{flag} {path}: directory {Path(path).parent} does not exist; create it first")
 
@@ -115,7 +117,8 @@ def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, qu
             from .report.html import write_html
             write_html(result, html_path)
     except OSError as e:
-        raise UsageError(f"cannot write the report: {e}") from None
+        raise UsageError(f"cannot write the report: {e}; exit 3 instead of the decision's "
+                         f"{result.exit_code}: a report CI expects must not go missing unnoticed") from None
     if emit_otel:
         from .report.otel import EmitError, emit_results
         try:

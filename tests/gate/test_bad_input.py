@@ -117,6 +117,8 @@ def test_overlapping_selections(small_lake):
 @pytest.mark.parametrize("flag", ["--json", "--junit", "--html"])
 def test_a_report_path_that_cannot_be_written_is_refused_before_the_analysis(small_lake, tmp_path, flag):
     _check(cli("gate", small_lake, flag, tmp_path / "no-such-dir" / "r.out"), 3, flag, "does not exist")
+    for path in ("-", ""):  # not stdout, not "no report": a report CI expects would silently go missing
+        _check(cli("gate", small_lake, flag, path), 3, flag, "give a file path")
 
 
 def test_init_refuses_to_overwrite(tmp_path):
