@@ -232,7 +232,9 @@ def sql(lake, query, fmt):
     from .report.output import write_table
 
     if not is_read_only_sql(query):
-        raise UsageError("only read-only queries (SELECT, WITH, DESCRIBE, ...) are allowed")
+        first = query.split(None, 1)[0][:40] if query.strip() else ""
+        raise UsageError(f"the query starts with {first!r}: only read-only queries (SELECT, WITH, DESCRIBE, ...) "
+                         "are allowed; check the first word for a typo")
     try:
         n_statements = len(duckdb.extract_statements(query))
     except duckdb.Error as e:

@@ -337,6 +337,8 @@ def test_sql_command_formats_and_errors(tmp_path):
     import json
     assert json.loads(r.stdout)[0] == {"span_id": "0000000000000001", "attributes": {}}
     assert run_cli("sql", lake, "DROP VIEW spans").returncode == 3
+    r = run_cli("sql", lake, "selec 1")
+    assert r.returncode == 3 and "starts with 'selec'" in r.stderr
     assert run_cli("sql", lake, "SELECT nonsense FROM spans").returncode == 3
     assert run_cli("sql", lake, "SELECT * FROM read_csv('/etc/passwd')").returncode == 3
     assert run_cli("sql", lake, "SELECT 1", "--format", "xml").returncode == 3
