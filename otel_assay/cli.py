@@ -8,6 +8,7 @@ and what to do, never a traceback.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -166,6 +167,13 @@ def import_(files, lake_dir):
         if f.spans_rejected:
             line += f", {f.spans_rejected} rejected"
         click.echo(line)
+        if f.spans_already_in_lake:
+            # typically a file the Collector has appended to since its last import: new content
+            # to the ledger, so its earlier spans were stored again
+            click.echo(f"  note: {f.spans_already_in_lake} of these spans were already in the lake (an earlier "
+                       f"import of this file before it grew?) and are now stored twice; the steps view and those "
+                       f"built on it count each span once, and `otel-assay compact --dir {shlex.quote(str(lake_dir))}` "
+                       f"drops the copies")
         for why, n in sorted(f.reject_reasons.items(), key=lambda kv: -kv[1])[:10]:
             click.echo(f"  rejected {n}: {why}", err=True)
         for err in f.errors[:20]:

@@ -8,10 +8,12 @@ magic bytes, not by the file name).
 
 Import is idempotent: files written for an input are named after the input's content
 hash, so importing the same file twice leaves the lake as importing it once; and a file
-read to its end (bad lines included) is recorded in ``LAKE/_imports/<hash>.json``, so that
-the same content is skipped even after ``compact`` has merged (and renamed) the files it
-produced. A fixed file is new content: its spans that were already imported are stored
-again, and ``compact`` drops such duplicates.
+read to its end (bad lines and a damaged compressed tail included: the same bytes never
+give more) is recorded in ``LAKE/_imports/<hash>.json``, so that the same content is
+skipped even after ``compact`` has merged (and renamed) the files it produced. A fixed file,
+or one the Collector has appended to, is new content: its spans that were already imported
+are stored again (the import counts them and says so), and ``compact`` drops such
+duplicates.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class FileReport:
     errors: list[str] = field(default_factory=list)
     reject_reasons: dict[str, int] = field(default_factory=dict)
     already_imported: str | None = None  # the record of an earlier import of the same content, if any
+    spans_already_in_lake: int | None = None  # imported spans the lake held before (None: not checked)
 
 
 @dataclass
@@ -95,18 +98,57 @@ class _Counting(io.RawIOBase):
         super().close()
 
 
+class CorruptCompressed(Exception):
+    """The compressed stream broke off or is damaged; what was decompressed before it is good."""
+
+
+class _Decompressed(io.RawIOBase):
+    """Turns a decompressor's errors into :class:`CorruptCompressed`.
+
+    gzip reports damage as EOFError, zlib.error or BadGzipFile, an OSError like a failing
+    disk: told apart here, where they arise, the importer can keep the spans read before the
+    damage and still let a real read error through.
+    """
+
+    def __init__(self, inner, kind: str, errors: tuple[type[BaseException], ...]):
+        self.inner, self.kind, self.errors = inner, kind, errors
+        self.produced = 0  # decompressed bytes so far, for the message
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        try:
+            # readinto1, one decompression step: readinto would loop to fill ``b`` and lose
+            # what it had decompressed when the damage is reached
+            n = self.inner.readinto1(b)
+        except self.errors as e:
+            raise CorruptCompressed(f"corrupt or truncated {self.kind} file: {e} "
+                                    f"(after {self.produced} bytes of decompressed data)") from None
+        self.produced += n
+        return n
+
+    def close(self) -> None:
+        self.inner.close()
+        super().close()
+
+
 def _open_decompressed(path: Path, progress) -> tuple[io.BufferedReader, str]:
     f = open(path, "rb", buffering=0)
     head = f.read(4)
     f.seek(0)
     raw = io.BufferedReader(_Counting(f, progress), 1 << 20)
     if head[:2] == _GZIP:
-        return io.BufferedReader(gzip.GzipFile(fileobj=raw), 1 << 20), "gzip"
+        import zlib
+
+        # BadGzipFile (a bad header or CRC) is an OSError, but not a failing read
+        gz = _Decompressed(gzip.GzipFile(fileobj=raw), "gzip", (EOFError, zlib.error, gzip.BadGzipFile))
+        return io.BufferedReader(gz, 1 << 20), "gzip"
     if head == _ZSTD:
         import zstandard
 
         reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
-        return io.BufferedReader(reader, 1 << 20), "zstd"
+        return io.BufferedReader(_Decompressed(reader, "zstd", (zstandard.ZstdError,)), 1 << 20), "zstd"
     return raw, ""
 
 
@@ -119,7 +161,7 @@ def _protobuf_records(stream: BinaryIO) -> Iterator[bytes]:
             raise MalformedOTLP("truncated length prefix at end of file")
         (n,) = struct.unpack(">I", head)
         if n > MAX_RECORD:
-            raise MalformedOTLP(f"record length {n} is implausible; not a length-prefixed OTLP protobuf file")
+            raise MalformedOTLP(f"record length {n} is implausible")
         body = stream.read(n)
         if len(body) < n:
             raise MalformedOTLP("truncated record at end of file")
@@ -173,32 +215,73 @@ def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, prog
         report.format = str(before.get("format", "?"))
         report.already_imported = str(_ledger(lake, digest))
         return
-    try:
-        _import_stream(path, digest, lake, limits, report, progress)
-    except EOFError as e:
-        report.errors.append(f"truncated compressed data: {e}")
-    except OSError:
-        raise  # reading the file or writing the lake failed: the same content may import fully later
-    except Exception as e:  # a corrupt compressed stream raises library-specific errors
-        if type(e).__module__.startswith(("zstd", "zlib", "gzip")) or "zstd" in type(e).__name__.lower():
-            report.errors.append(f"corrupt compressed data: {e}")
-        else:
-            raise
-    # recorded even with bad lines or a corrupt tail: the same bytes can never import more
-    # than they just did, and importing them again after a compaction would store the good
-    # spans twice
+    # an OSError (reading the file or writing the lake failed) propagates and nothing is
+    # recorded: the same content may import fully later
+    written = _import_stream(path, digest, lake, limits, report, progress)
+    # recorded even with bad lines or a corrupt compressed tail: the same bytes can never
+    # import more than they just did, and importing them again after a compaction would
+    # store the good spans twice
     _record_import(lake, digest, report)
+    if written:
+        report.spans_already_in_lake = _count_already_in_lake(lake, written)
 
 
-def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: FileReport, progress) -> None:
+# Above this many bytes of other files in the partitions an import wrote to, the check for
+# spans stored twice is skipped: it is a notice, and must not cost more than the import did.
+DUPLICATE_CHECK_MAX_BYTES = 2 << 30
+
+
+def _count_already_in_lake(lake: Lake, written: list[Path]) -> int | None:
+    """How many of the spans in ``written`` the lake already held under other files.
+
+    A file the Collector has appended to since it was last imported is new content (the
+    ledger goes by hash), so all its earlier spans are stored again. Copies of a span land in
+    the same ``dt=`` partition (by start time), so only the other files of the partitions
+    this import wrote to are read, and only their two id columns. Returns None when the
+    check was skipped (too much to read, or the lake could not be read): it is a notice, not
+    part of the import.
+    """
+    import duckdb
+
+    mine = set(written)
+    partitions = {w.parent for w in mine}
+    others = [f for f in lake.live_files("spans") if f.parent in partitions and f not in mine]
+    if not others:
+        return 0
+    try:
+        if sum(f.stat().st_size for f in others) > DUPLICATE_CHECK_MAX_BYTES:
+            return None
+    except OSError:  # compacted away meanwhile
+        return None
+
+    def files(paths) -> str:
+        return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+
+    con = duckdb.connect()
+    try:
+        return con.execute(
+            f"WITH new AS (SELECT DISTINCT trace_id, span_id FROM read_parquet({files(sorted(mine))})) "
+            f"SELECT count(*) FROM new WHERE EXISTS (SELECT 1 FROM read_parquet({files(others)}) o "
+            f"WHERE o.trace_id = new.trace_id AND o.span_id = new.span_id)").fetchall()[0][0]
+    except duckdb.Error:  # an unreadable file is reported by compact and the views, not by this notice
+        return None
+    finally:
+        con.close()
+
+
+def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: FileReport,
+                   progress) -> list[Path]:
+    """Read one file into the lake; return the spans files written."""
     stream, compression = _open_decompressed(path, progress)
     chunk = 0
     batch = SpanBatch(limits)
+    written: list[Path] = []
 
     def flush() -> None:
         nonlocal chunk, batch
         if len(batch):
-            lake.write(batch.tables(), token=f"import-{digest}-{chunk:05d}")
+            result = lake.write(batch.tables(), token=f"import-{digest}-{chunk:05d}")
+            written.extend(f for f in result.files if f.parent.parent.name == "spans")
             report.spans_imported += len(batch)
             chunk += 1
         for why, n in batch.reject_reasons.items():
@@ -206,29 +289,56 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
         report.spans_rejected += batch.rejected
         batch = SpanBatch(limits)
 
+    suffix = f"+{compression}" if compression else ""
     try:
-        first = stream.peek(64)[:64]
-        looks_json = first.lstrip()[:1] in (b"{", b"[")
-        if looks_json:
-            report.format = "json" + (f"+{compression}" if compression else "")
-            _import_json(stream, batch_ref=lambda: batch, flush=flush, report=report)
-        elif first:
-            report.format = "protobuf" + (f"+{compression}" if compression else "")
-            try:
-                for n, record in enumerate(_protobuf_records(stream), 1):
-                    try:
-                        report.spans_seen += add_protobuf(parse_protobuf(record), batch)
-                    except MalformedOTLP as e:
-                        report.errors.append(f"record {n}: {e}")
-                    if len(batch) >= CHUNK_SPANS:
-                        flush()
-            except MalformedOTLP as e:
-                report.errors.append(str(e))
-        else:
-            report.errors.append("empty file")
-        flush()
+        try:
+            if stream.peek(3)[:3] == _BOM:
+                stream.read(3)  # Windows tools write UTF-8 JSON with a BOM; it is not a length prefix
+            # the whole buffer, not a few bytes: JSON may start after many blank lines
+            first = stream.peek(1 << 16).lstrip(b" \t\r\n")
+            if first[:1] in (b"{", b"["):
+                report.format = "json" + suffix
+                _import_json(stream, batch_ref=lambda: batch, flush=flush, report=report)
+            elif stream.peek(1):
+                report.format = "protobuf" + suffix
+                _import_protobuf(stream, batch_ref=lambda: batch, flush=flush, report=report)
+            else:
+                report.errors.append("empty file")
+        except CorruptCompressed as e:
+            if report.format == "?":
+                report.format = compression
+            report.errors.append(f"{e}; " + (
+                "the spans before the damage were imported; copy or export the file again for the rest"
+                if report.spans_seen else "no spans could be read; copy or export the file again"))
+        flush()  # after a damaged tail too: the spans read before it are good
     finally:
         stream.close()
+    return written
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _import_protobuf(stream: BinaryIO, *, batch_ref, flush, report: FileReport) -> None:
+    n = 0
+    try:
+        for n, record in enumerate(_protobuf_records(stream), 1):
+            try:
+                report.spans_seen += add_protobuf(parse_protobuf(record), batch_ref())
+            except MalformedOTLP as e:
+                report.errors.append(f"record {n}: {e}")
+            if len(batch_ref()) >= CHUNK_SPANS:
+                flush()
+    except MalformedOTLP as e:
+        if n == 0:
+            # the first length prefix is already wrong: most likely not protobuf at all (a
+            # log, CSV, Zipkin...), so say what the file would have to be
+            report.format = report.format.replace("protobuf", "unknown")
+            report.errors.append(
+                f"neither OTLP JSON (which starts with {{ or [) nor length-prefixed OTLP protobuf ({e}); "
+                "export traces with the OpenTelemetry Collector's file exporter or an OTLP file exporter")
+        else:
+            report.errors.append(f"after record {n}: {e}; the rest of the file is unreadable")
 
 
 def _import_json(stream: BinaryIO, *, batch_ref, flush, report: FileReport) -> None:
@@ -249,19 +359,29 @@ def _note_foreign(doc, foreign: set[str]) -> None:
 
 def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport, foreign: set[str]) -> None:
     lines = iter(stream)
-    first_line = next(lines, b"")
+    skipped = b""  # leading blank lines: neither a document nor a bad line
+    first_line = b""
+    for line in lines:
+        if line.strip():
+            first_line = line
+            break
+        skipped += line
     try:
         first_doc = json.loads(first_line)
-        single = False
-    except ValueError:
-        single = True
-    if single:
-        # one (pretty-printed) document, not JSON Lines
-        text = first_line + stream.read()
+    except (ValueError, RecursionError):
+        # one (pretty-printed) document, or JSON Lines whose first line is cut off or bad
+        text = skipped + first_line + stream.read()
         try:
             doc = json.loads(text)
         except (ValueError, RecursionError) as e:
-            report.errors.append(f"not valid JSON: {e}")
+            # not one document either: read line by line, so that one bad line (a record cut
+            # off by a crash, a stray log line) costs that line and not the whole file
+            errors = len(report.errors)
+            good = _add_json_lines(_parse_lines(io.BytesIO(text)), batch_ref=batch_ref, flush=flush,
+                                   report=report, foreign=foreign)
+            if not good:  # a broken document, not JSON Lines: one error, not one per line
+                del report.errors[errors:]
+                report.errors.append(f"not valid JSON: {e}")
             return
         for d in doc if isinstance(doc, list) else [doc]:
             _note_foreign(d, foreign)
@@ -270,7 +390,13 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport,
             except MalformedOTLP as e:
                 report.errors.append(str(e))
         return
-    docs = _chain_first(first_doc, lines)
+    docs = _chain_first(skipped.count(b"\n"), first_doc, lines)
+    _add_json_lines(docs, batch_ref=batch_ref, flush=flush, report=report, foreign=foreign)
+
+
+def _add_json_lines(docs: Iterator, *, batch_ref, flush, report: FileReport, foreign: set[str]) -> int:
+    """Add each line's document; return how many lines were valid JSON."""
+    good = 0
     for lineno, item in enumerate(docs, 1):
         if item is _BLANK:
             continue
@@ -278,6 +404,7 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport,
             if len(report.errors) < 100:
                 report.errors.append(f"line {lineno}: {item.why}")
             continue
+        good += 1
         _note_foreign(item, foreign)
         try:
             report.spans_seen += add_json(item, batch_ref())
@@ -286,6 +413,7 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport,
                 report.errors.append(f"line {lineno}: {e}")
         if len(batch_ref()) >= CHUNK_SPANS:
             flush()
+    return good
 
 
 _BLANK = object()
@@ -296,8 +424,14 @@ class _BadLine:
     why: str
 
 
-def _chain_first(first_doc, lines) -> Iterator:
+def _chain_first(blank_lines: int, first_doc, lines) -> Iterator:
+    for _ in range(blank_lines):
+        yield _BLANK
     yield first_doc
+    yield from _parse_lines(lines)
+
+
+def _parse_lines(lines) -> Iterator:
     for line in lines:
         if not line.strip():
             yield _BLANK

@@ -163,11 +163,53 @@ def _json_resource(rs: dict, limits: Limits) -> Resource:
     return make_resource(_json_attrs(res.get("attributes")), limits)
 
 
+_CAMEL: dict[str, str] = {}
+
+
+def _camel_key(k: str) -> str:
+    c = _CAMEL.get(k)
+    if c is None:
+        head, *rest = k.split("_")
+        c = head + "".join(p[:1].upper() + p[1:] for p in rest)
+        if len(_CAMEL) < 1000:  # field names are few; don't let odd keys grow the cache
+            _CAMEL[k] = c
+    return c
+
+
+def _camel(v: Any) -> Any:
+    """``v`` with the proto field names (``trace_id``) as the lowerCamelCase JSON names.
+
+    The OTLP/JSON spec requires lowerCamelCase, but proto3's JSON mapping accepts both, and
+    ``MessageToDict(..., preserving_proto_field_name=True)`` and some exporters write
+    snake_case. Every dict key in OTLP/JSON is a field name (attribute keys are values of
+    ``key``), so renaming all of them is safe. Only documents that use snake_case pay for it.
+    """
+    if isinstance(v, dict):
+        return {(_camel_key(k) if "_" in k else k): _camel(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_camel(x) for x in v]
+    return v
+
+
+def _camelled(v: Any, what: str) -> Any:
+    try:
+        return _camel(v)
+    except RecursionError:
+        raise MalformedOTLP(f"{what} nested too deeply") from None
+
+
 def add_json(doc: Any, batch: SpanBatch) -> int:
-    """Append every span of an OTLP/JSON ExportTraceServiceRequest or TracesData dict."""
+    """Append every span of an OTLP/JSON ExportTraceServiceRequest or TracesData dict.
+
+    Field names may be lowerCamelCase (the spec) or snake_case (the proto names).
+    """
     if not isinstance(doc, dict):
         raise MalformedOTLP("OTLP/JSON payload must be an object with a resourceSpans list")
-    resource_spans = doc.get("resourceSpans", doc.get("resource_spans", []))
+    resource_spans = doc.get("resourceSpans")
+    if resource_spans is None and "resource_spans" in doc:
+        resource_spans = _camelled(doc["resource_spans"], "resource_spans")
+    if resource_spans is None:
+        resource_spans = []
     if not isinstance(resource_spans, list):
         raise MalformedOTLP("resourceSpans must be a list")
     seen = 0
@@ -179,6 +221,8 @@ def add_json(doc: Any, batch: SpanBatch) -> int:
             resource = _json_resource(rs, limits)
         except (TypeError, ValueError, AttributeError) as e:
             raise MalformedOTLP(f"malformed resource: {e}") from None
+        if "scopeSpans" not in rs and ("scope_spans" in rs or "instrumentation_library_spans" in rs):
+            rs = _camelled(rs, "resourceSpans entry")  # snake_case below a camelCase top level
         scope_spans = rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])) or []
         if not isinstance(scope_spans, list):
             raise MalformedOTLP("scopeSpans must be a list")
@@ -192,6 +236,8 @@ def add_json(doc: Any, batch: SpanBatch) -> int:
             for span in spans:
                 seen += 1
                 try:
+                    if "traceId" not in span and "trace_id" in span:  # snake_case below camelCase
+                        span = _camelled(span, "span")
                     status = span.get("status") or {}
                     batch.add_span(
                         trace_id=_json_id(span.get("traceId"), 16),

@@ -120,3 +120,105 @@ def test_missing_file_and_unwritable_lake(tmp_path):
     blocker.write_text("x")
     r = run_cli("import", f, "--dir", blocker / "lake")
     assert r.returncode == 4 and "cannot create lake directory" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("head, code, error", [
+    (b"\n", 0, None),
+    (b"\n\r\n  \n", 0, None),
+    (b'{"resourceSpans": [{"reso\n', 4, "line 1: not valid JSON"),  # a record cut off, then the file went on
+    (b"\n\n{\"resourceSpans\": [\xff]}\n", 4, "line 3: not UTF-8"),
+], ids=["blank", "blanks", "truncated", "blanks-then-bad"])
+def test_a_blank_or_bad_first_line_costs_that_line_only(tmp_path, head, code, error):
+    spans = recorded_trials(4)
+    f = tmp_path / "traces.jsonl"
+    f.write_bytes(head + jsonl(spans))
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == code, r.stdout + r.stderr
+    assert f"imported {len(spans)} spans" in r.stdout
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+    if error:
+        assert error in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # read to its end, bad line included: recorded, so the same bytes are not imported again
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 0 and "skipped: the same content was imported before" in r.stdout
+
+
+def test_a_broken_json_document_is_one_error_not_one_per_line(tmp_path):
+    f = tmp_path / "doc.json"
+    f.write_bytes(json.dumps(encode_json(recorded_trials(2)).to_dict(), indent=2).encode()[:-200])
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 4 and r.stderr.count("error:") == 1 and "not valid JSON" in r.stderr, r.stderr
+
+
+def _damaged_gzip(data: bytes, damage: str) -> bytes:
+    gz = gzip.compress(data)
+    if damage == "truncated":
+        return gz[: len(gz) * 2 // 3]
+    return gz[:-8] + b"\0\0\0\0" + gz[-4:]  # a wrong CRC-32 in the trailer
+
+
+@pytest.mark.parametrize("damage", ["truncated", "crc"])
+def test_a_damaged_gzip_keeps_the_spans_read_before_the_damage(tmp_path, damage):
+    spans = recorded_trials(30)
+    f = tmp_path / "traces.jsonl.gz"
+    f.write_bytes(_damaged_gzip(jsonl(spans), damage))
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+    assert "corrupt or truncated gzip file" in r.stderr and "the spans before the damage were imported" in r.stderr
+    got, want = lake_view(tmp_path / "lake"), expected_view(spans)
+    if damage == "crc":  # only detected at the end: every span was read
+        assert got == want
+    else:
+        assert 0 < len(got) < len(want) and all(got[k] == want[k] for k in got)
+    # the same bytes can never give more: recorded like a file with bad lines
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 0 and "skipped: the same content was imported before" in r.stdout
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "document"])
+def test_json_with_a_utf8_bom_is_json(tmp_path, fmt):
+    spans = recorded_trials(3)
+    data = jsonl(spans) if fmt == "jsonl" else json.dumps(encode_json(spans).to_dict(), indent=2).encode()
+    f = tmp_path / f"traces.{fmt}"
+    f.write_bytes(b"\xef\xbb\xbf" + data)
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 0 and "json, " in r.stdout, r.stdout + r.stderr
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_a_text_file_is_neither_otlp_json_nor_protobuf(tmp_path):
+    f = tmp_path / "app.log"
+    f.write_bytes(b"2026-01-01 12:00:00 INFO started\n2026-01-01 12:00:01 INFO done\n")
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 4 and "Traceback" not in r.stderr
+    assert "neither OTLP JSON" in r.stderr and "nor length-prefixed OTLP protobuf" in r.stderr, r.stderr
+
+
+def test_snake_case_otlp_json_is_imported(tmp_path):
+    from google.protobuf.json_format import MessageToDict
+
+    spans = recorded_trials(3)
+    # proto field names (resource_spans, scope_spans, trace_id, string_value...), base64 ids
+    doc = MessageToDict(encode_proto(spans), preserving_proto_field_name=True)
+    assert "resource_spans" in doc and "trace_id" in doc["resource_spans"][0]["scope_spans"][0]["spans"][0]
+    f = tmp_path / "snake.jsonl"
+    f.write_text(json.dumps(doc) + "\n")
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 0 and f"imported {len(spans)} spans" in r.stdout, r.stdout + r.stderr
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_reimporting_a_grown_file_says_how_many_spans_are_now_stored_twice(tmp_path):
+    spans = recorded_trials(6)
+    lake = tmp_path / "lake"
+    f = tmp_path / "traces.jsonl"
+    f.write_bytes(jsonl(spans[:30]))
+    r = run_cli("import", f, "--dir", lake)
+    assert r.returncode == 0 and "note:" not in r.stdout
+    f.write_bytes(jsonl(spans[:30]) + jsonl(spans[30:]))  # the Collector appended to it
+    r = run_cli("import", f, "--dir", lake)
+    assert r.returncode == 0, r.stderr
+    assert "note: 30 of these spans were already in the lake" in r.stdout, r.stdout
+    assert f"otel-assay compact --dir {lake}" in r.stdout
+    assert run_cli("compact", "--dir", lake, "--grace-seconds", "0").returncode == 0
+    assert lake_view(lake) == expected_view(spans)  # lake_view fails on a duplicate span

@@ -78,3 +78,18 @@ def test_malformed_span_is_rejected_not_fatal(bad):
 def test_malformed_documents(body):
     with pytest.raises(MalformedOTLP):
         add_json(parse_json(body), SpanBatch())
+
+
+def test_snake_case_field_names_are_accepted_at_any_level():
+    snake = {"trace_id": TRACE, "span_id": SPAN, "name": "x", "kind": "SPAN_KIND_CLIENT",
+             "start_time_unix_nano": "1544712660000000000", "end_time_unix_nano": "1544712661000000000",
+             "attributes": [{"key": "gen_ai.request.model", "value": {"string_value": "m"}}],
+             "status": {"code": "STATUS_CODE_ERROR", "message": "boom"}}
+    camel_top = doc([])
+    camel_top["resourceSpans"][0]["scopeSpans"][0]["spans"] = [snake]
+    all_snake = {"resource_spans": [{"resource": {"attributes": [{"key": "service.name", "value": {"string_value": "svc"}}]},
+                                     "scope_spans": [{"scope": {"name": "sc"}, "spans": [snake]}]}]}
+    for d in (camel_top, all_snake):
+        row = one_row(d)
+        assert row["trace_id"] == TRACE.lower() and row["duration_ns"] == 1_000_000_000
+        assert row["model"] == "m" and row["status_code"] == 2 and row["service_name"] == "svc"
