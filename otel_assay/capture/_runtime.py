@@ -25,6 +25,7 @@ import atexit
 import itertools
 import logging
 import os
+import sys
 import threading
 import uuid
 from typing import Any
@@ -53,11 +54,12 @@ def capture_content() -> bool:
 
 
 # ---------------------------------------------------------------- run id / trial registry
+_RUN_ID_FROM_ENV = bool(os.environ.get("OTEL_ASSAY_RUN_ID"))
 _RUN_ID = os.environ.get("OTEL_ASSAY_RUN_ID") or uuid.uuid4().hex
 
 
 def run_id() -> str:
-    """One id per process (or ``OTEL_ASSAY_RUN_ID``)."""
+    """One id per process (a forked child gets its own), or ``OTEL_ASSAY_RUN_ID``."""
     return _RUN_ID
 
 
@@ -103,6 +105,9 @@ class AssayAttributesProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         next(self._ended)
+
+    def reset_count(self) -> None:
+        self._ended = itertools.count()
 
     @property
     def spans_ended(self) -> int:
@@ -274,6 +279,9 @@ def _install() -> Pipeline | None:
         if not _ATEXIT_REGISTERED:
             atexit.register(_at_exit)
             _ATEXIT_REGISTERED = True
+        mp = sys.modules.get("multiprocessing")
+        if mp is not None and mp.parent_process() is not None:
+            _in_multiprocessing_child()  # installed inside a worker (spawned, or forked before install)
         log.debug("otel-assay: capturing to %s (%s, provider %s)", target, kind, "ours" if owned else "the application's")
         return _PIPELINE
 
@@ -353,6 +361,59 @@ def _at_exit() -> None:
         flush()
     except Exception:  # pragma: no cover
         log.exception("otel-assay: flush at exit failed")
+
+
+# ---------------------------------------------------------------- fork
+_FLUSH_EACH_TRIAL = False  # set in multiprocessing.Pool workers
+_CHILD_HOOKED_PID: int | None = None
+
+
+def flush_each_trial() -> bool:
+    return _FLUSH_EACH_TRIAL
+
+
+def _in_multiprocessing_child(_pipeline=None) -> None:
+    """Flush on the way out of a multiprocessing child, which ends with os._exit: atexit
+    handlers never run there, multiprocessing's own finalizers do."""
+    global _CHILD_HOOKED_PID, _FLUSH_EACH_TRIAL
+    if _CHILD_HOOKED_PID == os.getpid():
+        return
+    _CHILD_HOOKED_PID = os.getpid()
+    import multiprocessing
+    import multiprocessing.pool
+    import multiprocessing.util
+    # above the pool's and queues' finalizers (15, 10): write while the worker is intact
+    multiprocessing.util.Finalize(None, _at_exit, exitpriority=20)
+    # Pool.terminate() (what ``with Pool() as p:`` does on exit) SIGTERMs its workers, so
+    # no exit hook runs there: a pool worker writes each trial when it ends
+    _FLUSH_EACH_TRIAL = (getattr(multiprocessing.current_process(), "_target", None)
+                         is multiprocessing.pool.worker)
+
+
+def _after_fork_in_child() -> None:
+    global _LOCK, _RUN_ID
+    # the child is another process: its own run id (unless the user set one for all), so its
+    # auto-indexed trials (counters restart, see trial.py) do not collide with the parent's
+    # or its siblings' under the same (run_id, scenario, version, index)
+    if not _RUN_ID_FROM_ENV:
+        _RUN_ID = uuid.uuid4().hex
+    _LOCK = threading.RLock()  # another thread may have held it at the fork
+    p = _PIPELINE
+    if p is None:
+        return  # installed by the child itself, which then hooks its exit (see _install)
+    # the exporter dropped the parent's buffered spans (and a BatchSpanProcessor its queue):
+    # count only the child's spans, or every flush would report the parent's as missing
+    p.attrs_processor.reset_count()
+    p.retired = {}
+    mpu = sys.modules.get("multiprocessing.util")
+    if mpu is not None:
+        # multiprocessing clears its finalizers in the child after this hook runs and then
+        # calls its after-fork callbacks: register the exit flush from there
+        mpu.register_after_fork(p, _in_multiprocessing_child)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _reset_for_tests() -> None:  # pragma: no cover - only used by in-process unit tests

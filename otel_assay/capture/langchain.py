@@ -220,12 +220,15 @@ class AssayCallbackHandler(_Base):
         r = self._runs.pop(run_id, None)
         if r is None or r.span is None:
             return
-        if type(error).__name__ in _CONTROL_FLOW:  # interrupts / Command(graph=PARENT): not failures
+        # interrupts, Command(graph=PARENT) and a stream the caller stopped reading (GeneratorExit:
+        # break or close(), as Trial.__exit__ treats it) are not failures
+        stopped = type(error).__name__ in _CONTROL_FLOW or isinstance(error, GeneratorExit)
+        if stopped:
             r.span.end()
         else:
             fail(r.span, error)
         if r.trial is not None:
-            r.trial.finish(None if type(error).__name__ in _CONTROL_FLOW else error)
+            r.trial.finish(None if stopped else error)
 
     # ---------------------------------------------------------------- models
     def _llm_start(self, op, serialized, messages, run_id, parent_run_id, metadata, kw):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import os
+import sys
 import threading
 from typing import Any
 
@@ -60,10 +61,21 @@ def _next_index(scenario: str, version: str | None, explicit: int | None) -> int
         return explicit
 
 
+def _after_fork_in_child() -> None:
+    global _INDEX_LOCK
+    # a forked child has its own run id (_runtime), so its auto-indexes start again at 0
+    _INDEX_LOCK = threading.Lock()
+    _NEXT_INDEX.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def current_trial() -> "Trial | None":
     """The trial the current context runs in (None outside any trial)."""
     t = _CURRENT.get()
-    if t is not None:
+    if t is not None and not t._ended:  # a context copied into a thread can outlive its trial
         return t
     span = trace.get_current_span()
     ctx = span.get_span_context()
@@ -104,7 +116,12 @@ class Trial:
                 error_class: str | None = None) -> "Trial":
         """Record the trial's outcome: ``passed`` (pass/fail), an optional ``score`` and an
         optional ``error_class`` (``infrastructure``, ``pre-validation``, ``empty-run``,
-        ``timeout``...; classes the analyzers may exclude from pass rates)."""
+        ``timeout``...; classes the analyzers may exclude from pass rates). Call it before
+        the trial ends (inside the ``with`` block)."""
+        if self._ended:
+            # the trial span is already written: an outcome set now would be lost silently
+            raise RuntimeError(f"otel_assay: outcome() called after trial {self.scenario!r} ended; "
+                               f"call t.outcome(...) inside the `with otel_assay.trial(...)` block")
         if passed is not None:
             self.passed = bool(passed)
         if score is not None:
@@ -130,6 +147,11 @@ class Trial:
     def start(self, *, attach: bool = True) -> "Trial":
         """Open the trial span. ``attach=False`` (used by adapters for implicit trials)
         does not make it the current context; children then pass it as parent."""
+        if self.span is not None:
+            # one trial is one trace: re-entering would leave the first root span open and
+            # its context attached, and overwrite the outcome read from this object
+            raise RuntimeError(f"otel_assay: trial {self.scenario!r} was already entered; a trial can be "
+                               f"entered once: call otel_assay.trial(...) for each trial")
         self.index = _next_index(self.scenario, self.version, self._explicit_index)
         attrs = self.attributes
         span_attrs = dict(attrs)
@@ -198,6 +220,8 @@ class Trial:
             if self._token is not None:
                 otel_context.detach(self._token)
                 self._token = None
+        if _runtime.flush_each_trial():
+            _runtime.flush()  # a multiprocessing.Pool worker may be killed before its exit hooks
 
     def __enter__(self) -> "Trial":
         return self.start()
@@ -245,6 +269,17 @@ def implicit_trial(name: str | None = None) -> Trial | None:
 _THREADS_PATCHED = False
 
 
+def _is_pool_thread(target) -> bool:
+    import concurrent.futures.thread as cft
+    if target is cft._worker:
+        return True
+    mpp = sys.modules.get("multiprocessing.pool")
+    if mpp is None:
+        return False
+    # Pool workers and the Pool's task/result/worker handler threads
+    return target in (mpp.worker, mpp.Pool._handle_workers, mpp.Pool._handle_tasks, mpp.Pool._handle_results)
+
+
 def patch_threads() -> None:
     """Threads started (or executor jobs submitted) inside a trial inherit its context, so
     the spans they create belong to the trial. Frameworks that copy contexts themselves
@@ -260,8 +295,9 @@ def patch_threads() -> None:
     orig_submit = cft.ThreadPoolExecutor.submit
 
     def start(self, *a, **kw):
-        # executor workers outlive the trial: their jobs get the context at submit() instead
-        if current_trial() is not None and getattr(self, "_target", None) is not cft._worker:
+        # pool workers outlive the trial: their jobs get the context at submit() (executors)
+        # or not at all (multiprocessing.pool.ThreadPool, whose handler threads never end)
+        if current_trial() is not None and not _is_pool_thread(getattr(self, "_target", None)):
             ctx = contextvars.copy_context()
             run = self.run
             self.run = lambda: ctx.run(run)  # instance attribute: works for subclasses too

@@ -6,6 +6,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -46,6 +47,10 @@ class ParquetSpanExporter(SpanExporter):
     If a write fails (disk full, permissions) the rows stay buffered and the next flush
     retries; rows are discarded (and counted in ``spans_lost``) only when ``shutdown``
     cannot write them.
+
+    Fork-safe: a forked child starts with an empty buffer and zeroed counters (the parent
+    writes the spans it buffered; the child would write them a second time) and starts
+    its own flush thread on its first span (threads do not survive a fork).
     """
 
     def __init__(
@@ -76,14 +81,20 @@ class ParquetSpanExporter(SpanExporter):
         self.last_error: str | None = None
         self._shutdown = False
         self._stop = threading.Event()
-        self._timer = threading.Thread(target=self._age_flusher, name="otel-assay-parquet-flush", daemon=True)
-        self._timer.start()
+        self._timer: threading.Thread | None = None
+        self._start_timer()
+        if hasattr(os, "register_at_fork"):
+            # weak: the hook cannot be unregistered and must not keep the exporter alive
+            reinit = weakref.WeakMethod(self._after_fork_in_child)
+            os.register_at_fork(after_in_child=lambda: (m := reinit()) is not None and m())
 
     # ----------------------------------------------------------- SpanExporter API
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._shutdown:
             return SpanExportResult.FAILURE
         with self._lock:
+            if self._timer is None:  # first span in a forked child
+                self._start_timer()
             batch = self._batch
             before = batch.rejected
             add = batch.add_sdk_span
@@ -105,7 +116,8 @@ class ParquetSpanExporter(SpanExporter):
         if self._shutdown:
             return
         self._stop.set()
-        self._timer.join(timeout=5)
+        if self._timer is not None:
+            self._timer.join(timeout=5)
         ok = self._flush()
         self._shutdown = True
         if not ok:
@@ -116,6 +128,23 @@ class ParquetSpanExporter(SpanExporter):
                 self._batch = SpanBatch(self.limits)
 
     # ----------------------------------------------------------- internals
+    def _start_timer(self) -> None:
+        self._timer = threading.Thread(target=self._age_flusher, name="otel-assay-parquet-flush", daemon=True)
+        self._timer.start()
+
+    def _after_fork_in_child(self) -> None:
+        # only the forking thread survives: locks another thread held would stay held, the
+        # flush thread is gone, and the buffered rows are the parent's to write
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._batch = SpanBatch(self.limits)
+        self._oldest = None
+        self.spans_received = self.spans_written = self.spans_rejected = self.spans_lost = 0
+        self.files_written = 0
+        self.last_error = None
+        self._stop = threading.Event()
+        self._timer = None  # started by the child's first export(), not in the fork hook
+
     def _resource(self, res) -> Resource:
         hit = self._resources.get(id(res))
         if hit is not None and hit[0] is res:

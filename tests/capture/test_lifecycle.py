@@ -1,0 +1,109 @@
+"""Trial lifecycle edge cases (real LangGraph, scripted offline model, real lake): forked
+multiprocessing children, a trial entered twice, a late outcome, a stream the caller stops
+reading, threads that outlive the trial they were started in."""
+
+import threading
+from collections import Counter
+from http.server import ThreadingHTTPServer
+
+import pytest
+
+from ._helpers import need  # noqa: E402
+
+need("langgraph")
+
+from ._helpers import query, root, run_script, spans, trial_spans  # noqa: E402
+
+
+def test_forked_children_write_their_trials_once(tmp_path):
+    lake = tmp_path / "lake"
+    # a large flush age: only flushes on demand, at trial end in pool workers and at exit write
+    p = run_script("lifecycle_run.py", lake, "fork", env={"OTEL_ASSAY_FLUSH_SECONDS": "3600"})
+    assert "FLUSHED True" in p.stdout
+    assert "otel-assay" not in p.stderr, p.stderr  # no "produced but not written" gap in any process
+    counts = {sc: len(trial_spans(lake, sc)) for sc in ("parent", "pool", "process", "age")}
+    # Pool workers (terminated by `with Pool()`), Process children (exit through os._exit),
+    # a child that flushed mid-way, and one whose flush thread wrote before os._exit
+    assert counts == {"parent": 1, "pool": 4, "process": 3, "age": 1}
+    # the parent's spans, buffered when the children forked, are written once
+    dup = query(lake, "SELECT span_id, count(*) AS n FROM spans GROUP BY 1 HAVING n > 1")
+    assert dup == []
+    (parent,) = trial_spans(lake, "parent")
+    assert len(parent) == 5  # trial, agent, chat, tool, chat
+    # every child has its own run id, so no two trials share (run_id, scenario, version, index)
+    keys = query(lake, "SELECT run_id, scenario, version, trial_index, count(*) AS n FROM trials GROUP BY ALL")
+    assert len(keys) == 9 and all(k["n"] == 1 for k in keys)
+    assert len({k["run_id"] for k in keys}) >= 4  # parent, 1-2 pool workers, 3 processes
+    for sc in ("pool", "process", "age"):
+        for tr in trial_spans(lake, sc):
+            assert len(tr) == 5 and root(tr)["outcome"] == "pass"
+            assert {s["run_id"] for s in tr} == {root(tr)["run_id"]}
+
+
+def test_forked_children_export_otlp_once(tmp_path):
+    # behind a BatchSpanProcessor (which resets its own queue and thread in a child) the
+    # children's spans still need the exit / per-trial flush
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from .test_core import _OTLPSink
+    _OTLPSink.bodies = []
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _OTLPSink)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        p = run_script("lifecycle_run.py", tmp_path / "lake", "fork", env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{srv.server_address[1]}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_ASSAY_EXPORTER": "otlp"})
+    finally:
+        srv.shutdown()
+    assert "FLUSHED True" in p.stdout
+    names = Counter(s.name for _, _, body in _OTLPSink.bodies
+                    for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+                    for ss in rs.scope_spans for s in ss.spans)
+    assert {n: c for n, c in names.items() if n.startswith("assay.trial")} == {
+        "assay.trial parent": 1, "assay.trial pool": 4, "assay.trial process": 3, "assay.trial age": 1}
+    assert names["invoke_agent calc"] == 9
+
+
+def test_trial_entered_twice_or_outcome_after_end_raise(tmp_path):
+    lake = tmp_path / "lake"
+    p = run_script("lifecycle_run.py", lake, "misuse")
+    assert "REENTER otel_assay: trial 'reused' was already entered" in p.stdout
+    assert "call otel_assay.trial(...) for each trial" in p.stdout
+    assert "LATE OUTCOME otel_assay: outcome() called after trial 'reused' ended" in p.stdout
+    assert "CURRENT SPAN VALID False" in p.stdout
+    (tr,) = trial_spans(lake, "reused")
+    assert root(tr)["outcome"] == "pass"
+    assert len(spans(lake, "name = 'assay.trial reused'")) == 1
+
+
+@pytest.mark.parametrize("implicit", [False, True])
+def test_stream_stopped_early_is_not_an_error(tmp_path, implicit):
+    lake = tmp_path / "lake"
+    run_script("lifecycle_run.py", lake, "stream", env={"OTEL_ASSAY_SCENARIO": "stream-implicit" if implicit else None})
+    scenarios = ["stream-implicit"] if implicit else ["stream-break", "stream-close"]
+    for sc in scenarios:
+        (tr,) = trial_spans(lake, sc)
+        agent = [s for s in tr if s["name"] == "invoke_agent calc"]
+        assert len(agent) == 1 and agent[0]["status_code"] != 2 and agent[0]["error_type"] is None
+        r = root(tr)
+        assert (r["outcome"], r["error_class"], r["status_code"]) == ("pass", None, 0)
+
+
+def test_threads_outliving_a_trial_do_not_carry_it(tmp_path):
+    lake = tmp_path / "lake"
+    p = run_script("lifecycle_run.py", lake, "threads")
+    assert "BG IN TRIAL 0 True" in p.stdout
+    # a worker started in trial 0 is not in trial 1, nor in a trial after both ended
+    assert "BG IN TRIAL 1 False" in p.stdout and "BG AFTER TRIALS False" in p.stdout
+    traces = trial_spans(lake, "threads")
+    assert len(traces) == 2
+    for i, tr in enumerate(traces):
+        args = {s["attributes"].get("gen_ai.tool.call.arguments") for s in tr}
+        # a thread living within the trial still belongs to it
+        assert f'{{"tag": "thread-{i}"}}' in args
+        # multiprocessing.pool.ThreadPool workers are long-lived: first started inside
+        # trial 0, they must not carry it into trial 1 (or anything after)
+        assert not any("tp-" in (a or "") for a in args)
+    tp = spans(lake, "attributes['gen_ai.tool.call.arguments'] LIKE '%tp-%'")
+    assert len(tp) == 2 and all(s["scenario"] is None for s in tp)
