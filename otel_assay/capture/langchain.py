@@ -70,15 +70,16 @@ _CACHE_MAX = 4096  # cached message / tool-definition JSON strings (entries hold
 
 
 class _Run:
-    __slots__ = ("span", "parent", "trial", "kind", "node")
+    __slots__ = ("span", "parent", "trial", "kind", "node", "root")
 
-    def __init__(self, span, parent, trial=None, kind="", node=None):
+    def __init__(self, span, parent, trial=None, kind="", node=None, root=None):
         self.span = span        # our span for this run, or None for plumbing
         self.parent = parent    # nearest span at or above this run (what children attach to;
                                 # for an LLM run, which has no span yet, its own parent)
         self.trial = trial      # implicit trial opened at this (root) run
         self.kind = kind
         self.node = node
+        self.root = root        # run id of the graph invocation this run belongs to
 
 
 class _LLMRun(_Run):
@@ -101,8 +102,8 @@ class _LLMRun(_Run):
 
     __slots__ = ("name", "attrs", "start", "delegated", "live", "prev")
 
-    def __init__(self, name, attrs, parent, kind):
-        self.span, self.parent, self.trial, self.kind, self.node = None, parent, None, kind, None
+    def __init__(self, name, attrs, parent, kind, root=None):
+        self.span, self.parent, self.trial, self.kind, self.node, self.root = None, parent, None, kind, None, root
         self.name, self.attrs, self.start = name, attrs, time.time_ns()
         self.delegated, self.live, self.prev = False, True, None
 
@@ -177,9 +178,9 @@ class AssayCallbackHandler(_Base):
                     semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT, semconv.GEN_AI_AGENT_NAME: name,
                     semconv.ASSAY_STEP_KIND: "agent", semconv.ASSAY_FRAMEWORK: FRAMEWORK,
                     semconv.ASSAY_GRAPH_NODE: md.get("langgraph_node")}, parent=parent_run.parent)
-                self._runs[run_id] = _Run(span, span, kind="agent")
+                self._runs[run_id] = _Run(span, span, kind="agent", root=parent_run.root)
             else:
-                self._runs[run_id] = _Run(None, parent_run.parent)
+                self._runs[run_id] = _Run(None, parent_run.parent, root=parent_run.root)
             return
         if parent_run_id is not None:  # parent unknown (handler added mid-run): plumbing
             self._runs[run_id] = _Run(None, None)
@@ -196,12 +197,37 @@ class AssayCallbackHandler(_Base):
             except Exception:
                 pass
         span = start_span(f"invoke_agent {name}", attrs, parent=t.span if t else None)
-        self._runs[run_id] = _Run(span, span, trial=t, kind="agent")
+        self._runs[run_id] = _Run(span, span, trial=t, kind="agent", root=run_id)
+
+    def _end_abandoned(self, root_id, error: BaseException | None) -> None:
+        """End the steps of a graph invocation that are still open when it ends.
+
+        A step cancelled mid-flight (asyncio timeout, a sibling node failing in a fan-out)
+        gets no callback: tools catch only Exception, and a model's error callback runs in
+        a task that is itself cancelled. Its tool or model call did happen, so it is
+        recorded, as failed, rather than lost (which would also hide the work from the
+        timeout-with-work error class)."""
+        stale = [rid for rid, r in self._runs.items() if r.root == root_id]
+        # cancelled, not failed by itself: the run's own error is on the run's span
+        ended = f"the graph run ended ({type(error).__name__})" if error is not None else "the graph run ended"
+        for rid in stale:
+            r = self._runs.pop(rid)
+            if isinstance(r, _LLMRun):
+                _release(r)
+                if not r.delegated:
+                    fail(start_span(r.name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start),
+                         type_name="CancelledError", message=f"{ended} before this model call finished")
+            elif r.span is not None and r.kind == "tool":
+                fail(r.span, type_name="CancelledError", message=f"{ended} before this tool call finished")
+            elif r.span is not None:
+                r.span.end()
 
     def on_chain_end(self, outputs, *, run_id, **kw):
         r = self._runs.pop(run_id, None)
         if r is None or r.span is None:
             return
+        if r.root == run_id:
+            self._end_abandoned(run_id, None)
         if r.trial is not None or r.kind == "agent":
             if _runtime.capture_content() and isinstance(outputs, dict):
                 msgs = outputs.get("messages")
@@ -220,6 +246,8 @@ class AssayCallbackHandler(_Base):
         r = self._runs.pop(run_id, None)
         if r is None or r.span is None:
             return
+        if r.root == run_id:
+            self._end_abandoned(run_id, error)
         # interrupts, Command(graph=PARENT) and a stream the caller stopped reading (GeneratorExit:
         # break or close(), as Trial.__exit__ treats it) are not failures
         stopped = type(error).__name__ in _CONTROL_FLOW or isinstance(error, GeneratorExit)
@@ -253,7 +281,8 @@ class AssayCallbackHandler(_Base):
         parent = parent_run.parent if parent_run is not None else None
         if parent is None:  # the context of the start, not of the end
             parent = otel_context.get_current()
-        run = _LLMRun(f"{op} {model}" if model else op, attrs, parent, "llm" if model else "llm?")
+        run = _LLMRun(f"{op} {model}" if model else op, attrs, parent, "llm" if model else "llm?",
+                      root=parent_run.root if parent_run is not None else None)
         current = _LLM.get()
         outer = parent_run if isinstance(parent_run, _LLMRun) else _live(current)
         if outer is not None:
@@ -353,7 +382,8 @@ class AssayCallbackHandler(_Base):
         if _runtime.capture_content():
             attrs[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = args_json(inputs if inputs is not None else input_str)
         span = start_span(f"execute_tool {name}", attrs, parent=self._parent(parent_run_id))
-        self._runs[run_id] = _Run(span, span, kind="tool")
+        parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        self._runs[run_id] = _Run(span, span, kind="tool", root=parent_run.root if parent_run is not None else None)
 
     def on_tool_end(self, output, *, run_id, **kw):
         r = self._runs.pop(run_id, None)

@@ -114,6 +114,27 @@ def test_async_stream_and_prebuilt(lake, scenario, tool, args):
     assert all(s["scenario"] == scenario for s in tr)
 
 
+def test_steps_cut_off_by_cancellation_are_recorded_failed(lake):
+    """A timeout or a failing sibling node cancels a step mid-call; LangChain sends no callback
+    for it, but the call happened: it is a failed step, so a timeout after a tool call is a
+    timeout-with-work trial that counts, not a lost step."""
+    tr = one(lake, "timeout-mid-tool")
+    assert [n for n, _ in steps(tr)] == ["invoke_agent slow", "chat scripted-1", "execute_tool slow_lookup"]
+    tool = next(s for s in tr if s["op"] == "execute_tool")
+    assert tool["status_code"] == 2 and tool["error_type"] == "CancelledError"
+    assert parent_of(tr, tool)["name"] == "invoke_agent slow"
+    from ._helpers import query
+    (row,) = query(lake, "SELECT n_tool, error_class, counted FROM trials WHERE scenario = 'timeout-mid-tool'")
+    assert (row["n_tool"], row["error_class"], row["counted"]) == (1, "timeout", True)
+
+    tr = one(lake, "fan-out-cancelled")
+    cancelled = [s for s in tr if s["op"] in ("execute_tool", "chat")]
+    assert sorted(s["op"] for s in cancelled) == ["chat", "execute_tool"]
+    assert all(s["status_code"] == 2 and s["error_type"] == "CancelledError" for s in cancelled)
+    assert "node b failed" not in " ".join(s["status_message"] or "" for s in cancelled)
+    assert root(tr)["status_code"] == 2
+
+
 def test_threads_and_foreign_spans_inherit_the_trial(lake):
     tr = one(lake, "thread")
     r = root(tr)

@@ -127,6 +127,61 @@ async def run_async():
 
 asyncio.run(run_async())
 
+
+# steps cut off by cancellation get no LangChain callback; they are still recorded (failed)
+@tool
+async def slow_lookup(order_id: str) -> str:
+    """Look up an order in a slow system."""
+    await asyncio.sleep(30)
+    return "never"
+
+
+class SlowChat(ScriptedChat):
+    async def _agenerate(self, *a, **kw):
+        await asyncio.sleep(30)
+        return await super()._agenerate(*a, **kw)
+
+
+async def timeout_mid_tool():
+    app = react_graph([call("slow_lookup", {"order_id": "T1"}, "st1"), text("late")], [slow_lookup], "slow",
+                      is_async=True)
+    try:
+        async with otel_assay.trial("timeout-mid-tool", version="v1"):
+            await asyncio.wait_for(app.ainvoke(q("where is T1?")), 0.5)
+    except asyncio.TimeoutError:
+        pass
+
+
+async def node_slow_tool(s):
+    await slow_lookup.ainvoke({"order_id": "F1"})
+    return {}
+
+
+async def node_slow_model(s):
+    await SlowChat(messages=iter([text("x")])).ainvoke(s["messages"])
+    return {}
+
+
+async def node_fails(s):
+    await asyncio.sleep(0.2)
+    raise RuntimeError("node b failed")
+
+
+async def fan_out_cancelled():
+    g = StateGraph(MessagesState)
+    for name, fn in (("a_tool", node_slow_tool), ("a_model", node_slow_model), ("b", node_fails)):
+        g.add_node(name, fn)
+        g.add_edge(START, name)
+    try:
+        async with otel_assay.trial("fan-out-cancelled", version="v1"):
+            await g.compile(name="fanout").ainvoke(q("x"))
+    except RuntimeError:
+        pass
+
+
+asyncio.run(timeout_mid_tool())
+asyncio.run(fan_out_cancelled())
+
 app = react_graph([call("add", {"a": 4, "b": 4}, "s1"), text("8")], [add], "calc")
 with otel_assay.trial("stream", version="v1") as t:
     chunks = list(app.stream(q("4+4"), stream_mode="updates"))
