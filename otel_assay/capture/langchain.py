@@ -28,6 +28,7 @@ from typing import Any
 from uuid import UUID
 
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from .. import semconv
 from . import _runtime
@@ -70,7 +71,7 @@ _CACHE_MAX = 4096  # cached message / tool-definition JSON strings (entries hold
 
 
 class _Run:
-    __slots__ = ("span", "parent", "trial", "kind", "node", "root")
+    __slots__ = ("span", "parent", "trial", "kind", "node", "root", "token")
 
     def __init__(self, span, parent, trial=None, kind="", node=None, root=None):
         self.span = span        # our span for this run, or None for plumbing
@@ -80,6 +81,7 @@ class _Run:
         self.kind = kind
         self.node = node
         self.root = root        # run id of the graph invocation this run belongs to
+        self.token = None       # context token while the run's span is the current span
 
 
 class _LLMRun(_Run):
@@ -112,6 +114,15 @@ def _live(r):
     while r is not None and not r.live:
         r = r.prev
     return r
+
+
+def _detach(r) -> None:
+    if r.token is not None:
+        token, r.token = r.token, None
+        try:
+            otel_context.detach(token)
+        except Exception:  # ended in another context (a cancelled task): nothing to restore there
+            pass
 
 
 def _release(r) -> None:
@@ -383,12 +394,18 @@ class AssayCallbackHandler(_Base):
             attrs[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = args_json(inputs if inputs is not None else input_str)
         span = start_span(f"execute_tool {name}", attrs, parent=self._parent(parent_run_id))
         parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
-        self._runs[run_id] = _Run(span, span, kind="tool", root=parent_run.root if parent_run is not None else None)
+        run = _Run(span, span, kind="tool", root=parent_run.root if parent_run is not None else None)
+        # the tool's body runs between this callback and its end, in this context (LangChain
+        # copies it for the body after on_tool_start; the handler runs inline): spans the
+        # tool makes (other instrumentation, @otel_assay.step) become its children
+        run.token = otel_context.attach(trace.set_span_in_context(span))
+        self._runs[run_id] = run
 
     def on_tool_end(self, output, *, run_id, **kw):
         r = self._runs.pop(run_id, None)
         if r is None:
             return
+        _detach(r)
         span = r.span
         content = getattr(output, "content", output)
         if getattr(output, "tool_call_id", None) and not span.attributes.get(semconv.GEN_AI_TOOL_CALL_ID):
@@ -403,6 +420,7 @@ class AssayCallbackHandler(_Base):
     def on_tool_error(self, error, *, run_id, **kw):
         r = self._runs.pop(run_id, None)
         if r is not None:
+            _detach(r)
             fail(r.span, error)
 
 

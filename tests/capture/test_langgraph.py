@@ -143,8 +143,17 @@ def test_threads_and_foreign_spans_inherit_the_trial(lake):
                      "GET /status", "chat scripted-1"]
     foreign = next(s for s in tr if s["name"] == "GET /status")
     assert foreign["scope_name"] == "foreign.http"
+    assert parent_of(tr, foreign)["name"] == "execute_tool fetch"  # made inside the tool
     assert (foreign["scenario"], foreign["trial_index"], foreign["run_id"]) == ("thread", 0, r["run_id"])
     assert r["outcome"] == "pass"
+
+
+def test_step_recorded_inside_a_tool_is_its_child(lake):
+    tr = one(lake, "step-in-tool")
+    assert steps(tr) == [("invoke_agent stock", "assay.trial step-in-tool"), ("chat scripted-1", "invoke_agent stock"),
+                         ("execute_tool availability", "invoke_agent stock"),
+                         ("execute_tool check_stock", "execute_tool availability"),
+                         ("chat scripted-1", "invoke_agent stock")]
 
 
 def test_index_increments_per_scenario_and_version(lake):

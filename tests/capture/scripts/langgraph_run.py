@@ -215,6 +215,24 @@ with otel_assay.trial("thread", version="v1") as t:
     th.join()
     t.outcome(passed=box["out"]["messages"][-1].content == "ok")
 
+
+
+# a hand-recorded step inside a LangGraph tool is the tool span's child
+@otel_assay.step(kind="tool")
+def check_stock(sku):
+    return "in stock"
+
+
+@tool
+def availability(sku: str) -> str:
+    """Check availability."""
+    return check_stock(sku)
+
+
+app = react_graph([call("availability", {"sku": "S1"}, "v1"), text("yes")], [availability], "stock")
+with otel_assay.trial("step-in-tool", version="v1") as t:
+    t.outcome(passed=app.invoke(q("in stock?"))["messages"][-1].content == "yes")
+
 # 7. index auto-increments per (scenario, version); an explicit run id
 for i in range(3):
     app = react_graph([text(f"hello {i}")], [add], "greeter")
