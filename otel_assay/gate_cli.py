@@ -17,8 +17,13 @@ import click
 from .errors import DataError, UsageError
 
 UNIT = click.FloatRange(0, 1, min_open=True, max_open=True)
-SEL_HELP = ("key=value[,key=value] over the trials; keys: version, scenario, run, model, outcome. "
-            "Example: version=v2,model=gpt-4o")
+SEL_HELP = ("key=value[,key=value] over the trials; keys: version, scenario, run, model, outcome; "
+            "repeating the option adds conditions. Example: version=v2,model=gpt-4o")
+
+
+def _selector(ctx, param, values) -> str | None:
+    # repeated: all conditions hold (as one comma-separated selector), not the last one silently
+    return ",".join(values) if values else None
 
 
 def _lake_argument(f):
@@ -31,8 +36,9 @@ def _common_options(f):
         click.option("--config", "config_path", type=click.Path(dir_okay=False),
                      help="Gate configuration (YAML; `otel-assay init` writes a starter). Default: α=0.05, "
                           "β=0.10, δ=0.10, Holm correction, no threshold, no coverage minimum."),
-        click.option("--baseline", metavar="SEL", help=f"Baseline trials. {SEL_HELP}"),
-        click.option("--candidate", metavar="SEL", help="Candidate trials (same form). With neither selector, a "
+        click.option("--baseline", metavar="SEL", multiple=True, callback=_selector, help=f"Baseline trials. {SEL_HELP}"),
+        click.option("--candidate", metavar="SEL", multiple=True, callback=_selector,
+                     help="Candidate trials (same form). With neither selector, a "
                                                         "lake with exactly two versions compares the older "
                                                         "(baseline) with the newer."),
         click.option("--baseline-lake", type=click.Path(), metavar="DIR",
@@ -213,7 +219,8 @@ def report(ctx, lake, json_path, junit_path, html_path, **kw):
 
 @click.command()
 @_lake_argument
-@click.option("--select", "select", metavar="SEL", help=f"The trials to judge. {SEL_HELP}")
+@click.option("--select", "select", metavar="SEL", multiple=True, callback=_selector,
+              help=f"The trials to judge. {SEL_HELP}")
 @click.option("--threshold", type=UNIT, help="Pass-rate bar θ (required here or in the config).")
 @click.option("--alpha", type=UNIT, help="Error rate: the interval is at level 1-α.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Gate configuration (YAML).")

@@ -170,6 +170,8 @@ def _parse_floors(floors) -> dict[str, float]:
             v = float(value if sep else name)
         except ValueError:
             raise UsageError(f"--floor {f!r}: give a number or NAME=NUMBER") from None
+        if not 0 <= v <= 1:  # sub-scores are in [0, 1]: a floor outside flags all or none
+            raise UsageError(f"--floor {f!r}: a floor is between 0 and 1")
         for n in names:
             if n not in STABILITY_SCORES:
                 raise UsageError(f"--floor {f!r}: unknown sub-score {n!r}; use one of {', '.join(STABILITY_SCORES)}")

@@ -86,5 +86,6 @@ def select_trials(engine, selection: Selection, table: str = "selected_trials") 
     found = []
     for key in dict(selection.pairs):
         rows = engine.rows(_FOUND_SQL[key])
-        found.append(f"{key}: " + ", ".join(f"{'(none)' if v is None else v} ({n})" for v, n in rows))
+        found.append(f"{key}: " + (", ".join(f"{'(none)' if v is None else v} ({n})" for v, n in rows)
+                                   or "none recorded"))
     raise NoTrialsError(f"no trials match {selection}; the lake has {total} trials, with " + "; ".join(found))

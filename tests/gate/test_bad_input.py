@@ -141,3 +141,12 @@ def test_emitting_into_a_lake_given_as_a_glob_is_refused(small_lake):
     _check(cli("gate", glob, "--baseline", "version=v1", "--candidate", "version=v2", "--emit-otel", "lake"), 3,
            "is not one")
     assert not [p for p in (small_lake / "spans").iterdir() if "*" in p.name]  # no directory named after the glob
+
+
+def test_repeated_selectors_all_hold(small_lake):
+    """--candidate version=v2 --candidate scenario=nope is both conditions, not the last one."""
+    ok = cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2", "--candidate", "scenario=s1")
+    assert ok.returncode in (0, 1, 2) and "Traceback" not in ok.stderr, ok.stderr
+    assert "version=v2,scenario=s1" in ok.stdout
+    _check(cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2", "--candidate",
+               "scenario=nope"), 4, "version=v2,scenario=nope")
