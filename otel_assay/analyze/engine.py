@@ -161,6 +161,12 @@ class Engine:
                     bad.append(f"{p}: {problem}")
         if bad:
             more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
+            sources = [p for paths in self.files.values() for p in paths]
+            if sources and all(not str(p).endswith(".parquet") for p in sources):
+                # a span export (OTLP JSON, protobuf) given where a lake goes
+                raise LakeError("not a span lake: " + ", ".join(map(str, sources[:3])) + more +
+                                "\nspan files from other exporters go into a lake first: "
+                                "otel-assay import FILE... --dir LAKE, then run this on LAKE")
             raise LakeError("unreadable files in the lake:\n  " + "\n  ".join(bad[:5]) + more +
                             "\nmove them out of the lake (or restore them from a backup) and run again")
 

@@ -71,6 +71,13 @@ def test_missing_lake_exits_4(capsys, tmp_path):
     assert code == 4 and "does not exist" in err
 
 
+def test_an_exported_span_file_given_as_the_lake_points_to_import(capsys, tmp_path):
+    f = tmp_path / "traces.jsonl"
+    f.write_text('{"resourceSpans": []}\n')
+    code, _, err = run(capsys, "trials", str(f))
+    assert code == 4 and "not a span lake" in err and "otel-assay import" in err
+
+
 @pytest.mark.parametrize("command", ["steps", "trials", "fingerprint", "coverage", "stability", "pass-rates"])
 def test_every_command_runs(capsys, lake, command):
     code, out, err = run(capsys, command, str(lake), "--format", "json")
