@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import time
 from pathlib import Path
@@ -178,7 +177,7 @@ def main() -> None:
 
     with Engine(lake, threads=args.threads, memory_limit=args.memory_limit) as eng:
         t = time.perf_counter()
-        floor = eng.query("SELECT count(*) AS n FROM (SELECT trace_id, count(*), min(start_time_unix_nano), "
+        eng.query("SELECT count(*) AS n FROM (SELECT trace_id, count(*), min(start_time_unix_nano), "
                           "max(start_time_unix_nano + duration_ns), sum(input_tokens) FROM spans GROUP BY trace_id)")
         floor_s = time.perf_counter() - t
         n_spans = eng.query("SELECT count(*) AS n FROM spans")["n"][0].as_py()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from .errors import DataError, UsageError
+from .errors import UsageError
 
 UNIT = click.FloatRange(0, 1, min_open=True, max_open=True)
 SEL_HELP = ("key=value[,key=value] over the trials; keys: version, scenario, run, model, outcome; "

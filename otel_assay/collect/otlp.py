@@ -12,7 +12,6 @@ import binascii
 import json
 from typing import Any, Iterator
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from .schema import Limits, Resource, SpanBatch, make_resource
 

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 SEP = "\x1f"  # joins a trial's tool names for the call_order pattern; not a character tool names use

@@ -3,10 +3,14 @@ tracer provider can be set once per process) and read the lake back with the rea
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -30,6 +34,34 @@ def run_script(script: str, lake: Path, *args: str, env: dict | None = None, tim
     if check and p.returncode != 0:
         raise AssertionError(f"{script} exited {p.returncode}\nstdout:\n{p.stdout[-4000:]}\nstderr:\n{p.stderr[-8000:]}")
     return p
+
+
+@contextlib.contextmanager
+def otlp_sink():
+    """A loopback OTLP/HTTP endpoint that accepts every export; yields (endpoint URL, list of
+    (path, content type, decompressed body)) received."""
+    bodies: list = []
+
+    class Sink(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_POST(self):
+            data = self.rfile.read(int(self.headers.get("content-length", 0)))
+            if self.headers.get("content-encoding") == "gzip":
+                data = gzip.decompress(data)
+            bodies.append((self.path, self.headers.get("content-type"), data))
+            self.send_response(200)
+            self.send_header("content-type", "application/x-protobuf")
+            self.end_headers()
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}", bodies
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 _ENGINES: dict = {}

@@ -1,15 +1,12 @@
 """Trial API, generic steps, provider policy, export paths. No agent framework needed."""
 
-import gzip
 import json
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from ._helpers import REPO, jload, query, root, run_script, spans, steps, trial_spans
+from ._helpers import REPO, jload, otlp_sink, query, root, run_script, spans, steps, trial_spans
 
 
 def test_import_is_cheap_and_imports_no_framework():
@@ -134,41 +131,19 @@ def test_uninstrument(tmp_path):
     assert len(tr) == 1
 
 
-class _OTLPSink(BaseHTTPRequestHandler):
-    bodies: list = []
-
-    def log_message(self, *a):
-        pass
-
-    def do_POST(self):
-        data = self.rfile.read(int(self.headers.get("content-length", 0)))
-        if self.headers.get("content-encoding") == "gzip":
-            data = gzip.decompress(data)
-        type(self).bodies.append((self.path, self.headers.get("content-type"), data))
-        self.send_response(200)
-        self.send_header("content-type", "application/x-protobuf")
-        self.end_headers()
-
-
 def test_otlp_exporter_to_a_collector(tmp_path):
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-    _OTLPSink.bodies = []
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _OTLPSink)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with otlp_sink() as (endpoint, bodies):
         lake = tmp_path / "lake"
-        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{srv.server_address[1]}",
-               "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}
         p = run_script("core_run.py", lake, "otlp", env=env)
         # run_script sets OTEL_ASSAY_DIR; with it set, OTEL_ASSAY_EXPORTER=otlp selects OTLP explicitly
         assert json.loads(p.stdout.strip().splitlines()[-1])["exporter"] == "parquet"
         p = run_script("core_run.py", lake, "otlp", env={**env, "OTEL_ASSAY_EXPORTER": "otlp"})
         assert json.loads(p.stdout.strip().splitlines()[-1])["exporter"] == "otlp"
-    finally:
-        srv.shutdown()
     names = {}
-    for path, ctype, body in _OTLPSink.bodies:
+    for path, ctype, body in bodies:
         assert path == "/v1/traces" and ctype == "application/x-protobuf"
         req = ExportTraceServiceRequest.FromString(body)
         for rs in req.resource_spans:

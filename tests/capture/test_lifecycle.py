@@ -2,9 +2,7 @@
 multiprocessing children, a trial entered twice, a late outcome, a stream the caller stops
 reading, threads that outlive the trial they were started in."""
 
-import threading
 from collections import Counter
-from http.server import ThreadingHTTPServer
 
 import pytest
 
@@ -12,7 +10,7 @@ from ._helpers import need  # noqa: E402
 
 need("langgraph")
 
-from ._helpers import query, root, run_script, spans, trial_spans  # noqa: E402
+from ._helpers import otlp_sink, query, root, run_script, spans, trial_spans  # noqa: E402
 
 
 def test_forked_children_write_their_trials_once(tmp_path):
@@ -46,18 +44,12 @@ def test_forked_children_export_otlp_once(tmp_path):
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-    from .test_core import _OTLPSink
-    _OTLPSink.bodies = []
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _OTLPSink)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with otlp_sink() as (endpoint, bodies):
         p = run_script("lifecycle_run.py", tmp_path / "lake", "fork", env={
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{srv.server_address[1]}",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_ASSAY_EXPORTER": "otlp"})
-    finally:
-        srv.shutdown()
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_ASSAY_EXPORTER": "otlp"})
     assert "FLUSHED True" in p.stdout
-    names = Counter(s.name for _, _, body in _OTLPSink.bodies
+    names = Counter(s.name for _, _, body in bodies
                     for rs in ExportTraceServiceRequest.FromString(body).resource_spans
                     for ss in rs.scope_spans for s in ss.spans)
     assert {n: c for n, c in names.items() if n.startswith("assay.trial")} == {

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from otel_assay.errors import UsageError
-from otel_assay.live.mutation import AgentConfig, generate_mutants, run_mutation
+from otel_assay.live.mutation import generate_mutants, run_mutation
 from otel_assay.live.scenarios import parse_scenarios
 
 from .mutation_agents import CONFIG, make_agent, pass_probability

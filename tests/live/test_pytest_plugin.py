@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-import pytest
 
 pytest_plugins = ["pytester"]
 
