@@ -206,7 +206,7 @@ def lake_dir() -> str:
     return os.environ.get("OTEL_ASSAY_DIR") or "./traces"
 
 
-def _make_export(kind: str):
+def _make_export(kind: str, lake: str | os.PathLike | None = None):
     if kind == "otlp":
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
@@ -228,8 +228,10 @@ def _make_export(kind: str):
                   or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "(default endpoint)")
         return exporter, processor, target
     from ..collect.exporter import ParquetSpanExporter
-    directory = lake_dir()
-    exporter = ParquetSpanExporter(directory)
+    directory = lake if lake is not None else lake_dir()
+    # the default lake appears with the first span: importing otel_assay.auto in a module
+    # that `otel-assay run --dir X` loads must not leave an empty ./traces behind
+    exporter = ParquetSpanExporter(directory, create=lake is not None)
     return exporter, DirectExportProcessor(exporter), os.path.abspath(directory)
 
 
@@ -253,7 +255,8 @@ def pipeline() -> Pipeline | None:
     return _install()
 
 
-def _install() -> Pipeline | None:
+def _install(lake: str | os.PathLike | None = None) -> Pipeline | None:
+    """Install the pipeline; ``lake`` (from :func:`use_lake`) means Parquet into that lake."""
     global _PIPELINE, _ATEXIT_REGISTERED
     with _LOCK:
         if _PIPELINE is not None:
@@ -270,8 +273,8 @@ def _install() -> Pipeline | None:
                 log.warning("otel-assay: the global tracer provider (%s) is not an SDK TracerProvider; "
                             "otel-assay records only its own spans", type(current).__name__)
             owned = True
-        kind = exporter_kind()
-        exporter, export_processor, target = _make_export(kind)
+        kind = "parquet" if lake is not None else exporter_kind()
+        exporter, export_processor, target = _make_export(kind, lake)
         attrs_processor = AssayAttributesProcessor()
         provider.add_span_processor(attrs_processor)
         provider.add_span_processor(export_processor)
@@ -327,10 +330,14 @@ def flush(timeout_s: float = 30.0) -> bool:
 def use_lake(directory: str | os.PathLike) -> None:
     """Send spans from now on to the lake at ``directory`` (after writing what the previous
     lake had buffered). For drivers that write several lakes from one process, e.g. a
-    baseline and a candidate; call it between trials, not during one."""
-    p = pipeline()
-    if p is None:
+    baseline and a candidate; call it between trials, not during one. Before any capture
+    has started it installs the pipeline writing there: a lake asked for by name wins over
+    ``OTEL_ASSAY_DIR`` and an OTLP endpoint in the environment."""
+    if _PIPELINE is None:
+        if not disabled():
+            _install(lake=directory)
         return
+    p = _PIPELINE
     if p.kind != "parquet":
         log.warning("otel-assay: use_lake(%s) ignored: exporting to OTLP", directory)
         return

@@ -46,7 +46,9 @@ class ParquetSpanExporter(SpanExporter):
 
     If a write fails (disk full, permissions) the rows stay buffered and the next flush
     retries; rows are discarded (and counted in ``spans_lost``) only when ``shutdown``
-    cannot write them.
+    cannot write them. The lake's directories are created (and checked) at construction;
+    with ``create=False`` at the first write, so an exporter that never receives a span
+    leaves nothing on disk.
 
     Fork-safe: a forked child starts with an empty buffer and zeroed counters (the parent
     writes the spans it buffered; the child would write them a second time) and starts
@@ -61,9 +63,11 @@ class ParquetSpanExporter(SpanExporter):
         max_age_s: float | None = None,
         limits: Limits = DEFAULT_LIMITS,
         fsync: bool = True,
+        create: bool = True,
     ):
         self.lake = Lake(directory)
-        self.lake.ensure_writable()
+        if create:  # fail now, not at the first flush, on a directory that cannot be written
+            self.lake.ensure_writable()
         self.max_rows = max_rows or _env_int("OTEL_ASSAY_FLUSH_ROWS", 100_000)
         self.max_age_s = max_age_s if max_age_s is not None else _env_float("OTEL_ASSAY_FLUSH_SECONDS", 5.0)
         self.limits = limits

@@ -90,6 +90,19 @@ class _Display:
                                f"{s.stop_reason})", err=True)
 
 
+def sigterm_interrupts() -> None:
+    """SIGTERM (a cancelled CI job, `timeout`, a container stop) stops a run the way Ctrl-C
+    does: finished trials are written at exit and a rerun resumes after them. Its default
+    action kills the process with the spans still buffered."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 def render_result(result) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -156,6 +169,7 @@ def register(cli: click.Group) -> None:
         if gate_config:
             from ..gate import load_config
             gcfg = load_config(gate_config)
+        sigterm_interrupts()
         display = _Display(enabled=not quiet)
         with display:
             result = run_suite(suite, agent, version=version, lake=lake_dir, concurrency=concurrency, timeout=timeout,

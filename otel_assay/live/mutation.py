@@ -373,12 +373,12 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
     from scipy.stats import fisher_exact
 
     from ..stats import SPRT, verdict
-    from .runner import step_collector
+    from .runner import step_collector, use_lake_or_refuse
 
     if not callable(factory):
         raise UsageError("the factory must be a callable make_agent(config) -> agent")
     mutants = generate_mutants(config, operators, seed=seed, per_operator=per_operator)
-    otel_assay.capture.use_lake(lake)
+    use_lake_or_refuse(lake)
     collector = step_collector()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
     total = 0
@@ -495,8 +495,10 @@ def register_mutate(cli) -> None:
         from rich.console import Console
         from rich.table import Table
 
+        from .commands import sigterm_interrupts
         from .scenarios import import_object, load_scenarios
 
+        sigterm_interrupts()
         suite = load_scenarios(scenarios_file)
         factory = import_object(factory_spec, "--factory")
         cfg = AgentConfig.load(config_path)

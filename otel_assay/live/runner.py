@@ -157,6 +157,22 @@ _COLLECTOR: _StepCollector | None = None
 _COLLECTOR_LOCK = threading.Lock()
 
 
+def use_lake_or_refuse(lake) -> None:
+    """Capture into ``lake`` from now on, or raise UsageError if spans already go elsewhere
+    (the agent's module installed an OTLP pipeline on import): trials that never reach the
+    lake could not be resumed, counted or gated."""
+    import otel_assay
+    from ..capture import _runtime
+
+    otel_assay.capture.use_lake(lake)
+    otel_assay.flush()
+    p = _runtime.pipeline()
+    if p is not None and p.kind != "parquet":
+        raise UsageError(f"spans already go to the OTLP endpoint {p.target} (capture started before this "
+                         f"command, with OTEL_EXPORTER_OTLP_ENDPOINT set), so trials would not reach {lake}; "
+                         "unset OTEL_EXPORTER_OTLP_ENDPOINT or set OTEL_ASSAY_EXPORTER=parquet")
+
+
 def step_collector() -> _StepCollector | None:
     """The process's collector, added to the capture pipeline's provider on first use."""
     global _COLLECTOR
@@ -519,8 +535,7 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
 
     if _runtime.disabled():
         raise UsageError("capture is disabled (OTEL_ASSAY_DISABLED): trials would not reach the lake")
-    otel_assay.capture.use_lake(lake)
-    otel_assay.flush()
+    use_lake_or_refuse(lake)
     prior = existing_trials(lake, version, [s.name for s in selected])
     states = []
     for s in selected:
