@@ -95,8 +95,12 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
         raise UsageError("--tls-cert and --tls-key go together")
     if tls_cert:
         _check_tls(tls_cert, tls_key)
+    from .collect.wal import WALLocked
+
     try:
         collector = Collector(lake_dir, max_buffered_spans=max_buffered_spans, flush_seconds=flush_seconds, fsync=fsync)
+    except WALLocked as e:
+        raise UsageError(str(e)) from None
     except LakeError as e:
         raise DataError(str(e)) from None
     try:

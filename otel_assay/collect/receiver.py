@@ -351,6 +351,9 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "otel-assay"
     timeout = 60  # seconds a connection may stall mid-request (slow clients cannot pin a thread forever)
+    # the status line and headers, then the body, are two small writes: with Nagle on, a
+    # kept-alive client's delayed ACK held the second back ~40 ms per export
+    disable_nagle_algorithm = True
     collector: Collector
     token: str | None
     max_body: int
@@ -363,6 +366,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:  # say so: a client reusing the connection would hit a broken pipe
+            self.send_header("Connection", "close")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()

@@ -80,6 +80,17 @@ def read_segment(path: Path) -> Iterator[bytes]:
         off += _HEADER.size + n
 
 
+def _write_all(f, data: bytes) -> None:
+    # an unbuffered file's write() may write less (a disk filling up): a record must be
+    # whole before its batch is acknowledged, or replay stops at it and loses what follows
+    view = memoryview(data)
+    while view:
+        n = f.write(view)
+        if not n:
+            raise OSError(28, "no space left on device (short write)")
+        view = view[n:]
+
+
 @dataclass
 class Segment:
     path: Path
@@ -91,10 +102,15 @@ class Segment:
         return self.path.stem  # "seg-<time>-<uuid>": the Parquet files of this segment reuse it
 
 
+class WALLocked(WALError):
+    """Another collector owns this log (it would replay and delete the other's live segment)."""
+
+
 class WriteAheadLog:
     def __init__(self, directory: Path, *, fsync: bool = True):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _lock(self.dir)
         self.fsync = fsync
         self._cv = threading.Condition()
         self._queue: list[tuple[bytes, dict[str, pa.Table], int]] = []
@@ -135,7 +151,7 @@ class WriteAheadLog:
                 try:
                     start = f.tell()
                     try:
-                        f.write(b"".join(r for r, _t, _n in group))
+                        _write_all(f, b"".join(r for r, _t, _n in group))
                         if self.fsync:
                             os.fsync(f.fileno())
                     except OSError as e:
@@ -180,3 +196,19 @@ class WriteAheadLog:
             while self._writing:
                 self._cv.wait()
             self._file.close()
+        self._lock_file.close()  # releases the lock
+
+
+def _lock(directory: Path):
+    """An exclusive lock on ``directory``, held while the returned file is open (the OS
+    drops it when the process dies, so a crash never leaves the lake locked)."""
+    import fcntl
+
+    f = open(directory / "LOCK", "a+b")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise WALLocked(f"another otel-assay collect is using this lake ({directory} is locked); "
+                        "run one collector per lake, or give this one its own --dir") from None
+    return f

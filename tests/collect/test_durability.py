@@ -83,3 +83,60 @@ def test_sigkill_while_clients_stream_loses_no_acknowledged_span(tmp_path, colle
     missing = set(acked) - set(stored)
     assert not missing, f"{len(missing)} acknowledged spans lost"
     assert not list((lake / "_wal").glob("seg-*.wal")), "write-ahead log not drained"
+
+
+def test_a_second_collector_on_the_same_lake_is_refused_and_harms_nothing(tmp_path, collector_factory):
+    """It would replay (and delete) the running collector's live log segment."""
+    import subprocess
+    import sys
+
+    lake = tmp_path / "lake"
+    first = collector_factory(lake, "--flush-seconds", "60")
+    bodies = [synthetic.request(20, rng=random.Random(i)).SerializeToString() for i in range(5)]
+    assert [_post(first.http_url, b) for b in bodies] == [200] * 5
+    p = subprocess.run([sys.executable, "-m", "otel_assay", "collect", "--dir", str(lake), "--grpc", "off",
+                        "--http", "127.0.0.1:0"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3 and "another otel-assay collect is using this lake" in p.stderr, p.stderr
+    assert _post(first.http_url, bodies[0]) == 200  # retransmission: acknowledged, stored once
+    first.kill()  # a crash: what was acknowledged is in the log, still there to replay
+    second = collector_factory(lake)
+    code, out, _ = second.terminate()
+    assert code == 0 and "replayed 1000 spans" in "".join(second.lines) + out
+    ids = _stored_span_ids(lake)
+    assert len(ids) == len(set(ids)) == 1000
+
+
+def test_a_short_write_to_the_log_is_not_acknowledged(tmp_path, monkeypatch):
+    """A disk filling up can write part of a record: the batch fails and the log stays readable."""
+    from otel_assay.collect.schema import SpanBatch
+    from otel_assay.collect.otlp import add_protobuf, parse_protobuf
+    from otel_assay.collect.wal import WALError, WriteAheadLog, read_segment
+
+    def batch(seed):
+        b = SpanBatch()
+        add_protobuf(parse_protobuf(synthetic.request(5, rng=random.Random(seed)).SerializeToString()), b)
+        return b.tables(), len(b)
+
+    wal = WriteAheadLog(tmp_path / "_wal")
+    wal.append(*batch(1))
+    real = wal._file
+
+    class Full:  # the log file, but writes half of what it is given once, then nothing
+        def __init__(self):
+            self.calls = 0
+
+        def write(self, b):
+            self.calls += 1
+            return real.write(bytes(b)[: len(b) // 2]) if self.calls == 1 else 0
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    wal._file = Full()
+    with pytest.raises(WALError, match="no space left"):
+        wal.append(*batch(2))
+    wal._file = real
+    wal.append(*batch(3))
+    path = wal._segment.path
+    wal.close()
+    assert len(list(read_segment(path))) == 2  # records 1 and 3; the torn half was taken back

@@ -220,3 +220,16 @@ def test_tls_on_both_listeners_with_token(tmp_path, collector_factory, self_sign
     g.shutdown()
     assert c.terminate()[0] == 0
     assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_a_closing_response_says_connection_close(tmp_path, collector_factory):
+    """A client that reuses the connection after a 401/404/415/503 must be told it is closed."""
+    import http.client
+
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    conn = http.client.HTTPConnection("127.0.0.1", c.ports["http"], timeout=10)
+    conn.request("POST", "/v1/nope", b"x", {"Content-Type": "application/x-protobuf"})
+    r = conn.getresponse()
+    r.read()
+    assert r.status == 404 and r.getheader("Connection") == "close"
+    conn.close()
