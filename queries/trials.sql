@@ -14,8 +14,10 @@
 --                   when the trial has no LLM call and no tool step
 --   counted         whether the trial counts in per-protocol pass rates: infrastructure,
 --                   pre-validation and empty runs do not; a timeout counts (as a failure)
---                   only if a tool was called before it, otherwise it is excluded as a
---                   no-op
+--                   only if a tool call finished before it (before the trial root ended),
+--                   otherwise it is excluded as a no-op. A timed-out agent thread cannot
+--                   be killed and may record tool calls later; those are not work done
+--                   within the trial, and `otel-assay run` decided without them
 --   passed          the success indicator the rates use: outcome = 'pass', except that a
 --                   counted timeout is a failure; NULL when the outcome is unknown
 --   started_at (UTC, microseconds), start_time_unix_nano, duration_ns
@@ -44,6 +46,8 @@ WITH span_facts AS (
             FILTER (WHERE parent_span_id IS NULL) AS service_version,
         bool_or(parent_span_id IS NULL AND status_code = 2
                 AND (error_type ILIKE '%timeout%' OR status_message ILIKE '%timeout%')) AS root_timed_out,
+        arg_min(start_time_unix_nano + duration_ns, start_time_unix_nano)
+            FILTER (WHERE parent_span_id IS NULL) AS root_end_time_unix_nano,
         -- the gate's own verdicts written back into the lake (gate --emit-otel lake)
         bool_and(scope_name IS NOT DISTINCT FROM 'otel_assay.gate') AS gate_record
     FROM spans
@@ -55,6 +59,7 @@ step_facts AS (
         count(*) AS n_steps,
         count(*) FILTER (WHERE llm_call) AS n_llm,
         count(*) FILTER (WHERE step_kind = 'tool') AS n_tool,
+        min(start_time_unix_nano + duration_ns) FILTER (WHERE step_kind = 'tool') AS first_tool_end_unix_nano,
         count(*) FILTER (WHERE status = 'error') AS n_errors,
         sum(input_tokens) FILTER (WHERE llm_call) AS input_tokens,
         sum(output_tokens) FILTER (WHERE llm_call) AS output_tokens,
@@ -86,6 +91,8 @@ joined AS (
             WHEN 'empty' THEN 'empty-run'
             ELSE replace(lower(trim(f.error_class)), '_', '-') END AS explicit_class,
         f.root_timed_out,
+        st.first_tool_end_unix_nano <= coalesce(f.root_end_time_unix_nano, st.first_tool_end_unix_nano)
+            AS tool_before_end,
         make_timestamp(f.start_time_unix_nano // 1000) AS started_at,  -- microseconds: what Python datetimes hold
         f.start_time_unix_nano,
         f.end_time_unix_nano - f.start_time_unix_nano AS duration_ns,
@@ -114,9 +121,9 @@ classified AS (
 SELECT
     trace_id, run_id, scenario, version, trial_index, models, outcome, score, error_class,
     CASE WHEN error_class IN ('infrastructure', 'pre-validation', 'empty-run') THEN false
-         WHEN error_class = 'timeout' THEN n_tool > 0
+         WHEN error_class = 'timeout' THEN coalesce(tool_before_end, false)
          ELSE true END AS counted,
-    CASE WHEN error_class = 'timeout' AND n_tool > 0 THEN false
+    CASE WHEN error_class = 'timeout' AND tool_before_end THEN false
          WHEN outcome = 'pass' THEN true
          WHEN outcome = 'fail' THEN false END AS passed,
     started_at, start_time_unix_nano, duration_ns,

@@ -13,7 +13,7 @@ scenario's evaluator, and per scenario:
 
 Which trials count is what the lake's ``trials`` view says (DESIGN §7): infrastructure
 errors are retried (``retries``, same trial index) and excluded; empty runs (no LLM call and
-no tool step) are excluded; a timeout counts as a failure only when a tool was called
+no tool step) are excluded; a timeout counts as a failure only when a tool call finished
 before it. So the run's counts and the gate's counts agree.
 
 Resumption: before running, the trials already in the lake for (scenario, version) are
@@ -23,7 +23,8 @@ continue the index sequence. A scenario that already decided runs nothing.
 Parallelism: at most ``concurrency`` trials run at once over all scenarios. Sync agents run
 in worker threads (the trial's context goes with them), async agents on the event loop.
 A trial that outlives ``timeout`` is ended as a timeout; a sync agent's thread cannot be
-killed and finishes in the background (its late spans are ignored).
+killed and finishes in the background (its late tool calls do not make the timeout count:
+the trials view looks only at tool calls that finished before the trial ended).
 """
 
 from __future__ import annotations

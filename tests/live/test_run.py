@@ -136,6 +136,24 @@ def test_timeout_after_a_tool_call_counts_as_failure(tmp_path):
     assert (1, False, True, "timeout") in rows
 
 
+def test_tool_calls_after_a_timeout_do_not_make_it_count(tmp_path):
+    """A sync agent's thread outlives its timeout and records its tool call later: the run
+    excluded the trial (no work before the timeout), and the lake must say the same."""
+    import otel_assay
+
+    agent = Router(0.99, seed=1, sleep=0.8)
+    r = run_suite(suite(method="fixed", trials=2), agent, version="v", lake=str(tmp_path), timeout=0.2,
+                  concurrency=2)
+    records = r.scenarios[0].records
+    assert records and all((x.error_class, x.counted) == ("timeout", False) for x in records)
+    time.sleep(1.5)  # the threads finish their late steps
+    otel_assay.flush()
+    with Engine(str(tmp_path)) as eng:
+        rows = eng.con.execute("SELECT error_class, counted, n_tool FROM trials WHERE version = 'v'").fetchall()
+    assert len(rows) == len(records) and all(row[:2] == ("timeout", False) for row in rows)
+    assert any(n_tool == 1 for _, _, n_tool in rows)  # a late tool call is there, and does not count
+
+
 def test_async_agent_runs_concurrently(tmp_path):
     agent = AsyncRouter(0.99, seed=1, sleep=0.2)
     t0 = time.monotonic()
