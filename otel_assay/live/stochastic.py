@@ -85,6 +85,8 @@ class StochasticResult:
     regression: Any = None
     run: Any = None
     properties: dict[str, Any] = field(default_factory=dict)
+    raised: int = 0                   # counted trials whose body raised
+    first_error: str | None = None    # "Type: message" of the first of them
 
     def message(self) -> str:
         rate = f"{self.successes}/{self.n}"
@@ -98,6 +100,8 @@ class StochasticResult:
                      f"(drop {r.drop:+.3f}, p = {r.pvalue:.3g})")
         if self.verdict == "INCONCLUSIVE":
             head += f"; about {self.more_trials_needed} more trials needed"
+        if self.raised:
+            head += f"; {self.raised} trial(s) raised, the first: {self.first_error}"
         return head
 
 
@@ -143,6 +147,12 @@ def run_stochastic(body: Callable[[], Any], spec: StochasticSpec, *, scenario: s
     run = run_suite(suite, lambda _input: body(), version=version, lake=lake, concurrency=spec.concurrency,
                     resume=False)
     s = run.scenarios[0]
+    # the body's own failures (judge gives no reason, so a reason is an exception's)
+    raised = [r for r in s.records if r.reason and r.error_class not in ("infrastructure", "timeout")]
+    if raised and len(raised) == len(s.records) and not any(r.n_steps for r in raised):
+        # not one trial got as far as a step: a bug in the test, not a measured failure rate
+        raise UsageError(f"{scenario}: every trial raised before recording a step, so there is nothing to "
+                         f"judge; the first: {raised[0].reason}")
     if s.n == 0:
         raise UsageError(
             f"{scenario}: none of the {s.ran} trials counted ("
@@ -150,7 +160,8 @@ def run_stochastic(body: Callable[[], Any], spec: StochasticSpec, *, scenario: s
             "an LLM call or a tool step; instrument the agent (import otel_assay.auto) or record steps with otel_assay.step")
     p_hat = s.successes / s.n
     res = StochasticResult(s.decision if s.decision != "CONTINUE" else "INCONCLUSIVE", scenario, s.n, s.successes,
-                           s.ci_low, s.ci_high, run=run)
+                           s.ci_low, s.ci_high, run=run, raised=sum(r.counted for r in raised),
+                           first_error=next((r.reason for r in raised if r.counted), None))
     res.pvalue = float(binom.cdf(s.successes, s.n, spec.threshold))  # H0: p >= threshold
     res.effect_h = 2 * math.asin(math.sqrt(p_hat)) - 2 * math.asin(math.sqrt(spec.threshold))
     res.difference = p_hat - spec.threshold

@@ -143,3 +143,29 @@ def test_no_steps():
     r = pytester.runpytest_subprocess("--assay-dir", str(pytester.path / "lake"))
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*none of the 5 trials counted (empty-run)*"])
+
+
+def test_a_body_that_always_raises_is_an_error_with_the_exception(pytester):
+    """A bug in the test body (every trial raises before any step) is not a failure rate."""
+    body = '''
+@stochastic(trials=8, threshold=0.85, method="fixed")
+def test_typo(agent):
+    return "billing" in agnet("My payment failed")
+'''
+    _write(pytester, body)
+    r = pytester.runpytest_subprocess("--assay-dir", str(pytester.path / "lake"))
+    assert r.ret != 0
+    r.stdout.fnmatch_lines(["*every trial raised before recording a step*NameError: name 'agnet' is not defined*"])
+
+
+def test_a_failure_message_names_the_first_exception(pytester):
+    body = '''
+@stochastic(trials=20, threshold=0.85, method="fixed")
+def test_ticket_routing(agent):
+    assert agent("My payment failed") == "billing", "routed elsewhere"
+'''
+    _write(pytester, body, p=0.3)
+    r = pytester.runpytest_subprocess("--assay-dir", str(pytester.path / "lake"))
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*FAIL: test_ticket_routing passed */20 trials*trial(s) raised, the first: AssertionError: "
+                            "routed elsewhere*"])
