@@ -1010,8 +1010,9 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
     oracle_c = oracle_b = None
     if cfg.contracts or cfg.metamorphic:
         say("contracts")
-        oracle_c = _oracles(eng_c, "candidate_trials", cfg)
-        oracle_b = None if alone else _oracles(eng_b, "baseline_trials", cfg)
+        tools = _contract_tools(eng_c, None if alone else eng_b, cfg)
+        oracle_c = _oracles(eng_c, "candidate_trials", cfg, tools)
+        oracle_b = None if alone else _oracles(eng_b, "baseline_trials", cfg, tools)
     cols_c = _arm_trials(eng_c, "candidate_trials")
     cols_b = None if alone else _arm_trials(eng_b, "baseline_trials")
     if cfg.outcome_from_contracts:
@@ -1108,7 +1109,19 @@ class _Oracles:
     pairs: list | None = None        # oracles.metamorphic pair dicts
 
 
-def _oracles(eng, table: str, cfg: GateConfig) -> _Oracles:
+def _contract_tools(eng_c, eng_b, cfg: GateConfig) -> set[str] | None:
+    """Tools either arm's lake has seen: what contract tool names are checked against."""
+    if not cfg.contracts:
+        return None
+    from .oracles.contracts import known_tools
+
+    tools = known_tools(eng_c)
+    if eng_b is not None and eng_b is not eng_c:
+        tools |= known_tools(eng_b)
+    return tools
+
+
+def _oracles(eng, table: str, cfg: GateConfig, tools: set[str] | None = None) -> _Oracles:
     """Contracts and metamorphic relations judged on one arm's recorded trials."""
     from .oracles.contracts import ContractError, check_names, evaluate
     from .oracles.metamorphic import RelationDataError, evaluate as evaluate_relations
@@ -1117,7 +1130,7 @@ def _oracles(eng, table: str, cfg: GateConfig) -> _Oracles:
     out = _Oracles()
     try:
         if cfg.contracts:
-            check_names(eng, cfg.contracts, scenarios=False)
+            check_names(eng, cfg.contracts, scenarios=False, tools=tools)
             out.contracts = evaluate(eng, cfg.contracts, trials=f"{table}_rows")
         if cfg.metamorphic:
             out.pairs = evaluate_relations(eng, cfg.metamorphic, trials=f"{table}_rows")

@@ -266,11 +266,13 @@ def known_tools(engine) -> set[str]:
     return tools
 
 
-def check_names(engine, contracts: Sequence[Contract], *, scenarios: bool = True) -> None:
+def check_names(engine, contracts: Sequence[Contract], *, scenarios: bool = True,
+                tools: set[str] | None = None) -> None:
     """Refuse contracts that name a tool the lake has never seen (a typo judges every trial
     wrong) or, with ``scenarios``, are scoped only to scenarios it has no trials of (a typo
-    judges nothing; the gate, whose arms may come from two lakes, notes it in its report)."""
-    tools = None
+    judges nothing; the gate, whose arms may come from two lakes, notes it in its report).
+    ``tools``: the tools known (default: the engine's lake's); the gate passes both lakes',
+    since a candidate that stopped calling a required tool is a regression, not a typo."""
     seen_scenarios = None
     for c in contracts:
         if c.scenarios and scenarios:
@@ -288,7 +290,7 @@ def check_names(engine, contracts: Sequence[Contract], *, scenarios: bool = True
         if missing:
             seen = ", ".join(sorted(tools)[:20]) or "none"
             raise ContractError(f"contract {c.name!r} ({c.kind}) names unknown tool {missing[0]!r}; "
-                                f"tools in the lake: {seen}")
+                                f"tools seen: {seen}")
 
 
 def evaluate(engine, contracts: Sequence[Contract], *, trials: str = "trials") -> ContractResults:

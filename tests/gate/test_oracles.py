@@ -26,6 +26,22 @@ def test_contract_violated_by_the_regressed_agent_blocks(agent_lakes, tmp_path):
     assert any("contracts FAIL" in reason for reason in report["reasons"])
 
 
+def test_a_candidate_lake_that_stopped_calling_a_required_tool_is_blocked_not_refused(tmp_path):
+    """The tool exists in the baseline lake: a must_call on it is a regression to judge, not a typo."""
+    base = write_trials(tmp_path / "base", [{"scenario": "s", "version": "v1", "outcome": "pass",
+                                             "tools": ["lookup", "answer"]} for _ in range(30)])
+    cand = write_trials(tmp_path / "cand", [{"scenario": "s", "version": "v2", "outcome": "pass",
+                                             "tools": ["answer"]} for _ in range(30)])
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("contracts:\n  - must_call: lookup\n")
+    r = cli("gate", str(cand), "--baseline-lake", str(base), "--config", str(cfg))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "contracts FAIL" in r.stdout
+    cfg.write_text("contracts:\n  - must_call: lookupp\n")  # in neither lake: still a typo
+    r = cli("gate", str(cand), "--baseline-lake", str(base), "--config", str(cfg))
+    assert r.returncode == 3 and "unknown tool 'lookupp'" in r.stderr
+
+
 def test_outcomes_from_contracts_feed_the_regression_check(tmp_path):
     lake = tmp_path / "lake"
     trials = [{"scenario": "s", "version": "v1", "outcome": None, "tools": ["lookup", "answer"]} for _ in range(60)]
