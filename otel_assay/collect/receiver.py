@@ -153,6 +153,12 @@ class Collector:
         self._stats_lock = threading.Lock()
         self._flushing_rows = 0
         self._flush_lock = threading.Lock()
+        # sealed segments whose Parquet write failed (a full disk): retried at every flush,
+        # counted as buffered so the receiver pushes back instead of growing
+        self._unwritten: list = []
+        self._inflight = 0  # commits between their capacity check and the log
+        self._inflight_cv = threading.Condition()
+        self._closing = False
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._last_flush = time.monotonic()
@@ -198,7 +204,17 @@ class Collector:
     # ------------------------------------------------------------------ ingest
     @property
     def buffered_spans(self) -> int:
-        return self.wal.buffered_rows + self._flushing_rows
+        return self.wal.buffered_rows + self._flushing_rows + sum(seg.rows for seg in self._unwritten)
+
+    @property
+    def unwritten_spans(self) -> int:
+        """Acknowledged spans whose Parquet write failed and is being retried."""
+        return sum(seg.rows for seg in self._unwritten)
+
+    @property
+    def _flush_at(self) -> int:
+        # a small --max-buffered-spans must not wait for flush_rows (or the timer) to drain
+        return max(1, min(self.flush_rows, self.max_buffered_spans // 2))
 
     def check_capacity(self) -> None:
         """Raise :class:`Overloaded` before any decoding work when the buffer is full."""
@@ -228,6 +244,18 @@ class Collector:
         return self._commit(batch, received)
 
     def _commit(self, batch: SpanBatch, received: int) -> IngestResult:
+        with self._inflight_cv:
+            if self._closing:  # the last flush has begun: nothing may be acknowledged after it
+                raise Overloaded(5, "collector is shutting down")
+            self._inflight += 1
+        try:
+            return self._commit_locked(batch, received)
+        finally:
+            with self._inflight_cv:
+                self._inflight -= 1
+                self._inflight_cv.notify_all()
+
+    def _commit_locked(self, batch: SpanBatch, received: int) -> IngestResult:
         result = IngestResult(received=received, rejected=batch.rejected)
         keys = _span_keys(*batch.span_keys())
         tables = batch.tables()
@@ -258,7 +286,7 @@ class Collector:
             for why, n in batch.reject_reasons.items():
                 if len(st.reject_reasons) < 100 or why in st.reject_reasons:
                     st.reject_reasons[why] = st.reject_reasons.get(why, 0) + n
-        if self.wal.buffered_rows >= self.flush_rows:
+        if self.wal.buffered_rows >= self._flush_at:
             self._wake.set()
         return result
 
@@ -274,26 +302,40 @@ class Collector:
     def flush(self) -> int:
         """Write everything acknowledged so far to Parquet; return the spans written."""
         with self._flush_lock:
+            retry, self._unwritten = self._unwritten, []
             segment = self.wal.seal()
             self._flushing_rows = segment.rows
+            written = 0
             try:
-                if segment.tables:
-                    names = segment.tables[0].keys()
-                    tables = {n: pa.concat_tables([t[n] for t in segment.tables]) for n in names}
-                    self.lake.write(tables, token=segment.token, fsync=self.fsync)
-                    with self._stats_lock:
-                        self.stats.spans_written += segment.rows
-                        self.stats.files_written += 1
-                segment.path.unlink(missing_ok=True)
-            except OSError as e:
-                # the segment stays on disk and is replayed at the next start
-                with self._stats_lock:
-                    self.stats.flush_errors += 1
-                log.error("writing Parquet to %s failed: %s; the write-ahead log keeps the spans", self.lake.root, e)
+                for seg in retry + [segment]:
+                    if self._write_segment(seg):
+                        written += seg.rows
+                    else:
+                        self._unwritten.append(seg)
             finally:
                 self._flushing_rows = 0
                 self._last_flush = time.monotonic()
-            return segment.rows
+            return written
+
+    def _write_segment(self, segment) -> bool:
+        """Write a sealed segment to Parquet and delete it; False (segment kept) if that failed."""
+        try:
+            if segment.tables:
+                names = segment.tables[0].keys()
+                tables = {n: pa.concat_tables([t[n] for t in segment.tables]) for n in names}
+                self.lake.write(tables, token=segment.token, fsync=self.fsync)
+                with self._stats_lock:
+                    self.stats.spans_written += segment.rows
+                    self.stats.files_written += 1
+            segment.path.unlink(missing_ok=True)
+            return True
+        except OSError as e:
+            # the segment stays on disk (replayed at the next start) and is retried at the next flush
+            with self._stats_lock:
+                self.stats.flush_errors += 1
+            log.error("writing Parquet to %s failed: %s; the write-ahead log keeps the spans, retrying",
+                      self.lake.root, e)
+            return False
 
     def _flush_loop(self) -> None:
         while not self._stop.is_set():
@@ -302,13 +344,16 @@ class Collector:
             if self._stop.is_set():
                 break
             due = time.monotonic() - self._last_flush >= self.flush_seconds
-            if self.wal.buffered_rows and (due or self.wal.buffered_rows >= self.flush_rows):
+            if (self.wal.buffered_rows or self._unwritten) and (due or self.wal.buffered_rows >= self._flush_at):
                 self.flush()
 
     def close(self) -> None:
         """Stop the flusher, write what is buffered, close the log."""
         self._stop.set()
         self._wake.set()
+        with self._inflight_cv:  # let acknowledgements already on their way land in the log first
+            self._closing = True
+            self._inflight_cv.wait_for(lambda: self._inflight == 0, timeout=30)
         self._flusher.join(timeout=30)
         self.flush()
         self.wal.close()
@@ -381,8 +426,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path.rstrip("/") in ("", "/health", "/healthz"):
-            body = json.dumps({"status": "ok", "buffered_spans": self.collector.buffered_spans}).encode()
-            self._send(200, body, "application/json")
+            c = self.collector
+            unwritten = c.unwritten_spans
+            # degraded: acknowledged spans are safe in the log but cannot reach Parquet (disk full?)
+            body = json.dumps({"status": "degraded" if unwritten else "ok", "buffered_spans": c.buffered_spans,
+                               "unwritten_spans": unwritten, "flush_errors": c.stats.flush_errors}).encode()
+            self._send(503 if unwritten else 200, body, "application/json")
         else:
             self._error(404, 5, "not found; OTLP traces are POSTed to /v1/traces", True)
 

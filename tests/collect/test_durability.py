@@ -140,3 +140,47 @@ def test_a_short_write_to_the_log_is_not_acknowledged(tmp_path, monkeypatch):
     path = wal._segment.path
     wal.close()
     assert len(list(read_segment(path))) == 2  # records 1 and 3; the torn half was taken back
+
+
+def test_a_failed_parquet_write_is_retried_and_pushes_back_meanwhile(tmp_path, monkeypatch):
+    """A full disk: the acknowledged spans stay in the log, count as buffered (so the receiver
+    says 503 instead of growing), and reach Parquet at the next flush once writes work."""
+    from otel_assay.collect.receiver import Collector, Overloaded
+
+    c = Collector(tmp_path / "lake", max_buffered_spans=300, flush_seconds=3600)
+    real_write = Lake.write
+    failing = [True]
+
+    def write(self, tables, **kw):
+        if failing[0]:
+            raise OSError(28, "No space left on device")
+        return real_write(self, tables, **kw)
+
+    monkeypatch.setattr(Lake, "write", write)
+    try:
+        c.submit_protobuf(synthetic.request(20, rng=random.Random(1)).SerializeToString())  # 200 spans
+        assert c.flush() == 0 and c.unwritten_spans == 200 and c.buffered_spans == 200
+        c.submit_protobuf(synthetic.request(10, rng=random.Random(2)).SerializeToString())  # 100 more
+        with pytest.raises(Overloaded):
+            c.check_capacity()
+        failing[0] = False
+        assert c.flush() == 300 and c.unwritten_spans == 0
+        assert sorted(_stored_span_ids(tmp_path / "lake")) == sorted(set(_stored_span_ids(tmp_path / "lake")))
+        assert len(_stored_span_ids(tmp_path / "lake")) == 300
+        assert not [p for p in (tmp_path / "lake" / "_wal").glob("seg-*.wal") if p.stat().st_size]
+    finally:
+        c.close()
+
+
+def test_a_small_buffer_is_flushed_when_half_full_not_at_the_timer(tmp_path):
+    from otel_assay.collect.receiver import Collector
+
+    c = Collector(tmp_path / "lake", max_buffered_spans=400, flush_seconds=3600)
+    try:
+        c.submit_protobuf(synthetic.request(25, rng=random.Random(3)).SerializeToString())  # 250 >= 400 / 2
+        deadline = time.monotonic() + 10
+        while c.buffered_spans and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.buffered_spans == 0 and len(_stored_span_ids(tmp_path / "lake")) == 250
+    finally:
+        c.close()
