@@ -387,6 +387,13 @@ def _read_gzip(body: bytes, limit: int) -> bytes:
     return out
 
 
+def _bearer_ok(authorization: str | None, token: str) -> bool:
+    """Whether an Authorization value carries ``token``: the scheme name is case-insensitive
+    (RFC 9110 §11.1), the token is compared in constant time."""
+    scheme, _, credentials = (authorization or "").strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode())
+
+
 class _TooLarge(Exception):
     def __init__(self, limit: int):
         super().__init__(f"request body exceeds {limit} bytes after decompression")
@@ -443,14 +450,19 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return self._error(404, 5, f"no such path {self.path!r}; OTLP traces are POSTed to /v1/traces", is_json)
         if self.token is not None:
-            auth = self.headers.get("Authorization") or ""
-            if not hmac.compare_digest(auth.encode(), f"Bearer {self.token}".encode()):
+            if not _bearer_ok(self.headers.get("Authorization"), self.token):
                 self.close_connection = True
                 return self._error(401, 16, "missing or wrong bearer token (Authorization: Bearer ...)", is_json,
                                    {"WWW-Authenticate": "Bearer"})
         if ctype not in ("application/x-protobuf", "application/json"):
             self.close_connection = True
             return self._error(415, 3, f"unsupported Content-Type {ctype!r}; use application/x-protobuf or application/json", True)
+        if self.headers.get("Transfer-Encoding") is not None:
+            # not read here; with a Content-Length as well, reading by the length would take the
+            # rest of a chunked body for a second request (request smuggling behind a proxy)
+            self.close_connection = True
+            return self._error(411, 3, "Transfer-Encoding is not supported; send the body with a Content-Length",
+                               is_json)
         if length_header is None:
             self.close_connection = True
             return self._error(411, 3, "Content-Length required", is_json)
@@ -556,7 +568,7 @@ def _grpc_handler(collector: Collector, token: str | None):
     def export(body: bytes, context):
         if token is not None:
             md = dict(context.invocation_metadata())
-            if not hmac.compare_digest((md.get("authorization") or "").encode(), f"Bearer {token}".encode()):
+            if not _bearer_ok(md.get("authorization"), token):
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (authorization: Bearer ...)")
         try:
             result = collector.submit_protobuf(body)

@@ -152,7 +152,9 @@ def test_token_required_and_checked(tmp_path, collector_factory):
     body = encode_proto(first).SerializeToString()
     assert post(c.http_url, body)[0] == 401
     assert post(c.http_url, body, headers={"Authorization": "Bearer wrong"})[0] == 401
-    assert post(c.http_url, body, headers={"Authorization": "Bearer s3cret"})[0] == 200
+    assert post(c.http_url, body, headers={"Authorization": "Basic s3cret"})[0] == 401
+    assert post(c.http_url, body, headers={"Authorization": "bearer s3cret"})[0] == 200  # scheme: any case
+    assert post(c.http_url, body, headers={"Authorization": "Bearer s3cret"})[0] == 200  # retransmission
     g = GrpcExporter(endpoint=c.grpc_endpoint, insecure=True)
     assert g.export(second) == SpanExportResult.FAILURE
     g = GrpcExporter(endpoint=c.grpc_endpoint, insecure=True, headers={"authorization": "Bearer s3cret"})
@@ -233,3 +235,24 @@ def test_a_closing_response_says_connection_close(tmp_path, collector_factory):
     r.read()
     assert r.status == 404 and r.getheader("Connection") == "close"
     conn.close()
+
+
+def test_transfer_encoding_is_refused_and_the_connection_closed(tmp_path, collector_factory):
+    """Chunked with a Content-Length too: reading by the length would take the rest as a second request."""
+    import socket
+
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    sock = socket.create_connection(("127.0.0.1", c.ports["http"]), timeout=10)
+    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    chunk = b"0\r\n\r\n" + smuggled
+    sock.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                 b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk)
+    data = b""
+    while True:
+        part = sock.recv(65536)
+        if not part:
+            break
+        data += part
+    sock.close()
+    assert data.startswith(b"HTTP/1.1 411") and b"Connection: close" in data
+    assert data.count(b"HTTP/1.1") == 1  # the smuggled GET was never answered
