@@ -672,6 +672,13 @@ async def _one_trial(st: _ScenarioState, idx: int, attempt: int, agent, is_async
             exc = TimeoutError(f"trial exceeded {timeout}s")
     except Exception as e:  # noqa: BLE001 - the agent's failure is the trial's outcome
         exc = e
+    except BaseException as e:
+        # cancelled: Ctrl-C or SIGTERM stopped the run mid-trial. The trial is ended, not left
+        # without its root span, and excluded like an infrastructure error: it measured
+        # nothing about the agent (a resumed run goes on after it)
+        t.outcome(error_class="infrastructure")
+        t.finish(e)
+        raise
     duration = time.monotonic() - t0
     facts = collector.peek(tid) if (collector is not None and tid is not None) else StepFacts()
     facts.duration_s = duration

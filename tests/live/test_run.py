@@ -371,3 +371,8 @@ def test_sigterm_keeps_the_finished_trials(tmp_path):
     assert "Traceback" not in err
     done = lake_trials(tmp_path / "lake", "v1")
     assert len(done) >= 10, (len(done), err)
+    # the trial that was running is ended and excluded, not left without its root span
+    assert all(error_class in (None, "infrastructure") for *_, error_class in done)
+    with Engine(str(tmp_path / "lake")) as eng:
+        rootless = eng.con.execute("SELECT count(*) FROM trials WHERE scenario IS NULL OR outcome IS NULL").fetchall()
+    assert rootless == [(0,)]
