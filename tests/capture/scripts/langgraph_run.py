@@ -147,7 +147,7 @@ async def timeout_mid_tool():
                       is_async=True)
     try:
         async with otel_assay.trial("timeout-mid-tool", version="v1"):
-            await asyncio.wait_for(app.ainvoke(q("where is T1?")), 0.5)
+            await asyncio.wait_for(app.ainvoke(q("where is T1?")), 3)  # well after the tool started
     except asyncio.TimeoutError:
         pass
 
@@ -163,7 +163,7 @@ async def node_slow_model(s):
 
 
 async def node_fails(s):
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(1.5)  # the other nodes are inside their calls by then
     raise RuntimeError("node b failed")
 
 
