@@ -93,7 +93,7 @@ def _progress():
         yield lambda msg: prog.update(task, description=msg)
 
 
-def _check_output_paths(**paths) -> None:
+def check_output_paths(**paths) -> None:
     """Refuse report paths in a directory that does not exist before the analysis runs, not
     after (click's ``dir_okay=False`` already refuses a path that is a directory)."""
     for flag, path in paths.items():
@@ -154,7 +154,7 @@ def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, thres
     from .gate import run_gate
 
     _check_emit_target(emit_otel, lake)
-    _check_output_paths(json=json_path, junit=junit_path, html=html_path)
+    check_output_paths(json=json_path, junit=junit_path, html=html_path)
     cfg = _config(config_path, threshold, alpha, delta)
     with _progress() as say:
         result = run_gate(lake, cfg, baseline=baseline, candidate=candidate, baseline_lake=baseline_lake,
@@ -242,7 +242,7 @@ def verdict(ctx, lake, select, threshold, alpha, config_path, json_path, junit_p
     """
     from .gate import run_verdict
 
-    _check_output_paths(json=json_path, junit=junit_path, html=html_path)
+    check_output_paths(json=json_path, junit=junit_path, html=html_path)
     cfg = _config(config_path, threshold, alpha)
     with _progress() as say:
         result = run_verdict(lake, cfg, select=select, progress=say)

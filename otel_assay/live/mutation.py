@@ -498,6 +498,8 @@ def register_mutate(cli) -> None:
         from .commands import sigterm_interrupts
         from .scenarios import import_object, load_scenarios
 
+        from ..gate_cli import check_output_paths
+        check_output_paths(json=json_path)  # before the trials are paid for, not after
         sigterm_interrupts()
         suite = load_scenarios(scenarios_file)
         factory = import_object(factory_spec, "--factory")
@@ -516,6 +518,9 @@ def register_mutate(cli) -> None:
         click.echo(f"mutation score {fmt(rep.score)} ({rep.counts()}); per class: "
                    + ", ".join(f"{c} {fmt(v)}" for c, v in rep.per_class.items()) + f"; {rep.trials} trials")
         if json_path:
-            with open(json_path, "w", encoding="utf-8") as f:
-                json.dump(rep.as_dict(), f, indent=2, default=str)
+            try:
+                with open(json_path, "w", encoding="utf-8") as f:
+                    json.dump(rep.as_dict(), f, indent=2, default=str)
+            except OSError as e:
+                raise UsageError(f"cannot write {json_path}: {e.strerror}") from None
         ctx.exit(1 if (min_score is not None and (rep.score or 0.0) < min_score) else 0)

@@ -259,6 +259,15 @@ def _is_billing(output, scenario):
     return output == "billing", 1.0
 
 
+def test_a_json_path_that_cannot_be_written_is_refused_before_any_trial(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("scenarios:\n  - {name: billing, input: x, properties: {expected: billing}, evaluator: {type: contains}}\n")
+    r = CliRunner().invoke(cli(), ["run", str(f), "--agent", "tests.live.agents:good", "--version", "v1",
+                                   "--dir", str(tmp_path / "lake"), "-q", "--json", str(tmp_path / "no" / "r.json")])
+    assert r.exit_code == 3 and "does not exist" in r.output
+    assert not (tmp_path / "lake").exists()  # no trial ran
+
+
 def test_unknown_scenario_selection(tmp_path):
     with pytest.raises(UsageError, match="no scenario 'x'"):
         run_suite(suite(), Router(0.9), version="v", lake=str(tmp_path), scenarios=["x"])
