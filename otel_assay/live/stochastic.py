@@ -144,6 +144,9 @@ def run_stochastic(body: Callable[[], Any], spec: StochasticSpec, *, scenario: s
         return (True if output is None else bool(output)), None, None
 
     suite = Suite(scenario, [Scenario(scenario, None, {}, judge, cfg)], cfg, source=f"test {scenario}")
+    # the baseline is read before the trials run: a selector that matches nothing must not
+    # cost a full set of trials first
+    baseline_counts = _baseline_counts(lake, spec.baseline, scenario) if spec.baseline else None
     run = run_suite(suite, lambda _input: body(), version=version, lake=lake, concurrency=spec.concurrency,
                     resume=False)
     s = run.scenarios[0]
@@ -167,7 +170,7 @@ def run_stochastic(body: Callable[[], Any], spec: StochasticSpec, *, scenario: s
     res.difference = p_hat - spec.threshold
     res.more_trials_needed = s.more_trials_needed
     if spec.baseline:
-        kb, nb = _baseline_counts(lake, spec.baseline, scenario)
+        kb, nb = baseline_counts
         reg = regression_verdict(kb, nb, s.successes, s.n, spec.delta, spec.alpha, spec.beta)
         res.regression = reg
         if reg.verdict.value == "FAIL" or res.verdict == "FAIL":

@@ -117,6 +117,20 @@ def test_ticket_routing(agent):
     assert props["assay_regression_verdict"] == "FAIL"
 
 
+def test_a_baseline_that_matches_nothing_fails_before_any_trial(pytester):
+    lake = pytester.path / "lake"
+    _write(pytester, GOOD)
+    pytester.runpytest_subprocess("--assay-dir", str(lake), "--assay-version", "v9")  # makes the lake (v9 trials)
+    _write(pytester, GOOD.replace('method="sprt")', 'method="sprt", baseline="version=v0")').replace(
+        "test_ticket_routing", "test_other"))
+    r = pytester.runpytest_subprocess("--assay-dir", str(lake), "--assay-version", "v10")
+    assert r.ret != 0
+    r.stdout.fnmatch_lines(["*version=v0*"])
+    from otel_assay.analyze.engine import Engine
+    with Engine(str(lake)) as eng:
+        assert eng.con.execute("SELECT count(*) FROM trials WHERE version = 'v10'").fetchall() == [(0,)]
+
+
 def test_plugin_disabled_runs_body_once(pytester):
     _write(pytester, GOOD + '''
 CALLS = []
