@@ -1223,9 +1223,14 @@ def _oracle_checks(results: list[ScenarioResult], oracle_b: _Oracles | None, ora
                         entry["baseline"] = {"holds": kb, "n": nb, "regression": reg.verdict.value,
                                              "pvalue": reg.pvalue}
                 detail[it.name] = entry
-                if v.verdict.value != PASS:
-                    reasons.append(f"{it.name} {v.verdict.value} ({k}/{n} hold, interval upper bound "
-                                   f"{v.ci.high:.3f} vs threshold {it.threshold})")
+                if v.verdict.value == FAIL:
+                    reasons.append(f"{it.name} FAIL ({k}/{n} hold, interval upper bound "
+                                   f"{v.ci.high:.3f} < threshold {it.threshold})")
+                elif v.verdict.value != PASS:
+                    # what it takes to pass: the lower bound reaching the threshold (more trials)
+                    reasons.append(f"{it.name} {v.verdict.value} ({k}/{n} hold, interval "
+                                   f"[{v.ci.low:.3f}, {v.ci.high:.3f}] includes threshold {it.threshold}; "
+                                   "more trials would decide)")
             verdict = stats.suite_verdict(verdicts).verdict.value
             what = "contracts" if kind == "contracts" else "relations"
             reason = "; ".join(reasons) if reasons else f"all {len(judged)} {what} hold often enough"

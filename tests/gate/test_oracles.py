@@ -126,3 +126,16 @@ def test_contracts_on_the_example_agent_match_its_scripted_behaviour(agent_lakes
         for name, count in want.items():
             got = sum(1 for s, h in zip(scen, res.holds(name)) if s == scenario and h)
             assert got == count, (scenario, name, got, count)
+
+
+def test_an_inconclusive_contract_says_more_trials_would_decide(tmp_path):
+    lake = write_trials(tmp_path / "lake", [{"scenario": "s", "version": v, "outcome": "pass", "tools": ["lookup"]}
+                                            for v in ("v1", "v2") for _ in range(30)])
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("contracts:\n  - must_call: lookup\n")  # 30/30 hold; threshold 0.95 needs more to be sure
+    out = tmp_path / "r.json"
+    cli("gate", str(lake), "--baseline", "version=v1", "--candidate", "version=v2", "--config", str(cfg),
+        "--json", str(out))
+    c = next(c for c in json.loads(out.read_text())["scenarios"][0]["checks"] if c["name"] == "contracts")
+    assert c["verdict"] == "INCONCLUSIVE"
+    assert "30/30 hold, interval [0." in c["reason"] and "includes threshold 0.95; more trials would decide" in c["reason"]
