@@ -561,7 +561,8 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
                        budget.tokens, cost_usd=budget.dollars)
     if baseline:
         from ..gate import GateConfig, run_gate
-        gcfg = gate_config or GateConfig(alpha=cfg.alpha, beta=cfg.beta, delta=cfg.delta, threshold=cfg.threshold)
+        gcfg = gate_config or GateConfig(alpha=cfg.alpha, beta=cfg.beta, delta=cfg.delta, threshold=cfg.threshold,
+                                         source=f"{suite.source} (config)")
         result.gate = run_gate(lake, gcfg, baseline=baseline, candidate=f"version={version}")
     return result
 
