@@ -543,6 +543,16 @@ class _HTTPServer(ThreadingHTTPServer):
         self.address_family = family
         super().__init__(addr, handler)
 
+    def handle_error(self, request, client_address):
+        # a client gone mid-request, or plain HTTP sent to the TLS port, is the client's
+        # problem: a debug line, not a traceback on the collector's stderr
+        import sys
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (OSError, ssl.SSLError)):
+            log.debug("connection from %s failed: %s", client_address, exc)
+        else:
+            super().handle_error(request, client_address)
+
 
 # ====================================================================== gRPC
 def _grpc_handler(collector: Collector, token: str | None):
