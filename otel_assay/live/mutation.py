@@ -475,23 +475,35 @@ def register_mutate(cli) -> None:
     @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
                   help="The agent config (YAML: prompt, tools, model, context, models, downgrades).")
     @click.option("--dir", "lake_dir", default=lambda: __import__("os").environ.get("OTEL_ASSAY_DIR", "traces"),
-                  type=click.Path(file_okay=False), help="The span lake directory.")
-    @click.option("--operators", default=None, help="Comma-separated operators or classes (selective mutation).")
-    @click.option("--seed", type=int, default=0, show_default=True)
-    @click.option("--per-operator", type=click.IntRange(min=1), default=1, show_default=True)
-    @click.option("--original-trials", type=click.IntRange(min=5), default=100, show_default=True)
-    @click.option("--n-max", type=click.IntRange(min=5), default=200, show_default=True)
-    @click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.2, show_default=True)
-    @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True)
+                  type=click.Path(file_okay=False), help="The span lake directory [default: $OTEL_ASSAY_DIR or traces].")
+    @click.option("--operators", default=None, metavar="A,B,...",
+                  help=f"Operators or classes to apply (selective mutation; default all). Operators: "
+                       f"{', '.join(OPERATORS)}; classes: {', '.join(CLASSES)}.")
+    @click.option("--seed", type=int, default=0, show_default=True,
+                  help="Seed of the mutant generator (which instructions, tools, examples are changed).")
+    @click.option("--per-operator", type=click.IntRange(min=1), default=1, show_default=True,
+                  help="Distinct mutants generated per operator.")
+    @click.option("--original-trials", type=click.IntRange(min=5), default=100, show_default=True,
+                  help="Counted trials of the unmutated agent per scenario: the pass rate mutants are compared with.")
+    @click.option("--n-max", type=click.IntRange(min=5), default=200, show_default=True,
+                  help="Most counted trials per mutant and scenario before the SPRT must stop.")
+    @click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.2, show_default=True,
+                  help="Pass-rate change (either way) that kills a mutant.")
+    @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
+                  help="False-kill rate of each mutant's test.")
     @click.option("--min-score", type=click.FloatRange(0, 1), default=None,
                   help="Exit 1 when the mutation score is below this.")
     @click.option("--version", default="mutation", show_default=True, help="Version label of the trials.")
-    @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False))
+    @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+                  help="Write the report (every mutant, its status and trials) as JSON.")
     @click.pass_context
     def mutate(ctx, scenarios_file, factory_spec, config_path, lake_dir, operators, seed, per_operator,
                original_trials, n_max, delta, alpha, min_score, version, json_path):
         """Mutation testing (paper §5): mutate the agent config, run the scenarios on each mutant,
-        and report which mutants the suite kills, overall and per operator class."""
+        and report which mutants the suite kills, overall and per operator class.
+
+        Exit 0, or 1 when the mutation score is below --min-score; 3 usage error, 4 data error.
+        """
         from rich.console import Console
         from rich.table import Table
 
