@@ -361,6 +361,33 @@ def _outcomes(scenario, agent, version, start, count, pool, collector, retries, 
     return out, idx
 
 
+def _next_indices(lake: str, version: str) -> dict[tuple[str, str], int]:
+    """(version, scenario) -> the first unused trial index, for ``version`` and its mutants'
+    ``version+...``: a second mutation run on the same lake continues the index sequence
+    instead of writing a second trial 0, 1, ... (which breaks pairing trials by index)."""
+    import os
+
+    from ..analyze.engine import Engine
+    from ..collect.lake import LakeError
+    from ..errors import DataError
+
+    spans_dir = os.path.join(lake, "spans")
+    if not os.path.isdir(spans_dir) or not any(f.endswith(".parquet") for _, _, fs in os.walk(spans_dir) for f in fs):
+        return {}
+    try:
+        eng = Engine(lake)
+    except LakeError as e:
+        raise DataError(f"cannot read the lake {lake}: {e}") from None
+    try:
+        rows = eng.con.execute(
+            "SELECT version, scenario, max(trial_index) + 1 FROM trials "
+            "WHERE (version = ? OR starts_with(version, ?)) AND trial_index IS NOT NULL GROUP BY ALL",
+            [version, version + "+"]).fetchall()
+    finally:
+        eng.close()
+    return {(v, sc): int(n) for v, sc, n in rows}
+
+
 def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: AgentConfig, *, lake: str,
                  version: str = "mutation", operators: list[str] | None = None, seed: int = 0,
                  per_operator: int = 1, original_trials: int = 100, n_max: int = 200, delta: float = 0.2,
@@ -379,6 +406,7 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
         raise UsageError("the factory must be a callable make_agent(config) -> agent")
     mutants = generate_mutants(config, operators, seed=seed, per_operator=per_operator)
     use_lake_or_refuse(lake)
+    first_index = _next_indices(lake, version)
     collector = step_collector()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
     total = 0
@@ -386,8 +414,8 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
         original_agent = factory(config)
         base: dict[str, tuple[int, int]] = {}
         for sc in suite.scenarios:
-            outs, _ = _outcomes(sc, original_agent, version, 0, original_trials, pool, collector, retries, timeout,
-                                3 * original_trials)
+            outs, _ = _outcomes(sc, original_agent, version, first_index.get((version, sc.name), 0), original_trials,
+                                pool, collector, retries, timeout, 3 * original_trials)
             total += len(outs)
             if not outs:
                 raise UsageError(f"scenario {sc.name!r}: no original trial counted (empty runs or errors)")
@@ -405,9 +433,9 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
                 if 1 - p_a - delta > 0:
                     tests.append(("upper", SPRT(1 - p_a, min(delta, 1 - p_a - 0.005), alpha / 2, beta), True))
                 outs: list[bool] = []
-                idx = 0
+                start = idx = first_index.get((f"{version}+{m.id}", sc.name), 0)
                 decided = None
-                while len(outs) < n_max and idx < 3 * n_max:
+                while len(outs) < n_max and idx - start < 3 * n_max:
                     rec = _trial(sc, agent, f"{version}+{m.id}", idx, pool, collector, retries, timeout)
                     idx += 1
                     if not rec.counted:

@@ -78,3 +78,17 @@ def test_mutate_cli(tmp_path):
     assert json.loads((tmp_path / "m.json").read_text())["score"] == 1.0
     r = CliRunner().invoke(root, ["mutate", str(sc), "--factory", "tests.live.nowhere:f", "--config", str(cfg)])
     assert r.exit_code == 3 and "--factory 'tests.live.nowhere:f'" in r.output
+
+
+def test_a_second_run_on_the_same_lake_continues_the_trial_indices(tmp_path):
+    from otel_assay.analyze.engine import Engine
+
+    kw = dict(seed=1, per_operator=1, original_trials=10, n_max=20, operators=["model"])
+    lake = str(tmp_path / "lake")
+    run_mutation(SUITE, make_agent, CONFIG, lake=lake, **kw)
+    run_mutation(SUITE, make_agent, CONFIG, lake=lake, **kw)
+    with Engine(lake) as eng:
+        dup = eng.con.execute("SELECT count(*) FROM (SELECT version, scenario, trial_index FROM trials "
+                              "GROUP BY ALL HAVING count(*) > 1)").fetchall()
+        n = eng.con.execute("SELECT count(*) FROM trials WHERE version = 'mutation'").fetchall()
+    assert dup == [(0,)] and n[0][0] >= 2 * 10
