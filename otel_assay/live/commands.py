@@ -118,6 +118,13 @@ def render_result(result) -> None:
     Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=False).print(t)
     click.echo(f"{result.decision}: {sum(s.ran for s in result.scenarios)} trials run in {result.elapsed_s:.1f}s"
                f", {result.tokens} tokens")
+    stops = {s.stop_reason for s in result.scenarios}
+    if "empty-runs" in stops:
+        click.echo("hint: no trial recorded an LLM call or a tool step, so none counts; instrument the agent "
+                   "(import otel_assay.auto) or record its steps with otel_assay.step", err=True)
+    if "timeouts" in stops:
+        click.echo("hint: every trial timed out before any tool call, so none counts; raise --timeout "
+                   "(or `timeout:` in the scenario file)", err=True)
 
 
 def register(cli: click.Group) -> None:

@@ -553,8 +553,7 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
     asyncio.run(_run_all(states, agent, version, conc, timeout, retries, budget, collector, progress))
     otel_assay.flush()
     for st in states:
-        st.finalize(budget.exhausted() or (("empty-runs" if _only_empty_runs(st) else "attempts")
-                                           if not st.run.done else None))
+        st.finalize(budget.exhausted() or ((_never_counts(st) or "attempts") if not st.run.done else None))
     if progress:
         progress([s.run for s in states])
     result = RunResult(suite.name, version, str(lake), [s.run for s in states], time.monotonic() - started,
@@ -590,7 +589,7 @@ async def _run_scenario(st: _ScenarioState, agent, is_async, version, sem, pool,
     attempts = 0
     while True:
         while (st.can_launch() and attempts < max_attempts and budget.exhausted() is None
-               and not _only_empty_runs(st)):
+               and not _never_counts(st)):
             if sem.locked() and pending:
                 break  # let our own trials finish first: their outcomes may end the test
             await sem.acquire()
@@ -615,10 +614,18 @@ async def _run_scenario(st: _ScenarioState, agent, is_async, version, sem, pool,
         pending = set(pending)
 
 
-def _only_empty_runs(st: _ScenarioState, limit: int = 5) -> bool:
-    """The first ``limit`` trials were all empty runs: the agent records no steps; stop."""
+def _never_counts(st: _ScenarioState, limit: int = 5) -> str | None:
+    """The stop reason when the first ``limit`` trials were all excluded the same way, so
+    more would be too: ``empty-runs`` (the agent records no steps: not instrumented) or
+    ``timeouts`` (every trial times out before any tool call: --timeout too short)."""
     recs = st.run.records
-    return st.counted == 0 and len(recs) >= limit and all(r.error_class == "empty-run" for r in recs)
+    if st.counted or len(recs) < limit:
+        return None
+    if all(r.error_class == "empty-run" for r in recs):
+        return "empty-runs"
+    if all(r.error_class == "timeout" and not r.counted for r in recs):
+        return "timeouts"
+    return None
 
 
 async def _one_index(st, idx, agent, is_async, version, sem, pool, timeout, retries, budget, collector):

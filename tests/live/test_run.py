@@ -389,3 +389,16 @@ def test_sigterm_keeps_the_finished_trials(tmp_path):
     with Engine(str(tmp_path / "lake")) as eng:
         rootless = eng.con.execute("SELECT count(*) FROM trials WHERE scenario IS NULL OR outcome IS NULL").fetchall()
     assert rootless == [(0,)]
+
+
+def test_a_run_whose_trials_all_time_out_stops_early_with_a_hint(tmp_path, monkeypatch):
+    (tmp_path / "sleepy_agent.py").write_text("from tests.live.agents import Router\nsleepy = Router(0.99, seed=1, sleep=0.6)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    f = tmp_path / "s.yaml"
+    f.write_text("config: {n_max: 100}\nscenarios:\n"
+                 "  - {name: billing, input: x, properties: {expected: billing}, evaluator: {type: contains}}\n")
+    r = CliRunner().invoke(cli(), ["run", str(f), "--agent", "sleepy_agent:sleepy", "--version", "v1",
+                                   "--dir", str(tmp_path / "lake"), "--timeout", "0.1"])
+    assert r.exit_code == 2, r.output
+    assert "timeouts" in r.output and "raise --timeout" in r.output
+    assert len(lake_trials(str(tmp_path / "lake"), "v1")) < 20  # stopped, not 3 * n_max attempts
