@@ -324,58 +324,55 @@ def test_contract_evaluator(tmp_path):
         run([{"bogus": 1}])
 
 
-def _run_in(tmp_path, env_extra):
-    """`otel-assay run --dir lake` in a fresh process whose agent module imports
-    otel_assay.auto (capture starts before the command picks its lake)."""
+def _cli_process(tmp_path, agent_source: str, agent: str, config: str, env_extra=None):
+    """`otel-assay run s.yaml --dir lake` started in a fresh process in ``tmp_path``, whose
+    agent module (``agent_source``) is importable from there."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    (tmp_path / "my_agent.py").write_text("import otel_assay.auto  # noqa: F401\nfrom tests.live.agents import good\n")
-    (tmp_path / "s.yaml").write_text("config: {n_max: 30}\nscenarios:\n"
+    (tmp_path / f"{agent.split(':')[0]}.py").write_text(agent_source)
+    (tmp_path / "s.yaml").write_text(f"config: {config}\nscenarios:\n"
                                      "  - {name: billing, input: My payment failed, properties: {expected: billing},"
                                      " evaluator: {type: contains}}\n")
     repo = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(PYTHONPATH=f"{repo}{os.pathsep}{tmp_path}", **env_extra)
-    return subprocess.run([sys.executable, "-m", "otel_assay", "run", "s.yaml", "--agent", "my_agent:good",
-                           "--version", "v1", "--dir", "lake", "-q"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    env.update(PYTHONPATH=f"{repo}{os.pathsep}{tmp_path}", **(env_extra or {}))
+    return subprocess.Popen([sys.executable, "-m", "otel_assay", "run", "s.yaml", "--agent", agent,
+                             "--version", "v1", "--dir", "lake", "-q"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _run_in(tmp_path, env_extra):
+    """A run whose agent module imports otel_assay.auto (capture starts before the command
+    picks its lake); returns (exit code, stderr)."""
+    p = _cli_process(tmp_path, "import otel_assay.auto  # noqa: F401\nfrom tests.live.agents import good\n",
+                     "my_agent:good", "{n_max: 30}", env_extra)
+    _out, err = p.communicate(timeout=300)
+    return p.returncode, err
 
 
 def test_run_writes_only_its_lake(tmp_path):
-    p = _run_in(tmp_path, {})
-    assert p.returncode == 0, p.stderr
+    code, err = _run_in(tmp_path, {})
+    assert code == 0, err
     assert lake_trials(tmp_path / "lake", "v1")
     assert not (tmp_path / "traces").exists()  # the default lake of the import, never written
 
 
 def test_run_dir_wins_over_an_otlp_endpoint_in_the_environment(tmp_path):
     # --dir names the lake the run resumes from and reports on: the trials must be there
-    p = _run_in(tmp_path, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
-    assert p.returncode == 0, p.stderr
+    code, err = _run_in(tmp_path, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+    assert code == 0, err
     assert lake_trials(tmp_path / "lake", "v1")
 
 
 def test_sigterm_keeps_the_finished_trials(tmp_path):
     """A cancelled CI job sends SIGTERM: trials that finished are in the lake, so a rerun resumes."""
-    import os
     import signal
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    (tmp_path / "slow_agent.py").write_text("from tests.live.agents import Router\nslow = Router(0.99, seed=1, sleep=0.05)\n")
-    (tmp_path / "s.yaml").write_text("config: {method: fixed, trials: 400}\nscenarios:\n"
-                                     "  - {name: billing, input: My payment failed, properties: {expected: billing},"
-                                     " evaluator: {type: contains}}\n")
-    repo = Path(__file__).resolve().parents[2]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(PYTHONPATH=f"{repo}{os.pathsep}{tmp_path}", OTEL_ASSAY_FLUSH_SECONDS="60")
-    p = subprocess.Popen([sys.executable, "-m", "otel_assay", "run", "s.yaml", "--agent", "slow_agent:slow",
-                          "--version", "v1", "--dir", "lake", "-q"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = _cli_process(tmp_path, "from tests.live.agents import Router\nslow = Router(0.99, seed=1, sleep=0.05)\n",
+                     "slow_agent:slow", "{method: fixed, trials: 400}", {"OTEL_ASSAY_FLUSH_SECONDS": "60"})
     time.sleep(6.0)  # start-up, then trials finish, buffered (flush every 60 s)
     assert p.poll() is None, p.communicate()
     p.send_signal(signal.SIGTERM)
