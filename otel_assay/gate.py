@@ -1111,9 +1111,10 @@ class _Oracles:
 
 def _contract_tools(eng_c, eng_b, cfg: GateConfig) -> set[str] | None:
     """Tools either arm's lake has seen: what contract tool names are checked against."""
-    if not cfg.contracts:
-        return None
-    from .oracles.contracts import known_tools
+    from .oracles.contracts import TOOL_KINDS, known_tools
+
+    if not any(c.kind in TOOL_KINDS for c in cfg.contracts or ()):
+        return None  # no contract names a tool: nothing to check them against
 
     tools = known_tools(eng_c)
     if eng_b is not None and eng_b is not eng_c:

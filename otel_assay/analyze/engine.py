@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import duckdb
 import pyarrow as pa
 
-from ..collect.lake import Lake, LakeError, check_lake_file
+from ..collect.lake import Lake, LakeError, check_lake_file, sql_list
 from ..collect.schema import TABLES
 from ..errors import UsageError
 from .canonical import canonical_json_arrow
@@ -65,10 +65,6 @@ def query_files() -> dict[str, str]:
     sql = {p.name[:-4]: p.read_text() for p in root.iterdir() if p.name.endswith(".sql")}
     ordered = [v for v in VIEW_ORDER if v in sql] + sorted(v for v in sql if v not in VIEW_ORDER)
     return {v: sql[v] for v in ordered}
-
-
-def _sql_list(paths: Sequence[Path]) -> str:
-    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
 def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> dict[str, list[Path]]:
@@ -179,7 +175,7 @@ class Engine:
         row = ", (file_index::BIGINT << 40) | file_row_number AS span_row" if table == "spans" else ""
         if paths:
             self.con.execute(
-                f"CREATE OR REPLACE VIEW {name} AS SELECT *{row} FROM read_parquet({_sql_list(paths)}, "
+                f"CREATE OR REPLACE VIEW {name} AS SELECT *{row} FROM read_parquet({sql_list(paths)}, "
                 "union_by_name = true, hive_partitioning = true)"
             )
             # files from other writers may lack the dt= directory (a bare Parquet file)
@@ -187,7 +183,7 @@ class Engine:
             if "dt" not in cols:
                 self.con.execute(
                     f"CREATE OR REPLACE VIEW {name} AS SELECT *, NULL::DATE AS dt{row} FROM read_parquet("
-                    f"{_sql_list(paths)}, union_by_name = true)"
+                    f"{sql_list(paths)}, union_by_name = true)"
                 )
         else:
             empty = schema.empty_table().append_column("dt", pa.array([], pa.date32()))
@@ -200,7 +196,7 @@ class Engine:
         paths = self.files.get("labels", [])
         if paths:
             self.con.execute(
-                f"CREATE OR REPLACE VIEW lake_labels AS SELECT * FROM read_parquet({_sql_list(paths)}, "
+                f"CREATE OR REPLACE VIEW lake_labels AS SELECT * FROM read_parquet({sql_list(paths)}, "
                 "union_by_name = true, filename = true)"
             )
         else:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
-from .lake import Lake
+from .lake import Lake, sql_list
 from .otlp import MalformedOTLP, add_json, add_protobuf, parse_protobuf
 from .schema import DEFAULT_LIMITS, Limits, SpanBatch
 
@@ -254,14 +254,11 @@ def _count_already_in_lake(lake: Lake, written: list[Path]) -> int | None:
     except OSError:  # compacted away meanwhile
         return None
 
-    def files(paths) -> str:
-        return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
-
     con = duckdb.connect()
     try:
         return con.execute(
-            f"WITH new AS (SELECT DISTINCT trace_id, span_id FROM read_parquet({files(sorted(mine))})) "
-            f"SELECT count(*) FROM new WHERE EXISTS (SELECT 1 FROM read_parquet({files(others)}) o "
+            f"WITH new AS (SELECT DISTINCT trace_id, span_id FROM read_parquet({sql_list(sorted(mine))})) "
+            f"SELECT count(*) FROM new WHERE EXISTS (SELECT 1 FROM read_parquet({sql_list(others)}) o "
             f"WHERE o.trace_id = new.trace_id AND o.span_id = new.span_id)").fetchall()[0][0]
     except duckdb.Error:  # an unreadable file is reported by compact and the views, not by this notice
         return None

@@ -78,6 +78,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def sql_list(paths) -> str:
+    """``paths`` as a DuckDB list literal of quoted file names, for ``read_parquet``."""
+    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+
+
 def write_parquet_atomic(table: pa.Table, path: Path, *, fsync: bool = True) -> None:
     """Write ``table`` to ``path`` so that readers see the whole file or nothing."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")

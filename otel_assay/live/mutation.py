@@ -365,26 +365,11 @@ def _next_indices(lake: str, version: str) -> dict[tuple[str, str], int]:
     """(version, scenario) -> the first unused trial index, for ``version`` and its mutants'
     ``version+...``: a second mutation run on the same lake continues the index sequence
     instead of writing a second trial 0, 1, ... (which breaks pairing trials by index)."""
-    import os
+    from .runner import query_trials
 
-    from ..analyze.engine import Engine
-    from ..collect.lake import LakeError
-    from ..errors import DataError
-
-    spans_dir = os.path.join(lake, "spans")
-    if not os.path.isdir(spans_dir) or not any(f.endswith(".parquet") for _, _, fs in os.walk(spans_dir) for f in fs):
-        return {}
-    try:
-        eng = Engine(lake)
-    except LakeError as e:
-        raise DataError(f"cannot read the lake {lake}: {e}") from None
-    try:
-        rows = eng.con.execute(
-            "SELECT version, scenario, max(trial_index) + 1 FROM trials "
-            "WHERE (version = ? OR starts_with(version, ?)) AND trial_index IS NOT NULL GROUP BY ALL",
-            [version, version + "+"]).fetchall()
-    finally:
-        eng.close()
+    rows = query_trials(lake, "SELECT version, scenario, max(trial_index) + 1 FROM trials "
+                              "WHERE (version = ? OR starts_with(version, ?)) AND trial_index IS NOT NULL GROUP BY ALL",
+                        [version, version + "+"])
     return {(v, sc): int(n) for v, sc, n in rows}
 
 

@@ -290,31 +290,36 @@ class RunResult:
 
 
 # ================================================================== the lake: trials so far
-def existing_trials(lake: str, version: str, scenarios: list[str]) -> dict[str, list[tuple[int, bool | None, bool]]]:
-    """Trials already in the lake for ``version``: scenario -> [(index, passed, counted)] in
-    index order, one entry per index (a counted attempt wins over excluded ones)."""
+def query_trials(lake: str, sql: str, params: list, why: str = "") -> list[tuple]:
+    """Rows of ``sql`` over the lake's views; none for a lake without span files yet (no
+    engine to start)."""
     import os
 
     from ..analyze.engine import Engine
     from ..collect.lake import LakeError
 
-    out: dict[str, list[tuple[int, bool | None, bool]]] = {s: [] for s in scenarios}
     spans_dir = os.path.join(lake, "spans")
     if not os.path.isdir(spans_dir) or not any(f.endswith(".parquet") for _, _, fs in os.walk(spans_dir) for f in fs):
-        return out  # an empty lake: nothing to resume (and no engine to start)
+        return []
     try:
         eng = Engine(lake)
     except LakeError as e:
-        raise DataError(f"cannot read the lake {lake} to resume: {e}") from None
+        raise DataError(f"cannot read the lake {lake}{why}: {e}") from None
     try:
         eng.materialize(["steps", "trials"])
-        rows = eng.con.execute(
-            "SELECT scenario, trial_index, passed, counted FROM trials "
-            "WHERE version = ? AND trial_index IS NOT NULL AND list_contains(?, scenario) "
-            "ORDER BY scenario, trial_index, counted DESC, start_time_unix_nano",
-            [version, scenarios]).fetchall()
+        return eng.con.execute(sql, params).fetchall()
     finally:
         eng.close()
+
+
+def existing_trials(lake: str, version: str, scenarios: list[str]) -> dict[str, list[tuple[int, bool | None, bool]]]:
+    """Trials already in the lake for ``version``: scenario -> [(index, passed, counted)] in
+    index order, one entry per index (a counted attempt wins over excluded ones)."""
+    out: dict[str, list[tuple[int, bool | None, bool]]] = {s: [] for s in scenarios}
+    rows = query_trials(
+        lake, "SELECT scenario, trial_index, passed, counted FROM trials "
+              "WHERE version = ? AND trial_index IS NOT NULL AND list_contains(?, scenario) "
+              "ORDER BY scenario, trial_index, counted DESC, start_time_unix_nano", [version, scenarios], " to resume")
     last: dict[str, int] = {}
     for sc, idx, passed, counted in rows:
         if last.get(sc) == idx:
