@@ -104,6 +104,8 @@ PARTITION_TIME = "_span_start_time_unix_nano"
 
 _PROMOTED = {key: (col, t) for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES}
 _PROMOTED_COLUMNS = [col for col, _key, _t in semconv.PROMOTED_SPAN_ATTRIBUTES]
+_PROMOTED_SET = frozenset(_PROMOTED_COLUMNS)
+_PROMOTED_STRING = {key: col for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES if t == "string"}
 
 
 @dataclass(frozen=True)
@@ -261,7 +263,11 @@ class SpanBatch:
 
     def __init__(self, limits: Limits = DEFAULT_LIMITS):
         self.limits = limits
-        self._span_cols: dict[str, list] = {name: [] for name in SPANS_SCHEMA.names if not name.endswith("attributes")}
+        self._span_cols: dict[str, list] = {name: [] for name in SPANS_SCHEMA.names
+                                            if not name.endswith("attributes") and name not in _PROMOTED_SET}
+        # each span's promoted attributes as one dict (most spans fill few of the columns):
+        # one append per span instead of one per promoted column; tables() spreads them out
+        self._span_promoted: list[dict] = []
         self._span_attrs = _Maps()
         self._span_res = _Maps()
         self._ev_cols: dict[str, list] = {n: [] for n in SPAN_EVENTS_SCHEMA.names if n != "attributes"}
@@ -288,16 +294,25 @@ class SpanBatch:
     def _attrs_into(self, maps: _Maps, attributes: Iterable[tuple[str, Any]], promoted: dict | None) -> int:
         """Append attributes to ``maps``; return how many were dropped by the limits."""
         limits = self.limits
+        max_attributes, max_key, max_value = limits.max_attributes, limits.max_key_chars, limits.max_value_chars
         keys, values = maps.keys, maps.values
         n = 0
         dropped = 0
         for key, value in attributes:
-            if type(value) is str and key not in _PROMOTED:  # the common case, decided in one step
-                if n >= limits.max_attributes or len(key) > limits.max_key_chars:
+            if type(value) is str:  # the common case, decided with one lookup
+                if promoted is not None:
+                    col = _PROMOTED_STRING.get(key)
+                    if col is not None and col not in promoted:
+                        if len(value) > max_value:
+                            value = value[:max_value] + TRUNCATION_MARK
+                            self.truncated_values += 1
+                        promoted[col] = value
+                        continue
+                if n >= max_attributes or len(key) > max_key:
                     dropped += 1
                     continue
-                if len(value) > limits.max_value_chars:
-                    value = value[: limits.max_value_chars] + TRUNCATION_MARK
+                if len(value) > max_value:
+                    value = value[:max_value] + TRUNCATION_MARK
                     self.truncated_values += 1
                 keys.append(key)
                 values.append(value)
@@ -307,23 +322,23 @@ class SpanBatch:
                 target = _PROMOTED.get(key)
                 if target is not None:
                     col, t = target
-                    if promoted.get(col) is None and (
+                    if col not in promoted and (
                         (t == "string" and isinstance(value, str))
                         or (t == "int64" and isinstance(value, int) and not isinstance(value, bool)
                             and -INT64_MAX - 1 <= value <= INT64_MAX)
                         or (t == "double" and isinstance(value, float))
                     ):
-                        if t == "string" and len(value) > limits.max_value_chars:
-                            value = value[: limits.max_value_chars] + TRUNCATION_MARK
+                        if t == "string" and len(value) > max_value:
+                            value = value[:max_value] + TRUNCATION_MARK
                             self.truncated_values += 1
                         promoted[col] = value
                         continue
-            if n >= limits.max_attributes or len(key) > limits.max_key_chars:
+            if n >= max_attributes or len(key) > max_key:
                 dropped += 1
                 continue
             s = stringify(value)
-            if s is not None and len(s) > limits.max_value_chars:
-                s = s[: limits.max_value_chars] + TRUNCATION_MARK
+            if s is not None and len(s) > max_value:
+                s = s[:max_value] + TRUNCATION_MARK
                 self.truncated_values += 1
             keys.append(key)
             values.append(s)
@@ -399,8 +414,7 @@ class SpanBatch:
         cols["service_name"].append(resource.service_name)
         cols["scope_name"].append(scope_name or None)
         cols["scope_version"].append(scope_version or None)
-        for col in _PROMOTED_COLUMNS:
-            cols[col].append(promoted.get(col))
+        self._span_promoted.append(promoted)
         res = self._span_res
         res.keys.extend(resource.keys)
         res.values.extend(resource.values)
@@ -456,8 +470,8 @@ class SpanBatch:
         limits = self.limits
         cols = self._span_cols
         promoted: dict[str, Any] = {}
-        dropped = self._attrs_into(self._span_attrs, _sdk_items(getattr(span, "_attributes", None) or span.attributes),
-                                   promoted)
+        attributes = getattr(span, "_attributes", None) or span.attributes
+        dropped = self._attrs_into(self._span_attrs, _sdk_items(attributes), promoted)
         trace_hex = format(tid, "032x")
         span_hex = format(sid, "016x")
         parent = span.parent
@@ -477,16 +491,20 @@ class SpanBatch:
         cols["service_name"].append(resource.service_name)
         cols["scope_name"].append(scope.name or None if scope else None)
         cols["scope_version"].append(scope.version or None if scope else None)
-        for col in _PROMOTED_COLUMNS:
-            cols[col].append(promoted.get(col))
+        self._span_promoted.append(promoted)
         res = self._span_res
         res.keys.extend(resource.keys)
         res.values.extend(resource.values)
         res.offsets.append(len(res.keys))
-        dropped_events, dropped_links = span.dropped_events, span.dropped_links
-        # the private lists, when there: the public properties copy them into tuples
-        if getattr(span, "_events", True) and span.events:
-            events = list(span.events)
+        # the private lists, when there: the public properties copy them into tuples, and
+        # their dropped counts check the list's type against an ABC (a microsecond per span)
+        events = getattr(span, "_events", None)
+        if events is None:
+            events, dropped_events = span.events, span.dropped_events
+        else:
+            dropped_events = getattr(events, "dropped", 0)
+        if events:
+            events = list(events)
             if len(events) > limits.max_events:
                 dropped_events += len(events) - limits.max_events
                 events = events[: limits.max_events]
@@ -499,8 +517,13 @@ class SpanBatch:
                 ev["name"].append(_limit(e.name, limits) or "")
                 ev["dropped_attributes_count"].append(e_dropped)
                 ev[PARTITION_TIME].append(start)
-        if getattr(span, "_links", True) and span.links:
-            links = list(span.links)
+        links = getattr(span, "_links", None)
+        if links is None:
+            links, dropped_links = span.links, span.dropped_links
+        else:
+            dropped_links = getattr(links, "dropped", 0)
+        if links:
+            links = list(links)
             if len(links) > limits.max_links:
                 dropped_links += len(links) - limits.max_links
                 links = links[: limits.max_links]
@@ -515,7 +538,7 @@ class SpanBatch:
                 ln["trace_state"].append(lc.trace_state.to_header() or None if lc.trace_state else None)
                 ln["dropped_attributes_count"].append(l_dropped)
                 ln[PARTITION_TIME].append(start)
-        cols["dropped_attributes_count"].append(min(span.dropped_attributes + dropped, 2**31 - 1))
+        cols["dropped_attributes_count"].append(min(getattr(attributes, "dropped", 0) + dropped, 2**31 - 1))
         cols["dropped_events_count"].append(min(dropped_events, 2**31 - 1))
         cols["dropped_links_count"].append(min(dropped_links, 2**31 - 1))
         return True
@@ -595,7 +618,7 @@ class SpanBatch:
         c_service, c_scope, c_scope_v = cols["service_name"], cols["scope_name"], cols["scope_version"]
         c_dropped_a, c_dropped_e, c_dropped_l = (cols["dropped_attributes_count"], cols["dropped_events_count"],
                                                  cols["dropped_links_count"])
-        promoted_cols = [(col, cols[col]) for col in _PROMOTED_COLUMNS]
+        c_promoted = self._span_promoted
         res = self._span_res
         span_attrs = self._span_attrs
         scope_name = scope_name or None
@@ -651,12 +674,7 @@ class SpanBatch:
             c_service.append(resource.service_name)
             c_scope.append(scope_name)
             c_scope_v.append(scope_version)
-            if promoted:
-                for col, lst in promoted_cols:
-                    lst.append(promoted.get(col))
-            else:
-                for _col, lst in promoted_cols:
-                    lst.append(None)
+            c_promoted.append(promoted)
             res.keys.extend(resource.keys)
             res.values.extend(resource.values)
             res.offsets.append(len(res.keys))
@@ -697,11 +715,19 @@ class SpanBatch:
             accepted += 1
         return accepted
 
+    def _promoted_columns(self) -> dict[str, list]:
+        n = len(self._span_promoted)
+        out: dict[str, list] = {col: [None] * n for col in _PROMOTED_COLUMNS}
+        for i, promoted in enumerate(self._span_promoted):
+            for col, value in promoted.items():
+                out[col][i] = value
+        return out
+
     def tables(self) -> dict[str, pa.Table]:
         """The buffered rows as Arrow tables (unsorted; the writer sorts)."""
         out = {}
         for table, schema, cols, maps in (
-            ("spans", SPANS_SCHEMA, self._span_cols, {"attributes": self._span_attrs, "resource_attributes": self._span_res}),
+            ("spans", SPANS_SCHEMA, {**self._span_cols, **self._promoted_columns()}, {"attributes": self._span_attrs, "resource_attributes": self._span_res}),
             ("span_events", SPAN_EVENTS_SCHEMA, self._ev_cols, {"attributes": self._ev_attrs}),
             ("span_links", SPAN_LINKS_SCHEMA, self._ln_cols, {"attributes": self._ln_attrs}),
         ):

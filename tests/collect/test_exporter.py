@@ -31,6 +31,35 @@ def test_every_span_lands_with_ids_parents_times_attributes_events(tmp_path, pro
         assert exp.files_written > 1
     assert lake_view(tmp_path / "lake") == expected_view(spans)
 
+def test_what_the_sdk_dropped_under_its_span_limits_is_counted(tmp_path):
+    # the exporter reads the SDK's private bounded containers for speed; their dropped
+    # counts must still reach the lake, as the public properties report them
+    from opentelemetry import trace as trace_api
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+
+    exp = ParquetSpanExporter(tmp_path / "lake")
+    mem = InMemorySpanExporter()
+    tp = TracerProvider(span_limits=SpanLimits(max_span_attributes=2, max_events=1, max_links=1))
+    tp.add_span_processor(SimpleSpanProcessor(exp))
+    tp.add_span_processor(SimpleSpanProcessor(mem))
+    tracer = tp.get_tracer("limits")
+    with tracer.start_as_current_span("other") as other:
+        pass
+    link = trace_api.Link(other.get_span_context())
+    with tracer.start_as_current_span("limited", links=[link, link], attributes={
+            "a": "1", "b": "2", "c": "3", "gen_ai.tool.name": "lookup"}) as span:  # the SDK keeps the newest
+        for i in range(3):
+            span.add_event(f"e{i}")
+    tp.shutdown()
+    sdk = [s for s in mem.get_finished_spans() if s.name == "limited"][0]
+    assert (sdk.dropped_attributes, sdk.dropped_events, sdk.dropped_links) == (2, 2, 1)
+    import duckdb
+    row = duckdb.sql(
+        f"SELECT dropped_attributes_count, dropped_events_count, dropped_links_count, tool_name "
+        f"FROM read_parquet('{tmp_path}/lake/spans/*/*.parquet') WHERE name = 'limited'").fetchall()
+    assert row == [(2, 2, 1, "lookup")]
+
+
 
 def test_burst_of_100k_spans_is_not_dropped(tmp_path):
     exp = ParquetSpanExporter(tmp_path / "lake")
