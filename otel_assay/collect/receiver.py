@@ -375,16 +375,27 @@ def _status_proto(code: int, message: str) -> bytes:
 
 
 def _read_gzip(body: bytes, limit: int) -> bytes:
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = d.decompress(body, limit + 1)
-    except zlib.error as e:
-        raise MalformedOTLP(f"invalid gzip body: {e}") from None
-    if len(out) > limit:
-        raise _TooLarge(limit)
-    if not d.eof:
-        raise MalformedOTLP("truncated gzip body")
-    return out
+    """The decompressed body, every member of it (RFC 1952 §2.2: a gzip file is a series of
+    members, which is what concatenated gzip streams are); anything after the last member
+    that is not one is malformed."""
+    parts: list[bytes] = []
+    size = 0
+    data = body
+    while True:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            out = d.decompress(data, limit + 1 - size)
+        except zlib.error as e:
+            raise MalformedOTLP(f"invalid gzip body: {e}") from None
+        size += len(out)
+        if size > limit:
+            raise _TooLarge(limit)
+        if not d.eof:
+            raise MalformedOTLP("truncated gzip body")
+        parts.append(out)
+        data = d.unused_data
+        if not data:
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _bearer_ok(authorization: str | None, token: str) -> bool:

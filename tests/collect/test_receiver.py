@@ -92,7 +92,8 @@ def test_partial_success_reports_rejected_spans(tmp_path, collector_factory):
 
 
 @pytest.mark.parametrize("case", ["garbage-proto", "garbage-json", "json-not-object", "truncated-gzip",
-                                  "invalid-utf8-json", "invalid-utf8-proto", "wrong-ctype", "too-large", "100mb", "gzip-bomb", "wrong-path"])
+                                  "invalid-utf8-json", "invalid-utf8-proto", "wrong-ctype", "too-large", "100mb", "gzip-bomb", "gzip-members-over-limit",
+                                  "gzip-trailing-garbage", "wrong-path"])
 def test_bad_requests_get_the_spec_status_and_the_server_keeps_serving(tmp_path, collector_factory, case):
     c = collector_factory(tmp_path / "lake", "--max-body-mib", "1", grpc=False)
     spans = recorded_trials(1)
@@ -120,6 +121,10 @@ def test_bad_requests_get_the_spec_status_and_the_server_keeps_serving(tmp_path,
         body, want = b"\x00" * (100 << 20), 413
     elif case == "gzip-bomb":
         body, headers, want = gzip.compress(b"\x00" * (50 << 20)), {"Content-Encoding": "gzip"}, 413
+    elif case == "gzip-members-over-limit":  # each member under the limit, together over it
+        body, headers, want = gzip.compress(b"\x00" * (700 << 10)) * 2, {"Content-Encoding": "gzip"}, 413
+    elif case == "gzip-trailing-garbage":
+        body, headers, want = gzip.compress(good) + b"not gzip", {"Content-Encoding": "gzip"}, 400
     else:
         url, body, want = url.replace("/v1/traces", "/v1/logs"), good, 404
     status, hdrs, resp = post(url, body, ctype, headers)
@@ -132,6 +137,18 @@ def test_bad_requests_get_the_spec_status_and_the_server_keeps_serving(tmp_path,
     assert post(c.http_url, good)[0] == 200  # still serving, earlier data intact
     code, out, _ = c.terminate()
     assert code == 0 and "spans accepted" in out
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_a_gzip_body_of_several_members_is_read_whole(tmp_path, collector_factory):
+    # RFC 1952 allows several members, and concatenating gzip streams makes one
+    spans = recorded_trials(3)
+    good = encode_proto(spans).SerializeToString()
+    half = len(good) // 2
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    body = gzip.compress(good[:half]) + gzip.compress(good[half:])
+    assert post(c.http_url, body, "application/x-protobuf", {"Content-Encoding": "gzip"})[0] == 200
+    c.terminate()
     assert lake_view(tmp_path / "lake") == expected_view(spans)
 
 
