@@ -25,7 +25,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .lake import Lake, check_lake_file
@@ -109,21 +108,6 @@ class _RecentKeys:
 
 def _span_keys(trace_ids: list[str], span_ids: list[str]) -> list[int]:
     return [hash(t + s) for t, s in zip(trace_ids, span_ids)]
-
-
-def _filter_tables(tables: dict[str, pa.Table], keep: list[bool]) -> dict[str, pa.Table]:
-    spans = tables["spans"]
-    mask = pa.array(keep, pa.bool_())
-    kept = spans.filter(mask)
-    keys = pc.binary_join_element_wise(kept.column("trace_id"), kept.column("span_id"), "")
-    out = {"spans": kept}
-    for name in ("span_events", "span_links"):
-        t = tables[name]
-        if t.num_rows:
-            tk = pc.binary_join_element_wise(t.column("trace_id"), t.column("span_id"), "")
-            t = t.filter(pc.is_in(tk, value_set=keys))
-        out[name] = t
-    return out
 
 
 class Collector:
@@ -258,13 +242,11 @@ class Collector:
     def _commit_locked(self, batch: SpanBatch, received: int) -> IngestResult:
         result = IngestResult(received=received, rejected=batch.rejected)
         keys = _span_keys(*batch.span_keys())
-        tables = batch.tables()
         with self._dedupe_lock:
             fresh = self._recent.add_new(keys)
         new_keys = [k for k, f in zip(keys, fresh) if f]
         result.duplicates = len(keys) - len(new_keys)
-        if result.duplicates:
-            tables = _filter_tables(tables, fresh)
+        tables = batch.tables(keep=fresh if result.duplicates else None)
         result.accepted = tables["spans"].num_rows
         if result.accepted:
             try:

@@ -276,6 +276,9 @@ class SpanBatch:
         self._ln_cols: dict[str, list] = {n: [] for n in SPAN_LINKS_SCHEMA.names if n != "attributes"}
         self._ln_cols[PARTITION_TIME] = []
         self._ln_attrs = _Maps()
+        # the row of the span each event / link belongs to, for tables(keep=...)
+        self._ev_span_row: list[int] = []
+        self._ln_span_row: list[int] = []
         self.rejected = 0
         self.reject_reasons: dict[str, int] = {}
         self.truncated_values = 0
@@ -424,6 +427,7 @@ class SpanBatch:
             dropped_events_count += len(events) - limits.max_events
             events = events[: limits.max_events]
         ev = self._ev_cols
+        ev_rows, row = self._ev_span_row, len(cols["trace_id"]) - 1
         for time_unix_nano, ev_name, ev_attrs, ev_dropped in events:
             ev_dropped += self._attrs_into(self._ev_attrs, ev_attrs, None)
             ev["trace_id"].append(trace_id)
@@ -432,11 +436,13 @@ class SpanBatch:
             ev["name"].append(_limit(ev_name, limits) or "")
             ev["dropped_attributes_count"].append(ev_dropped)
             ev[PARTITION_TIME].append(start_time_unix_nano)
+            ev_rows.append(row)
 
         if len(links) > limits.max_links:
             dropped_links_count += len(links) - limits.max_links
             links = links[: limits.max_links]
         ln = self._ln_cols
+        ln_rows, row = self._ln_span_row, len(cols["trace_id"]) - 1
         for l_trace, l_span, l_state, l_attrs, l_dropped in links:
             l_dropped += self._attrs_into(self._ln_attrs, l_attrs, None)
             ln["trace_id"].append(trace_id)
@@ -446,6 +452,7 @@ class SpanBatch:
             ln["trace_state"].append(l_state or None)
             ln["dropped_attributes_count"].append(l_dropped)
             ln[PARTITION_TIME].append(start_time_unix_nano)
+            ln_rows.append(row)
 
         cols["dropped_attributes_count"].append(min(dropped_attributes_count + dropped, 2**31 - 1))
         cols["dropped_events_count"].append(min(dropped_events_count, 2**31 - 1))
@@ -509,6 +516,7 @@ class SpanBatch:
                 dropped_events += len(events) - limits.max_events
                 events = events[: limits.max_events]
             ev = self._ev_cols
+            ev_rows, row = self._ev_span_row, len(cols["trace_id"]) - 1
             for e in events:
                 e_dropped = self._attrs_into(self._ev_attrs, _sdk_items(e.attributes), None)
                 ev["trace_id"].append(trace_hex)
@@ -517,6 +525,7 @@ class SpanBatch:
                 ev["name"].append(_limit(e.name, limits) or "")
                 ev["dropped_attributes_count"].append(e_dropped)
                 ev[PARTITION_TIME].append(start)
+                ev_rows.append(row)
         links = getattr(span, "_links", None)
         if links is None:
             links, dropped_links = span.links, span.dropped_links
@@ -528,6 +537,7 @@ class SpanBatch:
                 dropped_links += len(links) - limits.max_links
                 links = links[: limits.max_links]
             ln = self._ln_cols
+            ln_rows, row = self._ln_span_row, len(cols["trace_id"]) - 1
             for l in links:
                 l_dropped = self._attrs_into(self._ln_attrs, _sdk_items(l.attributes), None)
                 lc = l.context
@@ -538,6 +548,7 @@ class SpanBatch:
                 ln["trace_state"].append(lc.trace_state.to_header() or None if lc.trace_state else None)
                 ln["dropped_attributes_count"].append(l_dropped)
                 ln[PARTITION_TIME].append(start)
+                ln_rows.append(row)
         cols["dropped_attributes_count"].append(min(getattr(attributes, "dropped", 0) + dropped, 2**31 - 1))
         cols["dropped_events_count"].append(min(dropped_events, 2**31 - 1))
         cols["dropped_links_count"].append(min(dropped_links, 2**31 - 1))
@@ -686,6 +697,7 @@ class SpanBatch:
                     dropped_events += len(events) - limits.max_events
                     events = events[: limits.max_events]
                 ev = self._ev_cols
+                ev_rows, row = self._ev_span_row, len(cols["trace_id"]) - 1
                 for e in events:
                     e_dropped = e.dropped_attributes_count + self._pb_attrs_into(self._ev_attrs, e.attributes, None)
                     ev["trace_id"].append(trace_hex)
@@ -694,12 +706,14 @@ class SpanBatch:
                     ev["name"].append(_limit(e.name, limits) or "")
                     ev["dropped_attributes_count"].append(min(e_dropped, 2**31 - 1))
                     ev[PARTITION_TIME].append(start)
+                    ev_rows.append(row)
             if span.links:
                 links = span.links
                 if len(links) > limits.max_links:
                     dropped_links += len(links) - limits.max_links
                     links = links[: limits.max_links]
                 ln = self._ln_cols
+                ln_rows, row = self._ln_span_row, len(cols["trace_id"]) - 1
                 for l in links:
                     l_dropped = l.dropped_attributes_count + self._pb_attrs_into(self._ln_attrs, l.attributes, None)
                     ln["trace_id"].append(trace_hex)
@@ -709,6 +723,7 @@ class SpanBatch:
                     ln["trace_state"].append(l.trace_state or None)
                     ln["dropped_attributes_count"].append(min(l_dropped, 2**31 - 1))
                     ln[PARTITION_TIME].append(start)
+                    ln_rows.append(row)
             c_dropped_a.append(min(span.dropped_attributes_count + dropped, 2**31 - 1))
             c_dropped_e.append(min(dropped_events, 2**31 - 1))
             c_dropped_l.append(min(dropped_links, 2**31 - 1))
@@ -723,13 +738,18 @@ class SpanBatch:
                 out[col][i] = value
         return out
 
-    def tables(self) -> dict[str, pa.Table]:
-        """The buffered rows as Arrow tables (unsorted; the writer sorts)."""
+    def tables(self, keep: list[bool] | None = None) -> dict[str, pa.Table]:
+        """The buffered rows as Arrow tables (unsorted; the writer sorts).
+
+        ``keep``, one flag per span in row order, leaves out the other spans with their own
+        events and links (by row, not by id: a span that came twice keeps one copy's)."""
         out = {}
-        for table, schema, cols, maps in (
-            ("spans", SPANS_SCHEMA, {**self._span_cols, **self._promoted_columns()}, {"attributes": self._span_attrs, "resource_attributes": self._span_res}),
-            ("span_events", SPAN_EVENTS_SCHEMA, self._ev_cols, {"attributes": self._ev_attrs}),
-            ("span_links", SPAN_LINKS_SCHEMA, self._ln_cols, {"attributes": self._ln_attrs}),
+        mask = pa.array(keep, pa.bool_()) if keep is not None else None
+        for table, schema, cols, maps, span_rows in (
+            ("spans", SPANS_SCHEMA, {**self._span_cols, **self._promoted_columns()},
+             {"attributes": self._span_attrs, "resource_attributes": self._span_res}, None),
+            ("span_events", SPAN_EVENTS_SCHEMA, self._ev_cols, {"attributes": self._ev_attrs}, self._ev_span_row),
+            ("span_links", SPAN_LINKS_SCHEMA, self._ln_cols, {"attributes": self._ln_attrs}, self._ln_span_row),
         ):
             arrays = []
             for f in schema:
@@ -742,6 +762,8 @@ class SpanBatch:
             t = pa.Table.from_arrays(arrays, schema=schema)
             if PARTITION_TIME in cols:
                 t = t.append_column(PARTITION_TIME, pa.array(cols[PARTITION_TIME], pa.int64()))
+            if mask is not None and t.num_rows:
+                t = t.filter(mask if span_rows is None else mask.take(pa.array(span_rows, pa.int64())))
             out[table] = t
         return out
 

@@ -69,6 +69,24 @@ def test_retransmitted_batch_is_stored_once(tmp_path, collector_factory):
     assert lake_view(tmp_path / "lake") == expected_view(spans)
 
 
+def test_a_span_twice_in_one_request_is_stored_once_with_its_own_events_and_links(tmp_path, collector_factory):
+    spans = recorded_trials(2)
+    req = encode_proto(spans)
+    scope = req.resource_spans[0].scope_spans[0]
+    assert any(s.events for s in scope.spans) and any(s.links for s in scope.spans)
+    copies = [type(s)() for s in scope.spans]
+    for copy, s in zip(copies, scope.spans):
+        copy.CopyFrom(s)
+        for e in copy.events:
+            e.name = "from the copy"
+    scope.spans.extend(copies)
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    assert post(c.http_url, req.SerializeToString())[0] == 200
+    code, out, _ = c.terminate()
+    assert f"{len(spans)} duplicates dropped" in out
+    assert lake_view(tmp_path / "lake") == expected_view(spans)  # events and links once, the first copy's
+
+
 def test_partial_success_reports_rejected_spans(tmp_path, collector_factory):
     spans = recorded_trials(1)
     req = encode_proto(spans)
