@@ -1,6 +1,8 @@
 """A scripted OpenAI-compatible chat-completions server on 127.0.0.1 (stdlib only), so the
 real provider code paths of the OpenAI Agents SDK, CrewAI and AutoGen run offline
-(reference/instrumentation.md §8.1). Non-streaming and SSE streaming responses."""
+(reference/instrumentation.md §8.1). Non-streaming and SSE streaming responses; the same
+turns are also served by the Responses API (``POST {base_url}/responses``), which the Agents
+SDK's default model (``OpenAIResponsesModel``) uses."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ def text_turn(text, pt=20, ct=5):
 
 
 class FakeOpenAI:
-    """Serves POST {base_url}/chat/completions from a script of turns; records requests."""
+    """Serves POST {base_url}/chat/completions (and /responses) from a script of turns;
+    records requests."""
 
     def __init__(self, turns=(), model="fake-model-1"):
         self.turns, self.i, self.model, self.requests = list(turns), 0, model, []
@@ -35,7 +38,8 @@ class FakeOpenAI:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
-                if not self.path.endswith("/chat/completions"):
+                responses_api = self.path.endswith("/responses")
+                if not (self.path.endswith("/chat/completions") or responses_api):
                     self.send_response(404)
                     self.end_headers()
                     return
@@ -45,6 +49,9 @@ class FakeOpenAI:
                 finish, (pt, ct) = t.pop("_finish"), t.pop("_usage")
                 usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}
                 model = body.get("model") or outer.model
+                if responses_api:
+                    self._respond_responses(body, t, model, pt, ct)
+                    return
                 if body.get("stream"):
                     self.send_response(200)
                     self.send_header("content-type", "text/event-stream")
@@ -62,6 +69,41 @@ class FakeOpenAI:
                 data = json.dumps({"id": f"chatcmpl-{outer.i}", "object": "chat.completion", "created": int(time.time()),
                                    "model": model, "usage": usage,
                                    "choices": [{"index": 0, "message": t, "finish_reason": finish}]}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _respond_responses(self, body, t, model, pt, ct):
+                with outer.lock:
+                    n = len(outer.requests)
+                output = [{"type": "function_call", "id": f"fc_{n}_{k}", "call_id": tc["id"], "status": "completed",
+                           "name": tc["function"]["name"], "arguments": tc["function"]["arguments"]}
+                          for k, tc in enumerate(t.get("tool_calls") or [])]
+                if t.get("content"):
+                    output.insert(0, {"type": "message", "id": f"msg_{n}", "role": "assistant", "status": "completed",
+                                      "content": [{"type": "output_text", "text": t["content"], "annotations": []}]})
+                resp = {"id": f"resp_{n}", "object": "response", "created_at": int(time.time()), "model": model,
+                        "instructions": body.get("instructions"), "tools": body.get("tools") or [],
+                        "status": "completed", "output": output, "parallel_tool_calls": True, "tool_choice": "auto",
+                        "usage": {"input_tokens": pt, "output_tokens": ct, "total_tokens": pt + ct,
+                                               "input_tokens_details": {"cached_tokens": 0},
+                                               "output_tokens_details": {"reasoning_tokens": 0}}}
+                if body.get("stream"):
+                    self.send_response(200)
+                    self.send_header("content-type", "text/event-stream")
+                    self.end_headers()
+                    events = [("response.created", {"response": dict(resp, status="in_progress", output=[])})]
+                    for k, item in enumerate(output):
+                        events += [("response.output_item.added", {"output_index": k, "item": item}),
+                                   ("response.output_item.done", {"output_index": k, "item": item})]
+                    events.append(("response.completed", {"response": resp}))
+                    for seq, (kind, ev) in enumerate(events):
+                        ev.update(type=kind, sequence_number=seq)
+                        self.wfile.write(f"event: {kind}\ndata: {json.dumps(ev)}\n\n".encode())
+                    return
+                data = json.dumps(resp).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))

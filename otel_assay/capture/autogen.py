@@ -14,8 +14,10 @@ that provider, so they carry the trial's ``assay.*`` attributes. We add what the
   retry) makes one model call per attempt. A wrapper that answers without calling a
   wrapped client (a cache hit) records its own span;
 * tool arguments and results: AutoGen's own ``execute_tool`` span (same name, scope
-  ``autogen-core`` and attributes) is kept open until ``BaseTool.run_json`` returns, so the
-  arguments and the result land on that one span — one tool call is one span, not two;
+  ``autogen-core`` and attributes) is kept open until ``BaseTool.run_json`` returns (or
+  ``BaseStreamTool.run_json_stream`` ends: ``AgentTool`` and ``TeamTool``, agents and teams
+  used as tools), so the arguments and the result land on that one span — one tool call is
+  one span, not two;
 * a root ``invoke_workflow {team}`` span around a team run (``run`` / ``run_stream`` of
   group chats), which native tracing lacks, so the agents of a group chat share a parent.
 
@@ -232,7 +234,9 @@ def _trace_tool_span(tool_name, *, tracer=None, parent=None, tool_description=No
             span.set_attribute(semconv.GEN_AI_TOOL_CALL_ARGUMENTS, args_json(dict(holder["args"] or {})))
         try:
             yield span
-        except Exception as e:
+        except BaseException as e:
+            # BaseException: a tool cancelled (the run timed out or was stopped) must still end
+            # its span, which run_json will not end; the native span records it the same way
             span.record_exception(e)
             span.set_status(Status(StatusCode.ERROR, str(e)))
             span.set_attribute(semconv.ERROR_TYPE, type(e).__name__)
@@ -243,13 +247,7 @@ def _trace_tool_span(tool_name, *, tracer=None, parent=None, tool_description=No
             holder["span"] = span
 
 
-async def _run_json(wrapped, instance, args, kwargs):
-    holder = {"args": args[0] if args else kwargs.get("args"), "span": None}
-    token = _PENDING_TOOL.set(holder)
-    try:
-        result = await wrapped(*args, **kwargs)
-    finally:
-        _PENDING_TOOL.reset(token)
+def _end_tool(holder, instance, result) -> None:
     span = holder["span"]
     if span is not None:
         if _runtime.capture_content():
@@ -259,7 +257,40 @@ async def _run_json(wrapped, instance, args, kwargs):
                 text = result_text(result)
             span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, text)
         span.end()
+
+
+async def _run_json(wrapped, instance, args, kwargs):
+    holder = {"args": args[0] if args else kwargs.get("args"), "span": None}
+    token = _PENDING_TOOL.set(holder)
+    try:
+        result = await wrapped(*args, **kwargs)
+    finally:
+        _PENDING_TOOL.reset(token)
+    _end_tool(holder, instance, result)
     return result
+
+
+def _run_json_stream(wrapped, instance, args, kwargs):
+    """``run_json_stream`` (how AssistantAgent runs a stream tool): like ``run_json``, the
+    last item is the tool's return value."""
+    async def gen():
+        holder = {"args": args[0] if args else kwargs.get("args"), "span": None}
+        agen = wrapped(*args, **kwargs).__aiter__()
+        last = None
+        while True:
+            # marked only while the tool's own code runs (where trace_tool_span is entered and
+            # left); between items the consumer's code is not part of this call
+            token = _PENDING_TOOL.set(holder)
+            try:
+                item = await agen.__anext__()
+            except StopAsyncIteration:
+                break
+            finally:
+                _PENDING_TOOL.reset(token)
+            last = item
+            yield item
+        _end_tool(holder, instance, last)
+    return gen()
 
 
 # ------------------------------------------------------------------ teams
@@ -269,6 +300,11 @@ def _team_name(team) -> str:
 
 def _run_stream(wrapped, instance, args, kwargs):
     async def gen():
+        client = getattr(instance, "_model_client", None)
+        if client is not None:
+            # a team's own client (SelectorGroupChat's speaker selection, MagenticOne's
+            # orchestrator) is no agent's: its class is wrapped here, not by AssistantAgent
+            _wrap_clients(client)
         name = _team_name(instance)
         t = implicit_trial(name)
         attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_WORKFLOW, semconv.GEN_AI_WORKFLOW_NAME: name,
@@ -291,6 +327,12 @@ def _run_stream(wrapped, instance, args, kwargs):
                     otel_context.detach(token)
                 last = item
                 yield item
+        except GeneratorExit:
+            # the consumer stopped iterating (a break out of the loop): not an error of the team
+            span.end()
+            if t is not None:
+                t.finish()
+            raise
         except BaseException as e:
             fail(span, e)
             if t is not None:
@@ -347,6 +389,7 @@ def instrument(module=None) -> bool:
     _PATCHES.append((tools_base, "trace_tool_span", tools_base.trace_tool_span))
     tools_base.trace_tool_span = _trace_tool_span
     _patch(tools_base.BaseTool, "run_json", _run_json)
+    _patch(tools_base.BaseStreamTool, "run_json_stream", _run_json_stream)
     _wrap_clients()
     # agentchat modules imported already are patched now; the registry registered import
     # hooks for the others (registering them here could catch a module half-imported)

@@ -7,7 +7,10 @@ to OpenAI, stay). Mapping (reference/instrumentation.md §7.2):
 * an SDK trace -> ``invoke_workflow {trace name}`` (child of the current span);
 * ``agent`` -> ``invoke_agent {name}``;
 * ``generation`` / ``response`` -> ``chat {model}`` (CLIENT) with usage, finish reason,
-  tool calls and messages;
+  tool calls and messages. A ``response`` span (``OpenAIResponsesModel``, the SDK's default
+  model) exports only its id and usage: the model, output and input are read from its
+  ``Response`` object; a streamed Chat Completions ``generation`` records that same
+  ``Response`` shape as its output;
 * ``function`` -> ``execute_tool {name}`` with arguments, result and the call id (taken
   from the tool call of the generation that asked for it);
 * ``handoff`` -> ``handoff {to_agent}`` (``assay.handoff.from_agent`` / ``to_agent``);
@@ -15,13 +18,21 @@ to OpenAI, stay). Mapping (reference/instrumentation.md §7.2):
 * ``task`` / ``turn`` (plumbing) get no span; other types keep their type as name.
 
 SDK span errors become status ERROR + ``error.type`` + an exception event.
+
+While a tool runs, its ``execute_tool`` span is the current OTel span, so the spans made in
+the tool's code (``otel_assay.step``, another framework, other instrumentation) nest under
+it rather than under the trial.
 """
 
 from __future__ import annotations
 
+import contextvars
+import sys
 import threading
 from typing import Any
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from .. import semconv
 from . import _runtime
@@ -30,6 +41,8 @@ from .trial import implicit_trial
 
 FRAMEWORK = "openai_agents"
 _STRUCTURAL = {"task", "turn"}
+# the SDK span id whose OTel span this context attached last (see _attach)
+_ATTACHED: contextvars.ContextVar = contextvars.ContextVar("otel_assay_oa_attached", default=None)
 
 
 def _data(span) -> dict:
@@ -71,6 +84,50 @@ def _chat_messages(msgs) -> list:
     return out
 
 
+def _sdk_dump(obj):
+    """A pydantic object of the SDK (a ``Response``, an input item) as plain data."""
+    if obj is None or isinstance(obj, (dict, list, str)):
+        return obj
+    try:
+        return obj.model_dump(exclude_none=True)
+    except Exception:
+        return None
+
+
+def _response_messages(items) -> list:
+    """Responses-API items (a ``Response``'s output, or its input list) as GenAI messages."""
+    if isinstance(items, str):
+        return [{"role": "user", "parts": [{"type": "text", "content": items}]}]
+    out = []
+    for it in items or []:
+        it = _sdk_dump(it)
+        if not isinstance(it, dict):
+            continue
+        t = it.get("type")
+        if t == "function_call":
+            call = tool_call_part(it.get("call_id"), it.get("name"), it.get("arguments"))
+            out.append({"role": "assistant", "parts": [call]})
+        elif t == "function_call_output":
+            out.append({"role": "tool", "parts": [{"type": "tool_call_response", "id": it.get("call_id"),
+                                                    "result": it.get("output")}]})
+        elif t == "message" or (t is None and "role" in it):
+            c = it.get("content")
+            parts = ([{"type": "text", "content": c}] if isinstance(c, str) and c else
+                     [{"type": "text", "content": p["text"]} for p in c or [] if isinstance(p, dict) and p.get("text")]
+                     if isinstance(c, list) else [])
+            out.append({"role": it.get("role", "user"), "parts": parts})
+    return out
+
+
+def _as_response(output):
+    """The ``Response`` a generation recorded as its output (streamed Chat Completions do),
+    else None."""
+    if isinstance(output, list) and len(output) == 1 and isinstance(output[0], dict) \
+            and output[0].get("object") == "response":
+        return output[0]
+    return None
+
+
 class AssayTracingProcessor:
     """agents.tracing.TracingProcessor implementation (duck-typed, so this module imports
     without the SDK)."""
@@ -80,6 +137,7 @@ class AssayTracingProcessor:
         self._spans: dict[str, Any] = {}       # sdk span id -> otel span (or parent's for plumbing)
         self._owned: set[str] = set()          # sdk span ids that own their otel span
         self._calls: dict[str, dict] = {}      # sdk trace id -> {(name, args json): [call ids]}
+        self._attached: dict[str, tuple] = {}  # sdk span id -> tokens of the context it attached
         self._lock = threading.Lock()
         self.enabled = True
 
@@ -95,17 +153,28 @@ class AssayTracingProcessor:
             semconv.ASSAY_STEP_KIND: "workflow", semconv.ASSAY_FRAMEWORK: FRAMEWORK},
             parent=t.span if t else None)
         with self._lock:
-            self._roots[tr.trace_id] = (span, t)
+            # with the exception being handled now, if any: see on_trace_end
+            self._roots[tr.trace_id] = (span, t, sys.exc_info()[1])
 
     def on_trace_end(self, tr) -> None:
         with self._lock:
             root = self._roots.pop(tr.trace_id, None)
             self._calls.pop(tr.trace_id, None)
         if root is not None:
-            span, t = root
-            span.end()
+            span, t, handled_before = root
+            # an SDK trace has no error of its own, but the runner finishes it while the run's
+            # exception propagates (Runner.run, run_sync, a streamed run whose loop raises): the
+            # run failed, and so does an implicit trial (an exception the caller was already
+            # handling when the run started is not the run's)
+            exc = sys.exc_info()[1]
+            if exc is handled_before or isinstance(exc, GeneratorExit):
+                exc = None
+            if exc is not None:
+                fail(span, exc)
+            else:
+                span.end()
             if t is not None:
-                t.finish()
+                t.finish(exc)
 
     # -------------------------------------------------------------- spans
     def _parent(self, s):
@@ -157,6 +226,28 @@ class AssayTracingProcessor:
         with self._lock:
             self._spans[s.span_id] = span
             self._owned.add(s.span_id)
+        if kind == "function":
+            self._attach(s.span_id, span)
+
+    # A function span starts and ends in the task that runs the tool (``with function_span``);
+    # the tool's code runs there or in tasks and threads copied from it.
+    def _attach(self, sdk_id, span) -> None:
+        tokens = (otel_context.attach(trace.set_span_in_context(span)), _ATTACHED.set(sdk_id))
+        with self._lock:
+            self._attached[sdk_id] = tokens
+
+    def _detach(self, sdk_id) -> None:
+        with self._lock:
+            tokens = self._attached.pop(sdk_id, None)
+        # only in the context that attached it, and only while nothing attached later is still
+        # attached there: a context token cannot be reset elsewhere or out of order
+        if tokens is None or _ATTACHED.get() != sdk_id:
+            return
+        try:
+            _ATTACHED.reset(tokens[1])
+        except ValueError:  # a copy of that context (a task started inside the tool)
+            return
+        otel_context.detach(tokens[0])
 
     def on_span_end(self, s) -> None:
         with self._lock:
@@ -165,8 +256,12 @@ class AssayTracingProcessor:
             self._owned.discard(s.span_id)
         if span is None or not owned:
             return
+        self._detach(s.span_id)
         d = _data(s)
         kind = _kind(s, d)
+        if kind == "response" and getattr(s.span_data, "response", None) is not None:
+            # ResponseSpanData.export() leaves out the response and the input
+            d = {**d, "response": _sdk_dump(s.span_data.response), "input": getattr(s.span_data, "input", None)}
         try:
             if kind in ("generation", "response"):
                 self._end_generation(s, span, d, kind)
@@ -194,21 +289,23 @@ class AssayTracingProcessor:
         usage = d.get("usage") or {}
         output = d.get("output") or []
         model = d.get("model")
-        resp = d.get("response") if isinstance(d.get("response"), dict) else None
+        resp = d.get("response") if isinstance(d.get("response"), dict) else _as_response(output)
         if resp:
             model = model or resp.get("model")
             usage = usage or resp.get("usage") or {}
+            msgs = _response_messages(resp.get("output"))
+        else:
+            msgs = _chat_messages(output)
         attrs = {semconv.GEN_AI_USAGE_INPUT_TOKENS: usage.get("input_tokens", usage.get("prompt_tokens")),
                  semconv.GEN_AI_USAGE_OUTPUT_TOKENS: usage.get("output_tokens", usage.get("completion_tokens")),
                  semconv.GEN_AI_RESPONSE_MODEL: model}
         if model and span.name == "chat":
             attrs[semconv.GEN_AI_REQUEST_MODEL] = model
             span.update_name(f"chat {model}")
-        msgs = _chat_messages(output)
         calls = [p for m in msgs for p in m["parts"] if p.get("type") == "tool_call"]
         attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = ["tool_calls" if calls else "stop"]
         cfg = d.get("model_config") or {}
-        tools = cfg.get("tools") if isinstance(cfg, dict) else None
+        tools = (cfg.get("tools") if isinstance(cfg, dict) else None) or (resp or {}).get("tools")
         if tools:
             attrs[semconv.GEN_AI_TOOL_DEFINITIONS] = to_json(tools)
         if calls:
@@ -219,7 +316,10 @@ class AssayTracingProcessor:
         if _runtime.capture_content():
             attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json(msgs)
             if d.get("input"):
-                attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(_chat_messages(d.get("input")))
+                inp = _response_messages(d["input"]) if kind == "response" else _chat_messages(d["input"])
+                if kind == "response" and isinstance((resp or {}).get("instructions"), str):
+                    inp.insert(0, {"role": "system", "parts": [{"type": "text", "content": resp["instructions"]}]})
+                attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(inp)
         span.set_attributes(clean(attrs))
 
     def _end_function(self, s, span, d) -> None:
@@ -245,15 +345,28 @@ class AssayTracingProcessor:
 _PROCESSOR: AssayTracingProcessor | None = None
 
 
+def _set_processors(wrapped, instance, args, kwargs):
+    # set_trace_processors([...]) replaces every processor (applications do it to drop the
+    # SDK's upload to OpenAI): ours stays, as our OTel processors stay on an application's
+    # provider; without it the runs would record no agent, LLM or tool step at all
+    procs = list(args[0] if args else kwargs.get("processors") or [])
+    if _PROCESSOR is not None and _PROCESSOR in getattr(instance, "_processors", ()) and _PROCESSOR not in procs:
+        procs.append(_PROCESSOR)
+    return wrapped(procs)
+
+
 def instrument(module=None) -> bool:
     global _PROCESSOR
     try:
         from agents import add_trace_processor
+        from agents.tracing.provider import SynchronousMultiTracingProcessor
     except ImportError:  # a package named "agents" that is not the OpenAI Agents SDK
         return False
     if _PROCESSOR is None:
+        import wrapt
         _PROCESSOR = AssayTracingProcessor()
         add_trace_processor(_PROCESSOR)
+        wrapt.wrap_function_wrapper(SynchronousMultiTracingProcessor, "set_processors", _set_processors)
     _PROCESSOR.enabled = True
     return True
 

@@ -18,8 +18,9 @@ covered):
   records its own span;
 * ``ToolCallingAgent.execute_tool_call`` -> ``execute_tool {tool}`` with the model's call
   id, arguments and result; ``Tool.__call__`` outside that (CodeAgent code calling tools)
-  -> ``execute_tool {tool}`` without a call id. The ``final_answer`` tool is marked as the
-  respond step (``assay.step.kind=respond``).
+  -> ``execute_tool {tool}`` without a call id, and likewise ``MultiStepAgent.__call__``
+  (CodeAgent code calling a managed agent: the delegation is a tool call either way). The
+  ``final_answer`` tool is marked as the respond step (``assay.step.kind=respond``).
 """
 
 from __future__ import annotations
@@ -276,6 +277,10 @@ def _traced_gen(gen, span, on_end):
                 otel_context.detach(token)
             last = item
             yield item
+    except GeneratorExit:
+        # the consumer stopped iterating (a break out of the loop): not an error of the agent
+        on_end(None, None)
+        raise
     except BaseException as e:
         on_end(None, e)
         raise
@@ -354,8 +359,9 @@ def _process_tool_calls(wrapped, instance, args, kwargs):
 
 
 def _run_in_tool_span(span, wrapped, args, kwargs):
-    """Run a tool inside its span. Inside it, ``Tool.__call__`` (how the agent's
-    ``execute_tool_call`` runs the tool) records no second span (``_IN_TOOL``)."""
+    """Run a tool inside its span. Inside it, the ``Tool.__call__`` or
+    ``MultiStepAgent.__call__`` through which the agent's ``execute_tool_call`` runs the tool
+    records no second span (``_IN_TOOL``, consumed by that call: see ``_direct_call``)."""
     token = _attached(span)
     flag = _IN_TOOL.set(True)
     try:
@@ -381,9 +387,20 @@ def _execute_tool_call(wrapped, instance, args, kwargs):
     return _run_in_tool_span(span, wrapped, args, kwargs)
 
 
+def _direct_call(wrapped, args, kwargs):
+    """The call execute_tool_call makes, already recorded there. The mark is cleared while it
+    runs: the tools it calls in turn (a managed CodeAgent's code calling its tools) are steps
+    of their own."""
+    flag = _IN_TOOL.set(False)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        _IN_TOOL.reset(flag)
+
+
 def _tool_call(wrapped, instance, args, kwargs):
     if _IN_TOOL.get():
-        return wrapped(*args, **kwargs)
+        return _direct_call(wrapped, args, kwargs)
     arguments = dict(kwargs)
     arguments.pop("sanitize_inputs_outputs", None)
     if args:
@@ -395,6 +412,16 @@ def _tool_call(wrapped, instance, args, kwargs):
             arguments = {**named, **arguments}
     span = _tool_span(getattr(instance, "name", type(instance).__name__), arguments, None,
                       getattr(instance, "description", None))
+    return _run_in_tool_span(span, wrapped, args, kwargs)
+
+
+def _agent_call(wrapped, instance, args, kwargs):
+    """A managed agent called as ``agent(task=...)``: from execute_tool_call (recorded there),
+    or from a CodeAgent's code, where this records the delegating tool call."""
+    if _IN_TOOL.get():
+        return _direct_call(wrapped, args, kwargs)
+    arguments = {"task": args[0], **kwargs} if args else dict(kwargs)
+    span = _tool_span(_agent_name(instance), arguments, None, getattr(instance, "description", None))
     return _run_in_tool_span(span, wrapped, args, kwargs)
 
 
@@ -410,6 +437,7 @@ def instrument(module=None) -> bool:
         return True
     from smolagents import agents, tools
     _patch(agents.MultiStepAgent, "run", _run)
+    _patch(agents.MultiStepAgent, "__call__", _agent_call)
     _patch(agents.MultiStepAgent, "_generate_planning_step", _plan)
     _patch(agents.ToolCallingAgent, "process_tool_calls", _process_tool_calls)
     _patch(agents.ToolCallingAgent, "execute_tool_call", _execute_tool_call)

@@ -41,8 +41,18 @@ _INFRA_NAMES = {"ConnectionError", "APIConnectionError", "RateLimitError", "Inte
 
 def classify_error(exc: BaseException) -> str:
     """assay.error.class for an exception that escaped a trial: ``timeout``,
-    ``infrastructure`` (network, rate limit, provider 5xx) or ``exception``."""
-    mro = {c.__name__ for c in type(exc).__mro__}
+    ``infrastructure`` (network, rate limit, provider 5xx) or ``exception``.
+
+    The exceptions it was raised ``from`` count too: frameworks wrap the provider's error
+    (smolagents raises ``AgentGenerationError`` from the model client's connection error),
+    and a provider outage must stay out of the pass rate whatever wraps it."""
+    mro: set[str] = set()
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:  # a cause chain may loop
+        seen.add(id(e))
+        mro.update(c.__name__ for c in type(e).__mro__)
+        e = e.__cause__
     if mro & _TIMEOUT_NAMES:
         return "timeout"
     if mro & _INFRA_NAMES:

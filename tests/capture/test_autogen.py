@@ -80,6 +80,58 @@ def test_single_agent_streamed(lake):
     assert [n for n, _ in steps(tr)] == ["invoke_agent solo", "chat scripted-1", "execute_tool add", "chat scripted-1"]
 
 
+def test_agent_used_as_a_tool_has_its_arguments_and_result(lake):
+    # AgentTool runs through run_json_stream: its one span gets the arguments and the result
+    # like any tool, and the inner agent nests under it
+    tr = one(lake, "agent-tool")
+    assert steps(tr) == [
+        ("invoke_agent boss", "assay.trial agent-tool"),
+        ("chat scripted-1", "invoke_agent boss"),
+        ("execute_tool adder", "invoke_agent boss"),
+        ("invoke_agent adder", "execute_tool adder"),
+        ("chat scripted-1", "invoke_agent adder"),
+        ("execute_tool add", "invoke_agent adder"),
+        ("chat scripted-1", "invoke_agent adder"),
+        ("chat scripted-1", "invoke_agent boss"),
+    ]
+    tools = [s for s in tr if s["op"] == "execute_tool"]
+    assert [(s["tool_name"], s["tool_call_id"], jload(s["attributes"]["gen_ai.tool.call.arguments"]),
+             s["attributes"]["gen_ai.tool.call.result"]) for s in tools] == [
+        ("adder", "o1", {"task": "2+3"}, "adder: 5"), ("add", "i1", {"a": 2, "b": 3}, "5")]
+
+
+def test_cancelled_tool_is_recorded_as_failed(lake):
+    # the run timed out during the tool call: the tool's span ends (cancelled), it is not lost
+    (tr,) = trial_spans(lake, "tool-cancelled")
+    assert (root(tr)["outcome"], root(tr)["error_class"]) == ("fail", "timeout")
+    (tool,) = [s for s in tr if s["op"] == "execute_tool"]
+    assert (tool["tool_name"], tool["tool_call_id"], tool["status_code"], tool["error_type"]) == (
+        "slow_refund", "z1", 2, "CancelledError")
+    assert jload(tool["attributes"]["gen_ai.tool.call.arguments"]) == {"order_id": "A1"}
+
+
+def test_stream_stopped_by_the_consumer_is_not_a_team_error(lake):
+    tr = one(lake, "stream-break")
+    (wf,) = [s for s in tr if s["name"] == "invoke_workflow RoundRobinGroupChat"]
+    assert (wf["status_code"], wf["error_type"]) == (0, None)
+
+
+def test_selector_group_chat_records_the_speaker_selection_call(lake):
+    # the team's own client is no agent's client, and its class was defined after the agents:
+    # its call is a chat step of the workflow, before the agent it picked
+    tr = one(lake, "selector")
+    assert steps(tr) == [
+        ("invoke_workflow selector_team", "assay.trial selector"),
+        ("chat scripted-1", "invoke_workflow selector_team"),
+        ("invoke_agent researcher", "invoke_workflow selector_team"),
+        ("chat scripted-1", "invoke_agent researcher"),
+        ("invoke_agent writer", "invoke_workflow selector_team"),
+        ("chat scripted-1", "invoke_agent writer"),
+    ]
+    assert [(s["input_tokens"], s["output_tokens"], s["provider"]) for s in tr if s["op"] == "chat"] == [
+        (7, 1, "replay"), (30, 4, "replay"), (40, 9, "replay")]
+
+
 def test_import_after_framework(tmp_path):
     lake = tmp_path / "lake"
     run_script("autogen_run.py", lake, "auto-last")

@@ -13,7 +13,9 @@ from ._helpers import jload, root, run_script, spans, steps, trial_spans  # noqa
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory):
     lake = tmp_path_factory.mktemp("oa") / "lake"
-    # no API key: the SDK's own uploader to OpenAI skips (offline); ours still records
+    # the script replaces the SDK's processors (set_trace_processors([]), as applications do
+    # to drop the upload to OpenAI): ours is kept, or none of these tests would see a step.
+    # openai_agents_implicit.py runs with the SDK's own processors (no API key: its uploader skips)
     run_script("openai_agents_run.py", lake, env={"OPENAI_API_KEY": None})
     return lake
 
@@ -74,3 +76,56 @@ def test_handoff(lake):
     assert (h["attributes"]["assay.handoff.from_agent"], h["attributes"]["assay.handoff.to_agent"]) == ("triage", "calc")
     assert tr[3]["input_tokens"] == 15
     assert spans(lake, "scenario IS NULL") == []
+
+
+@pytest.mark.parametrize("scenario", ["streamed", "responses", "responses-streamed"])
+def test_streamed_and_responses_api_chats_have_model_output_and_tool_call_ids(lake, scenario):
+    # a streamed generation and a Responses API response span record the answer as a
+    # Response object (function_call items), not as chat messages: the model, the tool call
+    # (hence the tool step's call id) and the finish reason come from it
+    tr = one(lake, scenario)
+    assert [n for n, _ in steps(tr)] == ["invoke_workflow Agent workflow", "invoke_agent calc", "chat fake-model-1",
+                                         "execute_tool add", "chat fake-model-1"]
+    chats = [s for s in tr if s["op"] == "chat"]
+    assert [(s["model"], s["input_tokens"], s["output_tokens"],
+             jload(s["attributes"]["gen_ai.response.finish_reasons"])) for s in chats] == [
+        ("fake-model-1", 11, 7, ["tool_calls"]), ("fake-model-1", 20, 5, ["stop"])]
+    out = [jload(s["attributes"]["gen_ai.output.messages"]) for s in chats]
+    assert out[0][0]["parts"] == [{"type": "tool_call", "id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3}}]
+    assert out[1][0]["parts"] == [{"type": "text", "content": "5"}]
+    assert jload(chats[1]["attributes"]["gen_ai.input.messages"])[-1] == {
+        "role": "tool", "parts": [{"type": "tool_call_response", "id": "call_1", "result": "5"}]}
+    (tool,) = [s for s in tr if s["op"] == "execute_tool"]
+    assert (tool["tool_call_id"], jload(tool["attributes"]["gen_ai.tool.call.arguments"]),
+            tool["attributes"]["gen_ai.tool.call.result"]) == ("call_1", {"a": 2, "b": 3}, "5")
+
+
+def test_spans_made_by_a_tool_nest_under_its_tool_call(lake):
+    tr = one(lake, "step-in-tool")
+    assert steps(tr) == [
+        ("invoke_workflow Agent workflow", "assay.trial step-in-tool"),
+        ("invoke_agent support", "invoke_workflow Agent workflow"),
+        ("chat fake-model-1", "invoke_agent support"),
+        ("execute_tool lookup_order", "invoke_agent support"),
+        ("execute_tool orders_db", "execute_tool lookup_order"),
+        ("chat fake-model-1", "invoke_agent support"),
+    ]
+
+
+def test_implicit_trial_fails_when_the_run_raises(tmp_path):
+    # OTEL_ASSAY_SCENARIO without otel_assay.trial: the SDK trace has no error of its own, yet
+    # a run that raised (max turns, a guardrail tripwire) is a failed trial, not a passed one
+    lake = tmp_path / "lake"
+    run_script("openai_agents_implicit.py", lake, env={"OPENAI_API_KEY": None, "OTEL_ASSAY_SCENARIO": "calc-task"})
+    rows = spans(lake, "name = 'assay.trial calc-task'")
+    assert [(r["outcome"], r["error_class"], r["error_type"]) for r in rows] == [
+        ("pass", None, None),
+        ("fail", "exception", "agents.exceptions.MaxTurnsExceeded"),
+        ("fail", "exception", "agents.exceptions.InputGuardrailTripwireTriggered"),
+        ("pass", None, None),
+        ("fail", "exception", "agents.exceptions.MaxTurnsExceeded"),
+    ]
+    failed = spans(lake, "name = 'invoke_workflow Agent workflow' AND status_code = 2")
+    assert [r["error_type"] for r in failed] == ["agents.exceptions.MaxTurnsExceeded",
+                                                 "agents.exceptions.InputGuardrailTripwireTriggered",
+                                                 "agents.exceptions.MaxTurnsExceeded"]

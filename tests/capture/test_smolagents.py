@@ -8,7 +8,7 @@ from ._helpers import need  # noqa: E402
 
 need("smolagents")
 
-from ._helpers import jload, parent_of, root, run_script, spans, steps, trial_spans  # noqa: E402
+from ._helpers import jload, parent_of, query, root, run_script, spans, steps, trial_spans  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +81,49 @@ def test_managed_agent_nests_under_the_delegating_tool_call(lake):
     assert delegate["tool_call_id"] == "scripted-boss_call_1"
 
 
+def test_code_agent_delegating_to_a_managed_agent_is_a_tool_call(lake):
+    # the delegation from a CodeAgent's code is a tool step too, as from a ToolCallingAgent
+    tr = one(lake, "code-manager")
+    assert steps(tr) == [
+        ("invoke_agent manager", "assay.trial code-manager"),
+        ("chat scripted-boss", "invoke_agent manager"),
+        ("execute_tool worker", "invoke_agent manager"),
+        ("invoke_agent worker", "execute_tool worker"),
+        ("chat scripted-worker", "invoke_agent worker"),
+        ("execute_tool add", "invoke_agent worker"),
+        ("chat scripted-worker", "invoke_agent worker"),
+        ("execute_tool final_answer", "invoke_agent worker"),
+        ("execute_tool final_answer", "invoke_agent manager"),
+    ]
+    delegate = tr[3]
+    assert jload(delegate["attributes"]["gen_ai.tool.call.arguments"]) == {"task": "add 20 and 22"}
+    assert delegate["attributes"]["gen_ai.tool.call.result"].endswith("42")
+
+
+def test_managed_code_agent_records_its_tool_calls(lake):
+    # the managed CodeAgent runs inside the manager's tool call: its code's tool calls are
+    # still steps (they were dropped as the manager's own call of the tool)
+    tr = one(lake, "code-worker")
+    assert steps(tr) == [
+        ("invoke_agent manager", "assay.trial code-worker"),
+        ("chat scripted-boss", "invoke_agent manager"),
+        ("execute_tool coder", "invoke_agent manager"),
+        ("invoke_agent coder", "execute_tool coder"),
+        ("chat scripted-worker", "invoke_agent coder"),
+        ("execute_tool add", "invoke_agent coder"),
+        ("execute_tool final_answer", "invoke_agent coder"),
+        ("chat scripted-boss", "invoke_agent manager"),
+        ("execute_tool final_answer", "invoke_agent manager"),
+    ]
+    assert jload(tr[6]["attributes"]["gen_ai.tool.call.arguments"]) == {"a": 20, "b": 22}
+
+
+def test_stream_stopped_by_the_consumer_is_not_an_agent_error(lake):
+    tr = one(lake, "stream-break")
+    assert [n for n, _ in steps(tr)] == ["invoke_agent calc", "chat scripted-1", "execute_tool add"]
+    assert [(s["status_code"], s["error_type"]) for s in tr] == [(0, None)] * 4
+
+
 def test_planning_is_a_reason_step(lake):
     tr = one(lake, "planning")
     assert steps(tr)[:3] == [("invoke_agent planner", "assay.trial planning"), ("plan planner", "invoke_agent planner"),
@@ -145,6 +188,19 @@ def test_failed_call_through_a_subclass_is_one_failed_chat(lake):
     assert root(tr)["outcome"] == "fail"
     (chat,) = [s for s in tr if s["op"] == "chat"]
     assert (chat["status_code"], chat["error_type"], chat["name"]) == (2, "RuntimeError", "chat scripted-1")
+
+
+@pytest.mark.parametrize("scenario, error_class", [("model-unreachable", "infrastructure"),
+                                                    ("model-timeout", "timeout")])
+def test_provider_error_wrapped_by_the_agent_classifies_the_trial(lake, scenario, error_class):
+    # what escapes run() is smolagents' AgentGenerationError, raised from the model's error:
+    # an outage is infrastructure (out of the pass rate), not an agent failure
+    (tr,) = trial_spans(lake, scenario)
+    r = root(tr)
+    assert (r["outcome"], r["error_class"], r["error_type"]) == (
+        "fail", error_class, "smolagents.utils.AgentGenerationError")
+    (trial,) = query(lake, "SELECT error_class, counted FROM trials WHERE scenario = ?", [scenario])
+    assert trial == {"error_class": error_class, "counted": False}
 
 
 def test_parallel_managed_agents_each_get_their_chats(lake):

@@ -11,7 +11,8 @@ import warnings  # noqa: E402
 
 from autogen_agentchat.agents import AssistantAgent  # noqa: E402
 from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination  # noqa: E402
-from autogen_agentchat.teams import RoundRobinGroupChat  # noqa: E402
+from autogen_agentchat.teams import RoundRobinGroupChat, SelectorGroupChat  # noqa: E402
+from autogen_agentchat.tools import AgentTool  # noqa: E402
 from autogen_core import FunctionCall  # noqa: E402
 from autogen_core.models import CreateResult, RequestUsage  # noqa: E402
 from autogen_ext.models.replay import ReplayChatCompletionClient  # noqa: E402
@@ -50,6 +51,12 @@ def lookup_order(order_id: str) -> str:
 def refund(order_id: str) -> str:
     """Refund an order."""
     raise RuntimeError(f"refund service down for {order_id}")
+
+
+async def slow_refund(order_id: str) -> str:
+    """Refund an order (slowly)."""
+    await asyncio.sleep(30)
+    return "refunded"
 
 
 def client(turns):
@@ -96,6 +103,57 @@ async def main():
         async for m in solo.run_stream(task="1+1"):
             last = m
         t.outcome(passed=last.messages[-1].content == "2")
+
+    # 5. an agent used as a tool (AgentTool, a stream tool: run_json_stream, not run_json)
+    inner = AssistantAgent("adder", model_client=client([call("add", {"a": 2, "b": 3}, "i1"), text("5")]),
+                           tools=[add], reflect_on_tool_use=True, description="adds numbers")
+    outer = AssistantAgent("boss", model_client=client([call("adder", {"task": "2+3"}, "o1"), text("it is 5")]),
+                           tools=[AgentTool(inner)], reflect_on_tool_use=True)
+    with otel_assay.trial("agent-tool", version="v1") as t:
+        res = await outer.run(task="what is 2+3?")
+        t.outcome(passed=res.messages[-1].content == "it is 5")
+
+    # 6. the run times out while a tool runs: the tool is cancelled
+    slow = AssistantAgent("support", model_client=client([call("slow_refund", {"order_id": "A1"}, "z1")]),
+                          tools=[slow_refund])
+    try:
+        with otel_assay.trial("tool-cancelled", version="v1"):
+            await asyncio.wait_for(slow.run(task="refund A1"), 0.5)
+    except TimeoutError:
+        pass
+    else:
+        raise SystemExit("the run did not time out")
+
+    # 7. a streamed team run whose consumer stops early
+    chatty = AssistantAgent("chatty", model_client=client([text("one"), text("two"), text("three")]))
+    team = RoundRobinGroupChat([chatty], termination_condition=MaxMessageTermination(4))
+    with otel_assay.trial("stream-break", version="v1") as t:
+        seen = []
+        async for m in team.run_stream(task="count"):
+            seen.append(m)
+            if len(seen) == 2:
+                break  # the first answer is enough
+        t.outcome(passed=seen[-1].content == "one")
+    await asyncio.sleep(0.1)  # the abandoned stream is closed by the event loop
+
+    # 8. a selector group chat whose speaker-selection client is a class of the user's, used by
+    # no agent and defined after every agent was built
+    researcher = AssistantAgent("researcher", model_client=client([text("C3 is paid", 30, 4)]), description="looks up")
+    writer = AssistantAgent("writer", model_client=client([text("Your order C3 is paid. TERMINATE", 40, 9)]),
+                            description="writes the answer")
+
+    class Picker(ReplayChatCompletionClient):
+        async def create(self, messages, **kwargs):  # answers itself (no super().create)
+            self.picks += 1
+            return text("researcher" if self.picks == 1 else "writer", 7, 1)
+
+    picker = Picker([], model_info=INFO)
+    picker.picks = 0
+    team = SelectorGroupChat([researcher, writer], model_client=picker, name="selector_team",
+                             termination_condition=TextMentionTermination("TERMINATE") | MaxMessageTermination(6))
+    with otel_assay.trial("selector", version="v1") as t:
+        res = await team.run(task="is C3 paid?")
+        t.outcome(passed="paid" in res.messages[-1].content and picker.picks == 1)
 
 
 asyncio.run(main())

@@ -5,12 +5,15 @@ import otel_assay.auto  # noqa: F401
 
 import asyncio  # noqa: E402
 
-from agents import (Agent, GuardrailFunctionOutput, OpenAIChatCompletionsModel, Runner,  # noqa: E402
-                    function_tool, input_guardrail)
+from agents import (Agent, GuardrailFunctionOutput, OpenAIChatCompletionsModel, OpenAIResponsesModel,  # noqa: E402
+                    Runner, function_tool, input_guardrail, set_trace_processors)
 from openai import AsyncOpenAI  # noqa: E402
 
 import otel_assay  # noqa: E402
 from examples._fake_openai import FakeOpenAI, text_turn, tool_call_turn  # noqa: E402
+
+# what applications do to stop the SDK uploading traces to OpenAI: replace its processors
+set_trace_processors([])
 
 fake = FakeOpenAI(model="fake-model-1")
 client = AsyncOpenAI(api_key="x", base_url=fake.base_url, max_retries=0)
@@ -30,6 +33,17 @@ def add(a: int, b: int) -> int:
 def refund(order_id: str) -> str:
     """Refund an order."""
     raise RuntimeError(f"refund service down for {order_id}")
+
+
+@otel_assay.step(kind="tool")
+def orders_db(order_id: str) -> str:
+    return f"order {order_id}: paid"
+
+
+@function_tool
+def lookup_order(order_id: str) -> str:
+    """Look an order up."""
+    return orders_db(order_id)
 
 
 @input_guardrail
@@ -61,6 +75,30 @@ async def main():
     with otel_assay.trial("handoff", version="v1") as t:
         r = await Runner.run(triage, "what is 20+22?")
         t.outcome(passed=r.final_output == "42")
+
+    # 4. a tool whose code records a step of its own
+    fake.script([tool_call_turn("lookup_order", {"order_id": "B2"}, "l1"), text_turn("B2 is paid")])
+    sup = Agent(name="support", instructions="orders", tools=[lookup_order], model=model())
+    with otel_assay.trial("step-in-tool", version="v1") as t:
+        r = await Runner.run(sup, "is B2 paid?")
+        t.outcome(passed=r.final_output == "B2 is paid")
+
+    # 5. streamed runs and the Responses API model (the SDK's default model class), whose
+    # spans record the model's answer as a Response object rather than chat messages
+    for scenario, cls, streamed in (("streamed", OpenAIChatCompletionsModel, True),
+                                    ("responses", OpenAIResponsesModel, False),
+                                    ("responses-streamed", OpenAIResponsesModel, True)):
+        fake.script([tool_call_turn("add", {"a": 2, "b": 3}, "call_1"), text_turn("5")])
+        agent = Agent(name="calc", instructions="add numbers", tools=[add],
+                      model=cls(model="fake-model-1", openai_client=client))
+        with otel_assay.trial(scenario, version="v1") as t:
+            if streamed:
+                r = Runner.run_streamed(agent, "what is 2+3?")
+                async for _ in r.stream_events():
+                    pass
+            else:
+                r = await Runner.run(agent, "what is 2+3?")
+            t.outcome(passed=r.final_output == "5")
 
 
 asyncio.run(main())

@@ -94,6 +94,37 @@ manager = ToolCallingAgent(tools=[], managed_agents=[worker], verbosity_level=0,
 with otel_assay.trial("multi-agent", version="v1") as t:
     t.outcome(passed=manager.run("what is 20+22?") == "42")
 
+# 4b. managed agents across agent kinds: a CodeAgent's code delegating to a managed agent,
+# and a ToolCallingAgent delegating to a managed CodeAgent (whose code calls its tools)
+worker = ToolCallingAgent(tools=[add], model=ScriptedModel([("call", "add", {"a": 20, "b": 22}),
+                                                            ("call", "final_answer", {"answer": "42"})],
+                                                           model_id="scripted-worker"),
+                          verbosity_level=0, name="worker", description="adds numbers")
+manager = CodeAgent(tools=[], managed_agents=[worker], verbosity_level=0, name="manager",
+                    model=ScriptedModel([("text", "<code>\nr = worker(task='add 20 and 22')\n"
+                                                  "final_answer('42')\n</code>")], model_id="scripted-boss"))
+with otel_assay.trial("code-manager", version="v1") as t:
+    t.outcome(passed=manager.run("what is 20+22?") == "42")
+
+coder = CodeAgent(tools=[add], verbosity_level=0, name="coder", description="adds numbers in code",
+                  model=ScriptedModel([("text", "<code>\nfinal_answer(add(a=20, b=22))\n</code>")],
+                                      model_id="scripted-worker"))
+manager = ToolCallingAgent(tools=[], managed_agents=[coder], verbosity_level=0, name="manager",
+                           model=ScriptedModel([("call", "coder", {"task": "add 20 and 22"}),
+                                                ("call", "final_answer", {"answer": "42"})], model_id="scripted-boss"))
+with otel_assay.trial("code-worker", version="v1") as t:
+    t.outcome(passed=manager.run("what is 20+22?") == "42")
+
+# 4c. a streamed run whose consumer stops early
+agent = ToolCallingAgent(tools=[add], model=ScriptedModel([("call", "add", {"a": 2, "b": 3}),
+                                                           ("call", "final_answer", {"answer": "5"})]),
+                         verbosity_level=0, name="calc")
+with otel_assay.trial("stream-break", version="v1") as t:
+    for step in agent.run("what is 2+3?", stream=True):
+        if type(step).__name__ == "ActionStep":
+            break  # the first step is enough
+    t.outcome(passed=step.tool_calls[0].name == "add")
+
 # 5. planning: the plan is a reason step, its LLM call a child
 agent = ToolCallingAgent(tools=[add], planning_interval=5, verbosity_level=0, name="planner",
                          model=ScriptedModel([("text", "1. add 1 and 1\n2. answer\n<end_plan>"),
@@ -203,6 +234,23 @@ except Exception as e:
     print("re-raised:", type(e).__name__)
 else:
     raise SystemExit("the model call did not fail")
+
+# the provider is unreachable or times out: smolagents raises AgentGenerationError from the
+# model's error, and the trial is classified by that error
+class DownModel(ScriptedModel):
+    def generate(self, messages, **kw):
+        raise self.turns[0]
+
+
+for scenario, exc in (("model-unreachable", ConnectionRefusedError("connection refused")),
+                      ("model-timeout", TimeoutError("read timed out"))):
+    try:
+        with otel_assay.trial(scenario, version="v1"):
+            calc(DownModel([exc])).run("what is 2+3?")
+    except Exception as e:
+        print("re-raised:", type(e).__name__)
+    else:
+        raise SystemExit("the model call did not fail")
 
 # two managed agents called in one step run in threads at the same time, each with its own model calls
 workers = [ToolCallingAgent(tools=[add], verbosity_level=0, name=f"worker{k}", description="adds numbers",
