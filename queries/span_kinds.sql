@@ -2,7 +2,8 @@
 -- step fields (reference/instrumentation.md §7). No dedupe and no tree here: `steps`
 -- builds on this.
 --
--- step_kind is one of llm / tool / agent / reason / workflow / other, or 'structural' for
+-- step_kind is one of llm / tool / agent / reason / workflow / other, respond (only where
+-- our own span says so: otel_assay.step(kind="respond")), or 'structural' for
 -- spans that are not agent steps (LangGraph plumbing, Traceloop tasks, OpenInference and
 -- LangSmith chains below the root, AutoGen runtime messaging, our own trial root, plain
 -- spans with no GenAI markers). Structural spans stay in the tree so parentage can skip
@@ -64,6 +65,10 @@ classified AS (
             WHEN op_name IN ('create_agent', 'embeddings', 'retrieval', 'create_memory_store', 'search_memory',
                              'create_memory', 'update_memory', 'upsert_memory', 'delete_memory',
                              'delete_memory_store') THEN 'other'
+            -- our own spans say what they are: otel_assay.step's `other` (its default) and
+            -- `respond` kinds, and the Agents SDK's guardrails and handoffs, have no operation
+            WHEN op_name IS NULL AND (scope_name ILIKE 'otel_assay%' OR scope_name ILIKE 'otel-assay%')
+                 AND attributes['assay.step.kind'] IN ('other', 'respond') THEN attributes['assay.step.kind']
             WHEN oi_kind IN ('LLM', 'DECISION') THEN 'llm'
             WHEN oi_kind = 'TOOL' THEN 'tool'
             WHEN oi_kind = 'AGENT' THEN 'agent'

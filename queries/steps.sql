@@ -7,9 +7,9 @@
 --   seq                       1, 2, ... order of the step in its trial (start time, then
 --                             depth; ties broken by a hash of the span id)
 --   step_kind                 llm / tool / agent / reason / respond / workflow / other
---   llm_call                  true for llm and respond steps: the only steps whose tokens
---                             and cost count (aggregating spans repeat their children's
---                             tokens, §7.3 rule 5)
+--   llm_call                  true for llm steps, and the respond step derived from one:
+--                             the only steps whose tokens and cost count (aggregating
+--                             spans repeat their children's tokens, §7.3 rule 5)
 --   source_convention         otel_assay / otel_genai / openinference / openllmetry /
 --                             langsmith / autogen_native / crewai_native
 --   agent_name                the step's own agent name, else the nearest agent step's
@@ -42,7 +42,9 @@
 --
 -- respond is derived (instrumentation.md §7.2): the last llm step of a trial becomes
 -- respond when it did not ask for tools (known from its output messages or finish
--- reasons; when the span does not say, when no tool step follows it).
+-- reasons; when the span does not say, when no tool step follows it) and did not fail (a
+-- failed call answered nothing). A trial whose own spans mark a respond step
+-- (otel_assay.step(kind="respond")) keeps that one instead.
 CREATE OR REPLACE MACRO steps_between(lo, hi) AS TABLE
 WITH RECURSIVE
 base AS MATERIALIZED (
@@ -170,12 +172,13 @@ ordered AS (
 trial_ends AS (
     SELECT tk,
         max(seq) FILTER (WHERE step_kind = 'llm') AS last_llm_seq,
-        max(seq) FILTER (WHERE step_kind = 'tool') AS last_tool_seq
+        max(seq) FILTER (WHERE step_kind = 'tool') AS last_tool_seq,
+        bool_or(step_kind = 'respond') AS has_respond
     FROM ordered GROUP BY tk
 ),
 -- the wide columns, joined back once
 filled AS (
-    SELECT o.seq, p.depth, p.step_parent_id, e.last_llm_seq, e.last_tool_seq,
+    SELECT o.seq, p.depth, p.step_parent_id, e.last_llm_seq, e.last_tool_seq, e.has_respond,
         b.trace_id, b.span_id, b.step_kind, b.source_convention, b.scope_name, b.name,
         coalesce(b.agent_name, d.agent_name, p.inherited_agent) AS agent_name,
         b.tool_name,
@@ -227,7 +230,7 @@ SELECT
     o.step_parent_id,
     o.depth,
     o.seq,
-    CASE WHEN o.step_kind = 'llm' AND o.seq = o.last_llm_seq
+    CASE WHEN o.step_kind = 'llm' AND o.seq = o.last_llm_seq AND o.status = 'ok' AND NOT o.has_respond
               AND coalesce(NOT o.requested_tools, o.last_tool_seq IS NULL OR o.last_tool_seq < o.seq)
          THEN 'respond' ELSE o.step_kind END AS step_kind,
     o.step_kind = 'llm' AS llm_call,

@@ -136,6 +136,19 @@ def test_fingerprint_columns(open_engine, lake):
     assert (d["error_flag"], d["recovery_rate"]) == (0.0, 1.0)
 
 
+def test_a_failed_last_llm_call_is_not_the_respond_step(tmp_path, open_engine):
+    write_lake(tmp_path, [
+        span(1, 1, None, "assay.trial calc", 0, 100, {**A}),
+        span(1, 2, 1, "chat gpt-4o", 1, 10, chat("gpt-4o", 100, 20, CALL)),
+        span(1, 3, 1, "execute_tool add", 11, 12, tool("add", "{}")),
+        span(1, 4, 1, "chat gpt-4o", 13, 20, {**A, "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"},
+             status=2, status_message="provider error"),
+    ])
+    st = rows(open_engine(tmp_path), "SELECT step_kind, status FROM steps ORDER BY seq")
+    assert st == [{"step_kind": "llm", "status": "ok"}, {"step_kind": "tool", "status": "ok"},
+                  {"step_kind": "llm", "status": "error"}]
+
+
 def test_recovery_rate_counts_only_later_successes_of_the_same_tool(tmp_path, open_engine):
     write_lake(tmp_path, [
         span(1, 1, None, "assay.trial calc", 0, 100, {**A}),

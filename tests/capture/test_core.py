@@ -40,6 +40,7 @@ def test_generic_steps(generic):
         ("execute_tool lookup", "invoke_agent support-bot"),
         ("execute_tool charge_card", "invoke_agent support-bot"),
         ("plan plan-refund", "invoke_agent support-bot"),
+        ("check-policy", "invoke_agent support-bot"),
         ("chat gpt-test", "invoke_agent support-bot"),
         ("respond answer", "invoke_agent support-bot"),
     ]
@@ -56,12 +57,29 @@ def test_generic_steps(generic):
     assert [(s["model"], s["provider"], s["input_tokens"], s["output_tokens"]) for s in llm] == [
         ("gpt-test", "openai", None, None), ("gpt-test", "openai", 40, 12)]
     assert [s["attributes"].get("assay.step.kind") for s in tr[1:]] == [
-        "agent", "llm", "tool", "tool", "reason", "llm", "respond"]
+        "agent", "llm", "tool", "tool", "reason", "other", "llm", "respond"]
     r = root(tr)
     assert (r["outcome"], r["score"], r["version"], r["trial_index"]) == ("pass", 0.75, "v9", 0)
     assert all(s["scenario"] == "generic" and s["version"] == "v9" for s in tr)
     svc = query(generic, "SELECT DISTINCT service_name FROM spans")
     assert svc == [{"service_name": "support-svc"}]
+
+
+def test_generic_steps_are_steps_of_every_kind_in_the_steps_view(generic):
+    rows = query(generic, "SELECT s.name, s.step_kind, s.depth, s.llm_call FROM steps s JOIN trials t USING (trace_id) "
+                          "WHERE t.scenario = 'generic' ORDER BY s.seq")
+    assert [(r["name"], r["step_kind"], r["depth"]) for r in rows] == [
+        ("invoke_agent support-bot", "agent", 1),
+        ("chat gpt-test", "llm", 2),
+        ("execute_tool lookup", "tool", 2),
+        ("execute_tool charge_card", "tool", 2),
+        ("plan plan-refund", "reason", 2),
+        ("check-policy", "other", 2),        # no GenAI operation: assay.step.kind says what it is
+        ("chat gpt-test", "llm", 2),         # the last LLM call, but the agent marked its answer itself
+        ("respond answer", "respond", 2),
+    ]
+    (trial,) = query(generic, "SELECT n_steps, n_llm, input_tokens FROM trials WHERE scenario = 'generic'")
+    assert trial == {"n_steps": 8, "n_llm": 2, "input_tokens": 40}
 
 
 def test_exception_marks_trial_failed(generic):

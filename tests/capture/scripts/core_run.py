@@ -46,6 +46,8 @@ if MODE == "generic":
                 pass
             with otel_assay.step("plan-refund", kind="reason"):
                 pass
+            with otel_assay.step("check-policy"):  # kind "other", the default
+                pass
             with otel_assay.step("gpt-test", kind="llm", model="gpt-test", provider="openai") as s:
                 s.usage(input_tokens=40, output_tokens=12, finish_reasons=["stop"])
                 s.result("Refund issued")
