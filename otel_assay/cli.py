@@ -203,14 +203,18 @@ def compact(lake_dir, target_mib, grace_seconds):
     """Merge the small files of each partition, dropping duplicate spans.
 
     Safe while a collector writes and readers read: a reader sees either the old files or
-    the merged one, never both. Unreadable files are left alone and reported (exit 4).
+    the merged one, never both. Unreadable files are left alone and reported (exit 4). One
+    compaction per lake at a time: a second one is refused (exit 3). A compaction that was
+    killed loses nothing; the next one removes its temporary files.
     """
-    from .collect.lake import Lake, LakeError
+    from .collect.lake import Lake, LakeBusy, LakeError
 
     if not os.path.isdir(lake_dir):
         raise DataError(f"lake directory {lake_dir} does not exist")
     try:
         r = Lake(lake_dir).compact(target_bytes=target_mib << 20, grace_seconds=grace_seconds)
+    except LakeBusy as e:
+        raise UsageError(str(e)) from None
     except LakeError as e:
         raise DataError(str(e)) from None
     click.echo(f"compacted {r.files_in} files into {r.files_out} ({r.rows_in} rows in, {r.rows_out} out, "
@@ -239,21 +243,26 @@ def sql(lake, query, fmt):
     """
     import duckdb
 
-    from .analyze.engine import Engine, is_read_only_sql
+    from .analyze.engine import Engine, is_read_only_sql, looks_like_select
     from .collect.lake import LakeError
     from .report.output import write_table
 
-    if not is_read_only_sql(query):
-        first = query.split(None, 1)[0][:40] if query.strip() else ""
-        raise UsageError(f"the query starts with {first!r}: only read-only queries (SELECT, WITH, DESCRIBE, ...) "
-                         "are allowed; check the first word for a typo")
+    only = "only read-only queries (SELECT, WITH, DESCRIBE, ...) are allowed"
     try:
-        n_statements = len(duckdb.extract_statements(query))
+        statements = duckdb.extract_statements(query)
     except duckdb.Error as e:
+        if not looks_like_select(query):
+            first = query.split(None, 1)[0][:40] if query.strip() else ""
+            raise UsageError(f"the query starts with {first!r}: {only}; check the first word for a typo") from None
         raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
-    if n_statements != 1:
-        raise UsageError("give one query" + (f", not {n_statements} (separated by ';'); run `sql` once per query"
-                                             if n_statements else ""))
+    if len(statements) != 1:
+        raise UsageError("give one query" + (f", not {len(statements)} (separated by ';'); run `sql` once per query"
+                                             if statements else ""))
+    if not is_read_only_sql(query):
+        kind = statements[0].type.name
+        what = ("EXPLAIN runs only on a query (EXPLAIN ANALYZE executes the statement)" if kind == "EXPLAIN"
+                else f"{kind} statements are not allowed")
+        raise UsageError(f"{what}: {only}")
     try:
         eng = Engine(lake)
     except LakeError as e:

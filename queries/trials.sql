@@ -51,6 +51,9 @@ WITH span_facts AS (
         -- the gate's own verdicts written back into the lake (gate --emit-otel lake)
         bool_and(scope_name IS NOT DISTINCT FROM 'otel_assay.gate') AS gate_record
     FROM spans
+    -- spans without a trace id (a foreign file's) are no trial: grouped together they made
+    -- one fake trial, without steps, that pass rates counted as an empty run of its scenario
+    WHERE trace_id IS NOT NULL
     GROUP BY trace_id
 ),
 step_facts AS (

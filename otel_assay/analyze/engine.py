@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import duckdb
 import pyarrow as pa
 
-from ..collect.lake import Lake, LakeError, check_lake_file, sql_list
+from ..collect.lake import Lake, LakeError, check_lake_file, missing_columns_sql, sql_list
 from ..collect.schema import TABLES
 from ..errors import UsageError
 from .canonical import canonical_json_arrow
@@ -46,6 +46,7 @@ STEPS_BYTES_PER_SPAN = 1000
 
 PRICES_ENV = "OTEL_ASSAY_PRICES"
 MEMORY_LIMIT_ENV = "OTEL_ASSAY_MEMORY_LIMIT"
+_DT_DIR_RE = re.compile(r"^dt=\d{4}-\d{2}-\d{2}$")
 
 
 def memory_limit_from_env(default: str | None = None) -> str | None:
@@ -174,17 +175,17 @@ class Engine:
         # without numbering them first (a single-threaded window over the whole lake)
         row = ", (file_index::BIGINT << 40) | file_row_number AS span_row" if table == "spans" else ""
         if paths:
+            # dt comes from the partition directories; a file outside one (a bare Parquet file,
+            # alone or matched by a glob with the lake's files) has none, and DuckDB refuses
+            # to read the two kinds together with hive_partitioning
+            hive = all(_DT_DIR_RE.match(p.parent.name) for p in paths)
+            source = (f"read_parquet({sql_list(paths)}, union_by_name = true, "
+                      f"hive_partitioning = {'true' if hive else 'false'})")
+            # files of an older schema version or another writer may lack columns the views use
+            cols = {r[0] for r in self.con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+            dt = "" if "dt" in cols else ", NULL::DATE AS dt"
             self.con.execute(
-                f"CREATE OR REPLACE VIEW {name} AS SELECT *{row} FROM read_parquet({sql_list(paths)}, "
-                "union_by_name = true, hive_partitioning = true)"
-            )
-            # files from other writers may lack the dt= directory (a bare Parquet file)
-            cols = {r[0] for r in self.con.execute(f"DESCRIBE {name}").fetchall()}
-            if "dt" not in cols:
-                self.con.execute(
-                    f"CREATE OR REPLACE VIEW {name} AS SELECT *, NULL::DATE AS dt{row} FROM read_parquet("
-                    f"{sql_list(paths)}, union_by_name = true)"
-                )
+                f"CREATE OR REPLACE VIEW {name} AS SELECT *{missing_columns_sql(schema, cols)}{dt}{row} FROM {source}")
         else:
             empty = schema.empty_table().append_column("dt", pa.array([], pa.date32()))
             if row:
@@ -274,9 +275,11 @@ class Engine:
         After this, SQL can still read the views but cannot read or write other files,
         attach databases or change the setting back.
         """
-        dirs = sorted({str(p.parent) + os.sep for paths in self.files.values() for p in paths})
-        if dirs:
-            self.con.execute("SET allowed_directories = ?", [dirs])
+        # the files themselves, not their directories: a directory is a prefix, so a lake given
+        # as ~/spans.parquet would open every file under ~/ to the query
+        paths = sorted({str(p) for paths in self.files.values() for p in paths})
+        if paths:
+            self.con.execute("SET allowed_paths = ?", [paths])
         self.con.execute("SET enable_external_access = false")
         self.con.execute("SET lock_configuration = true")
 
@@ -302,9 +305,68 @@ class Engine:
         self.close()
 
 
-_SELECT_RE = re.compile(r"^\s*(WITH|SELECT|FROM|DESCRIBE|SHOW|SUMMARIZE|EXPLAIN|PIVOT|VALUES|TABLE)\b", re.I)
+# the first word of a read-only query: only to tell a typo ("selec") from a wrong query
+_SELECT_RE = re.compile(r"^\s*(WITH|SELECT|FROM|DESCRIBE|SHOW|SUMMARIZE|EXPLAIN|PIVOT|UNPIVOT|VALUES|TABLE)\b", re.I)
+
+
+def looks_like_select(sql: str) -> bool:
+    """Whether ``sql`` starts with a read-only keyword (for error messages)."""
+    return bool(_SELECT_RE.match(sql))
+
+
+def _words(sql: str) -> list[tuple[int, str, Any]]:
+    """``sql``'s tokens without comments: (offset, text, type)."""
+    tokens = [(off, kind) for off, kind in duckdb.tokenize(sql) if kind != duckdb.token_type.comment]
+    ends = [off for off, _ in tokens[1:]] + [len(sql)]
+    return [(off, sql[off:end].strip(), kind) for (off, kind), end in zip(tokens, ends)]
+
+
+def _explained(sql: str) -> list[str]:
+    """What ``EXPLAIN [ANALYZE] [(options)] statement`` may explain: the text after
+    EXPLAIN [ANALYZE], and when that starts with a parenthesis also the text after it (an
+    option list and a parenthesised query both start with one)."""
+    words = _words(sql)
+    i = 1 + (len(words) > 1 and words[1][1].upper() in ("ANALYZE", "ANALYSE"))
+    if i >= len(words):
+        return []
+    rest = [sql[words[i][0]:]]
+    if words[i][1].startswith("("):
+        depth = 0
+        for j in range(i, len(words)):
+            if words[j][2] == duckdb.token_type.operator:
+                depth += words[j][1].count("(") - words[j][1].count(")")
+            if depth <= 0 and j + 1 < len(words):
+                rest.append(sql[words[j + 1][0]:])
+                break
+    return rest
 
 
 def is_read_only_sql(sql: str) -> bool:
-    """Whether ``sql`` is a single read-only statement (what ``otel-assay sql`` accepts)."""
-    return bool(_SELECT_RE.match(sql))
+    """Whether ``sql`` is a single read-only statement (what ``otel-assay sql`` accepts).
+
+    DuckDB's parser decides, not the first word: a comment may come first, and EXPLAIN
+    ANALYZE runs the statement it explains (a COPY under it would write files, into the
+    lake's directories too, which the locked-down engine may read).
+    """
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error:
+        return False
+    if len(statements) != 1:
+        return False
+    kind = statements[0].type
+    if kind == duckdb.StatementType.SELECT:
+        return True
+    if kind == duckdb.StatementType.MULTI:  # PIVOT: a SELECT after a CREATE TYPE in memory
+        words = _words(sql)
+        return bool(words) and words[0][1].upper() in ("PIVOT", "UNPIVOT")
+    if kind == duckdb.StatementType.EXPLAIN:
+        verdicts = []
+        for inner in _explained(sql):
+            try:
+                duckdb.extract_statements(inner)
+            except duckdb.Error:
+                continue  # not how DuckDB reads it
+            verdicts.append(is_read_only_sql(inner))
+        return bool(verdicts) and all(verdicts)
+    return False

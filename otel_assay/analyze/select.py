@@ -1,7 +1,8 @@
 """Trial selectors: ``--select key=value`` over the trials view (DESIGN §5).
 
 Keys: version, scenario, run, model, outcome. Several selectors are ANDed; one selector may
-also hold several comma-separated pairs (``version=v2,scenario=refund``, the gate's form).
+also hold several comma-separated pairs (``version=v2,scenario=refund``, the gate's form). A
+part without '=' belongs to the value before it (``scenario=refund, damaged item``).
 """
 
 from __future__ import annotations
@@ -42,20 +43,27 @@ class Selection:
 
     @classmethod
     def parse(cls, selectors: Iterable[str]) -> "Selection":
-        pairs = []
+        pairs: list[list[str]] = []
         for sel in selectors:
-            for part in sel.split(","):
-                part = part.strip()
+            current = None  # the pair a part without '=' continues
+            for raw in sel.split(","):
+                part = raw.strip()
                 if not part:
                     continue
                 key, sep, value = part.partition("=")
                 key = key.strip()
+                if not sep and current:
+                    # a value with a comma in it (scenario=refund, damaged item)
+                    current[1] += "," + raw
+                    continue
                 if not sep or not key:
                     raise SelectorError(f"selector {part!r} is not key=value (keys: {', '.join(SELECTOR_KEYS)})")
                 if key not in SELECTOR_KEYS:
                     raise SelectorError(f"unknown selector key {key!r} in {part!r}; "
                                         f"use one of: {', '.join(SELECTOR_KEYS)}")
-                pairs.append((key, value.strip()))
+                current = [key, value]
+                pairs.append(current)
+        pairs = [(k, v.strip()) for k, v in pairs]
         return cls(tuple(pairs))
 
     def where(self) -> tuple[str, list[str]]:

@@ -64,6 +64,10 @@ class LakeError(Exception):
     """A lake that cannot be read or written; the message says what to do."""
 
 
+class LakeBusy(LakeError):
+    """Another process holds the lake's compaction lock."""
+
+
 def _safe_token(token: str) -> str:
     if not _TOKEN_RE.match(token) or token in (".", ".."):
         raise ValueError(f"unsafe file token {token!r}")
@@ -81,6 +85,20 @@ def _fsync_dir(path: Path) -> None:
 def sql_list(paths) -> str:
     """``paths`` as a DuckDB list literal of quoted file names, for ``read_parquet``."""
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+
+
+_DUCKDB_TYPES = {pa.string(): "VARCHAR", pa.int8(): "TINYINT", pa.int32(): "INTEGER", pa.int64(): "BIGINT",
+                 pa.float64(): "DOUBLE", pa.map_(pa.string(), pa.string()): "MAP(VARCHAR, VARCHAR)"}
+
+
+def missing_columns_sql(schema: pa.Schema, present) -> str:
+    """``, NULL::<type> AS "<column>"`` for each column of ``schema`` not in ``present``.
+
+    Files of an older schema version or from another writer may lack columns that the views
+    and compaction name; ``union_by_name`` fills them only when some other file has them.
+    """
+    present = set(present)
+    return "".join(f', NULL::{_DUCKDB_TYPES[f.type]} AS "{f.name}"' for f in schema if f.name not in present)
 
 
 def write_parquet_atomic(table: pa.Table, path: Path, *, fsync: bool = True) -> None:
@@ -401,12 +419,56 @@ class Lake:
 
     # ------------------------------------------------------------------ compaction
     def compact(self, *, target_bytes: int = 256 << 20, grace_seconds: float = 60.0, progress=None) -> "CompactResult":
-        """Merge each partition's small files, dropping duplicate spans. Safe while readers read."""
+        """Merge each partition's small files, dropping duplicate spans. Safe while readers read.
+
+        One compaction at a time per lake (:class:`LakeBusy` otherwise): two that merged the
+        same files would each publish a merged copy, and readers would see every row twice.
+        """
+        if not any(self.table_dir(t).is_dir() for t in TABLES):
+            # creating spans/ etc. in a directory that is not a lake (a typo, LAKE/spans) would
+            # only hide the mistake behind "compacted 0 files"
+            raise LakeError(f"{self.root} is not a span lake (no spans/ directory); point --dir at the "
+                            "directory that `otel-assay collect --dir` or OTEL_ASSAY_DIR names")
+        self.ensure_writable()
+        lock = self._lock_compaction()
+        try:
+            return self._compact(target_bytes, grace_seconds, progress)
+        finally:
+            lock.close()  # releases the lock
+
+    def _lock_compaction(self):
+        """An exclusive lock on the lake's compaction, held while the returned file is open
+        (the OS drops it when the process dies, so a crash never leaves the lake locked)."""
+        import fcntl
+
+        self.compaction_dir.mkdir(exist_ok=True)
+        f = open(self.compaction_dir / "LOCK", "a+b")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise LakeBusy(f"another otel-assay compact is running on {self.root}; let it finish "
+                           "(run one compaction per lake at a time)") from None
+        return f
+
+    def _remove_leftovers(self) -> None:
+        """Delete the temporary files of compactions that died before publishing them: a
+        whole merged copy each, hidden from readers and otherwise never removed. Only
+        compaction writes these names, and it holds the lock, so none is in use."""
+        for table in TABLES:
+            for pdir in self.table_dir(table).glob("dt=*"):
+                for f in pdir.glob(".*part-compact-*"):
+                    if f.name.startswith((".part-compact-", "..part-compact-")):
+                        f.unlink(missing_ok=True)
+        for f in self.compaction_dir.glob(".*.json.tmp"):
+            f.unlink(missing_ok=True)
+
+    def _compact(self, target_bytes: int, grace_seconds: float, progress) -> "CompactResult":
         import duckdb
 
-        self.ensure_writable()
         result = CompactResult()
         result.deleted_files += self._finish_records(grace_seconds)
+        self._remove_leftovers()
         con = duckdb.connect()
         try:
             for table in TABLES:
@@ -463,9 +525,10 @@ class Lake:
         order = ", ".join(k for k, _ in SORT_KEYS[table])
         files_sql = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in group) + "]"
         before = con.execute(f"SELECT count(*) FROM read_parquet({files_sql}, union_by_name=true)").fetchall()[0][0]
+        present = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({files_sql}, union_by_name=true)").fetchall()]
         merged = con.sql(
-            f"SELECT DISTINCT ON ({distinct}) {cols} FROM read_parquet({files_sql}, union_by_name=true) "
-            f"ORDER BY {order}"
+            f"SELECT DISTINCT ON ({distinct}) {cols} FROM (SELECT *{missing_columns_sql(schema, present)} "
+            f"FROM read_parquet({files_sql}, union_by_name=true)) ORDER BY {order}"
         ).to_arrow_table()
         merged = merged.cast(schema) if merged.schema != schema else merged
         merged = merged.replace_schema_metadata(SCHEMA_METADATA)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from typing import Any, TextIO
 
@@ -24,26 +25,31 @@ def printable(text: str) -> str:
 
 
 def _cell(value: Any) -> Any:
-    """A value as plain JSON data: bytes become hex, NaN becomes null."""
+    """A value as plain JSON data: bytes become hex, NaN and ±infinity become null (JSON
+    has no spelling for them: Python's Infinity is not JSON, and parsers reject it)."""
     if isinstance(value, list):
         return [_cell(v) for v in value]
     if isinstance(value, dict):
         return {k: _cell(v) for k, v in value.items()}
     if isinstance(value, bytes):
         return value.hex()
-    if isinstance(value, float) and value != value:
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, exact: bool = False) -> str:
+    """A value as one cell of text; ``exact`` (CSV) keeps every digit of a float, which the
+    terminal table rounds to 6 significant digits."""
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return ""
+        return repr(value) if exact else f"{value:.6g}"
     value = _cell(value)
     if value is None:
         return ""
     if isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-    if isinstance(value, float):
-        return f"{value:.6g}"
     return str(value)
 
 
@@ -70,7 +76,7 @@ def write_table(table: pa.Table, fmt: str = "table", out: TextIO | None = None, 
         w = csv.writer(out, lineterminator="\n")
         w.writerow(names)
         for r in rows:
-            w.writerow([_text(r[n]) for n in names])
+            w.writerow([_text(r[n], exact=True) for n in names])
         return
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

@@ -190,3 +190,77 @@ def test_price_override(capsys, lake, tmp_path):
     code, out, _ = run(capsys, "steps", str(lake), "--select", "version=v1", "--prices", str(prices), "--format", "json")
     llm = [s for s in json.loads(out) if s["llm_call"]]
     assert [s["cost_usd"] for s in llm] == [10.0, 10.0]
+
+
+def test_sql_explain_analyze_cannot_write(capsys, lake):
+    # EXPLAIN ANALYZE runs the statement it explains, and the locked-down engine may write
+    # where it may read: a COPY under it put a file (a second copy of the spans) into the lake
+    part = next((lake / "spans").glob("dt=*"))
+    before = sorted(lake.rglob("*"))
+    for query in (f"EXPLAIN ANALYZE COPY (FROM spans) TO '{part}/part-copy.parquet'",
+                  f"EXPLAIN /* c */ ANALYSE (FORMAT json) COPY (SELECT 1) TO '{part}/x.csv'",
+                  "explain analyze create table t as select 1"):
+        code, _, err = run(capsys, "sql", str(lake), query)
+        assert code == 3 and "EXPLAIN runs only on a query" in err and "Traceback" not in err, (query, err)
+    assert sorted(lake.rglob("*")) == before
+    code, _, err = run(capsys, "sql", str(lake), "/* why */ COPY (SELECT 1) TO 'x.csv'")
+    assert code == 3 and "COPY statements are not allowed" in err
+
+
+@pytest.mark.parametrize("query", [
+    "EXPLAIN ANALYZE SELECT count(*) FROM spans", "explain analyze (select 1)", "EXPLAIN (FORMAT json) FROM spans",
+    "/* spans per trace */ SELECT count(*) FROM spans", "(SELECT 1) UNION ALL (SELECT 2)",
+])
+def test_sql_read_only_queries_pass_whatever_comes_first(capsys, lake, query):
+    code, _, err = run(capsys, "sql", str(lake), query, "--format", "csv")
+    assert code == 0, err
+
+
+def test_sql_on_a_file_reads_no_other_file(capsys, lake, tmp_path):
+    # the files themselves are readable, not their directory: ~/spans.parquet must not open ~/
+    exports = tmp_path / "exports"
+    (exports / "private").mkdir(parents=True)
+    (exports / "private" / "key.txt").write_text("secret")
+    f = exports / "spans.parquet"
+    f.write_bytes(next((lake / "spans").rglob("*.parquet")).read_bytes())
+    for source in (f, exports / "*.parquet"):
+        code, out, err = run(capsys, "sql", str(source), f"SELECT content FROM read_text('{exports}/private/key.txt')")
+        assert code == 3 and "secret" not in out and "may only read the lake" in err
+        code, out, _ = run(capsys, "sql", str(source), "SELECT count(*) AS n FROM spans", "--format", "csv")
+        assert code == 0 and out.splitlines()[1] == "10"
+
+
+def test_sql_csv_keeps_every_digit_and_json_stays_json(capsys, lake):
+    query = ("SELECT 1234567.891::DOUBLE AS a, 0.1::DOUBLE + 0.2 AS b, 'inf'::DOUBLE AS c, '-inf'::DOUBLE AS d, "
+             "'nan'::DOUBLE AS e, ['inf'::DOUBLE, 1.5] AS f")
+    code, out, _ = run(capsys, "sql", str(lake), query, "--format", "csv")
+    assert code == 0 and out.splitlines()[1] == '1234567.891,0.30000000000000004,inf,-inf,,"[null,1.5]"'
+
+    def reject(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    code, out, _ = run(capsys, "sql", str(lake), query, "--format", "json")
+    assert code == 0
+    assert json.loads(out, parse_constant=reject) == [
+        {"a": 1234567.891, "b": 0.30000000000000004, "c": None, "d": None, "e": None, "f": [None, 1.5]}]
+
+
+def test_sql_on_a_glob_of_partitioned_and_bare_files(capsys, lake):
+    # DuckDB refuses to read files with and without a dt= directory together as hive
+    # partitions; that was reported as a corrupt lake
+    (lake / "spans" / "extra.parquet").write_bytes(next((lake / "spans").rglob("*.parquet")).read_bytes())
+    code, out, err = run(capsys, "sql", str(lake / "spans" / "**" / "*.parquet"), "SELECT count(*) AS n FROM spans",
+                         "--format", "csv")
+    assert code == 0 and out.splitlines()[1] == "20", err
+
+
+def test_select_a_value_with_a_comma(capsys, tmp_path):
+    spans = [span(n, 1, None, "assay.trial", 0, 10, {"assay.scenario": scenario, "assay.agent.version": "v1"})
+             for n, scenario in enumerate(["refund, damaged item", "refund"], start=1)]
+    lake = write_lake(tmp_path / "lake", spans)
+    for selector in ("scenario=refund, damaged item", "version=v1,scenario=refund, damaged item"):
+        code, out, err = run(capsys, "trials", str(lake), "--select", selector, "--format", "json")
+        assert code == 0, err
+        assert [t["trace_id"] for t in json.loads(out)] == [tid(1)]
+    code, _, err = run(capsys, "trials", str(lake), "--select", "scenario=refund,colour=red")
+    assert code == 3 and "'colour'" in err

@@ -172,3 +172,24 @@ def test_steps_built_in_parts_equal_steps_in_one_go(tmp_path, open_engine, monke
     assert eng.steps_parts > 10
     parts = rows(eng, f"SELECT {columns} FROM steps ORDER BY trace_id, seq")
     assert len(whole) > 80 and parts == whole
+
+
+def test_spans_without_a_trace_id_make_no_trial(tmp_path, open_engine):
+    # a foreign writer's file: the lake's own writers reject spans without a trace id
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from otel_assay.collect.schema import SPANS_SCHEMA
+
+    write_lake(tmp_path / "lake", [span(1, 1, None, "assay.trial s", 0, 10, {"assay.scenario": "s",
+                                                                              "assay.trial.outcome": "pass"}),
+                                   span(1, 2, 1, "execute_tool t", 1, 2, TOOL)])
+    cols = {"trace_id": [None, None], "span_id": [sid(7), sid(8)], "parent_span_id": [None, sid(7)],
+            "name": ["assay.trial s", "execute_tool t"], "start_time_unix_nano": [T0, T0 + MS],
+            "duration_ns": [10 * MS, MS], "scenario": ["s", "s"], "op": [None, "execute_tool"], "tool_name": [None, "t"]}
+    pq.write_table(pa.table({f.name: pa.array(cols.get(f.name, [None, None]), f.type) for f in SPANS_SCHEMA}),
+                   tmp_path / "foreign.parquet")
+    eng = open_engine([tmp_path / "lake", tmp_path / "foreign.parquet"])
+    assert rows(eng, "SELECT count(*) AS n FROM spans")[0]["n"] == 4
+    assert rows(eng, "SELECT trace_id FROM trials") == [{"trace_id": tid(1)}]
+    assert rows(eng, "SELECT n_trials, n_empty_run FROM pass_rates") == [{"n_trials": 1, "n_empty_run": 0}]

@@ -285,6 +285,93 @@ def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "otel_assay", *map(str, args)], capture_output=True, text=True, timeout=120)
 
 
+def _count(lake):
+    files = [str(f) for f in Lake(lake).live_files()]
+    return duckdb.execute("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM read_parquet(?)", [files]).fetchone()
+
+
+def test_a_second_compaction_while_one_runs_is_refused(tmp_path, monkeypatch):
+    # two compactions that merged the same files each published a merged copy: every row twice
+    lake = tmp_path / "lake"
+    _write_files(lake, 4, 50)
+    started, release = threading.Event(), threading.Event()
+    merge = Lake._compact_group
+
+    def held(self, *args):  # the first compaction, stopped in the middle of its work
+        started.set()
+        release.wait(60)
+        return merge(self, *args)
+
+    monkeypatch.setattr(Lake, "_compact_group", held)
+    results = []
+    t = threading.Thread(target=lambda: results.append(Lake(lake).compact(grace_seconds=0)))
+    t.start()
+    try:
+        assert started.wait(60)
+        r = run_cli("compact", "--dir", lake, "--grace-seconds", "0")
+    finally:
+        release.set()
+        t.join(60)
+    assert r.returncode == 3 and "another otel-assay compact is running" in r.stderr, r.stderr
+    assert results and results[0].files_in == 4
+    assert _count(lake) == (200, 200)
+    assert run_cli("compact", "--dir", lake).returncode == 0  # the lock went with the first one
+
+
+def test_a_compaction_killed_midway_loses_nothing_and_the_next_removes_its_leftovers(tmp_path):
+    lake = tmp_path / "lake"
+    _write_files(lake, 3, 20)
+    before = sorted(Lake(lake).live_files())
+    # SIGKILL at the rename that publishes the compaction record: the merged copy is written
+    # under its temporary name, the record is not published
+    code = ("import os, signal, sys\n"
+            "from otel_assay.collect import lake as m\n"
+            "real, n = os.replace, [0]\n"
+            "def replace(a, b):\n"
+            "    n[0] += 1\n"
+            "    if n[0] == 2: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    return real(a, b)\n"
+            "m.os.replace = replace\n"
+            "m.Lake(sys.argv[1]).compact(grace_seconds=0)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(lake)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == -9, r.stderr
+    leftovers = [p for p in lake.rglob(".*") if p.is_file()]
+    assert any(p.name.startswith(".part-compact-") for p in leftovers), leftovers
+    assert sorted(Lake(lake).live_files()) == before and _count(lake) == (60, 60)
+    r = run_cli("compact", "--dir", lake, "--grace-seconds", "0")
+    assert r.returncode == 0, r.stderr
+    assert [p for p in lake.rglob(".*") if p.is_file()] == []
+    assert len(Lake(lake).live_files()) == 1 and _count(lake) == (60, 60)
+
+
+def test_compact_refuses_a_directory_that_is_not_a_lake(tmp_path):
+    lake = tmp_path / "lake"
+    _write_files(lake, 2, 5)
+    for wrong in (lake / "spans", tmp_path / "elsewhere"):
+        wrong.mkdir(exist_ok=True)
+        before = sorted(wrong.rglob("*"))
+        r = run_cli("compact", "--dir", wrong)
+        assert r.returncode == 4 and "is not a span lake" in r.stderr and "Traceback" not in r.stderr
+        assert sorted(wrong.rglob("*")) == before  # no spans/, span_events/, ... made in it
+
+
+def test_files_of_an_older_schema_are_read_and_compacted(tmp_path):
+    # files that lack columns the views and compaction name (an older schema version, another
+    # writer): union_by_name fills a column only when some other file has it
+    lake = tmp_path / "lake"
+    _write_files(lake, 2, 10)
+    for f in Lake(lake).live_files():
+        t = pq.read_table(f)
+        pq.write_table(t.drop_columns(["trace_state", "error_class", "score", "duration_ns", "attributes"]), f)
+    r = run_cli("sql", lake, "SELECT count(*) AS n, count(duration_ns) AS d FROM trials", "--format", "csv")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout.splitlines()[1] == "20,0"  # 20 traces; no duration without duration_ns
+    r = run_cli("compact", "--dir", lake, "--grace-seconds", "0")
+    assert r.returncode == 0, r.stderr
+    (merged,) = Lake(lake).live_files()
+    assert pq.read_schema(merged).names == SPANS_SCHEMA.names and _count(lake) == (20, 20)
+
+
 def test_corrupt_and_foreign_parquet_in_the_lake(tmp_path):
     lake = tmp_path / "lake"
     _write_files(lake, 2, 10)
