@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -166,7 +167,7 @@ stability:
 coverage:
   tools: []            # available tools; empty = the tool definitions recorded on LLM spans
   models: []           # models you intend to support; empty = model coverage n/a
-  # weights: {tool: 1, path: 1, state: 1, boundary: 1, model: 1}
+  # weights: {tool: 1, path: 1, state: 1, boundary: 1, model: 1}   # a dimension not listed weighs 1
   state_lambda: 50     # expected number of distinct abstract states (paper Eq. 17)
 
 # Per-scenario overrides of threshold, delta, beta and checks, e.g.:
@@ -241,9 +242,23 @@ class _Located:
                 self.walk(item, path + (i,))
 
 
+def _text_number_hint(value) -> str:
+    """Why a number the user wrote arrived as text: YAML 1.1 (PyYAML) reads an exponent
+    without a decimal point, such as 1e-3, as a string."""
+    if isinstance(value, str):
+        try:
+            if not math.isfinite(float(value)):
+                return ""
+        except ValueError:
+            return ""
+        return f" (text, not a number: write it with a decimal point, e.g. {float(value)!r}, and without quotes)"
+    return ""
+
+
 def _unit(loc: _Located, path: tuple, value, *, closed_high: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise loc.error(path, f"must be a number in (0, 1{']' if closed_high else ')'}, got {value!r}")
+        raise loc.error(path, f"must be a number in (0, 1{']' if closed_high else ')'}, got {value!r}"
+                        + _text_number_hint(value))
     v = float(value)
     if not (0.0 < v < 1.0 or (closed_high and v == 1.0)):
         raise loc.error(path, f"must be in (0, 1{']' if closed_high else ')'}, got {value!r}")
@@ -340,7 +355,12 @@ def parse_config(text: str, source: str = "<config>") -> GateConfig:
         for k, v in w.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise loc.error(("coverage", "weights", k), f"must be a number >= 0, got {v!r}")
-        cfg.coverage_weights = {k: float(v) for k, v in w.items()}
+        # a dimension not listed keeps its default weight 1: `weights: {boundary: 0}` drops one
+        # dimension, it does not zero the other four (which left the overall undefined)
+        cfg.coverage_weights = {**{k: 1.0 for k in COVERAGE_DIMENSIONS}, **{k: float(v) for k, v in w.items()}}
+        if not any(cfg.coverage_weights.values()):
+            raise loc.error(("coverage", "weights"), "every weight is 0, so the overall coverage is undefined; "
+                            "give at least one dimension a weight > 0 (or drop min_coverage)")
     if "state_lambda" in cov:
         v = cov["state_lambda"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
@@ -350,7 +370,10 @@ def parse_config(text: str, source: str = "<config>") -> GateConfig:
     scen = data.get("scenarios") or {}
     if not isinstance(scen, dict):
         raise loc.error(("scenarios",), "must be a mapping of scenario name -> overrides")
+    written = _written_keys(node, "scenarios")
     for name, over in scen.items():
+        # a scenario name is text: `1.10:` is scenario "1.10", not the float 1.1 (nor "1.1")
+        name = name if isinstance(name, str) else written.get(name, str(name))
         path = ("scenarios", name)
         if over is None:
             continue
@@ -379,17 +402,41 @@ def parse_config(text: str, source: str = "<config>") -> GateConfig:
         try:
             setattr(cfg, key, parse(spec, where=key))
         except ContractError as e:
+            # the message names the item (contracts[3]); the line is that item's, not the section's
+            m = re.match(rf"{key}\[(\d+)\]", str(e))
+            if m:
+                raise UsageError(f"{loc.where((key, int(m.group(1)) - 1))}: {e}") from None
             raise loc.error((key,), str(e)) from None
     oc = data.get("outcome_from_contracts")
     if oc is not None:
         names = [c.name for c in cfg.contracts]
         chosen = names if oc is True else list(_str_list(loc, ("outcome_from_contracts",), oc))
         unknown = [n for n in chosen if n not in names]
+        if not chosen and names:
+            raise loc.error(("outcome_from_contracts",), f"is empty; list the contracts a passing trial must "
+                            f"meet (configured: {', '.join(names)}), or remove the key")
         if unknown or not chosen:
             raise loc.error(("outcome_from_contracts",), f"names contracts that are not configured: "
                             f"{', '.join(unknown) or '(none)'}; configured: {', '.join(names) or 'none'}")
         cfg.outcome_from_contracts = tuple(chosen)
     return cfg
+
+
+def _written_keys(root, section: str) -> dict:
+    """The keys of the top-level mapping ``section`` that YAML read as something other than
+    text (numbers, booleans, null), each to its text as written in the file."""
+    import yaml
+
+    out: dict = {}
+    if not isinstance(root, yaml.MappingNode):
+        return out
+    for key, value in root.value:
+        if key.value == section and isinstance(value, yaml.MappingNode):
+            constructor = yaml.constructor.SafeConstructor()
+            for k, _ in value.value:
+                if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:str":
+                    out[constructor.construct_object(k)] = k.value
+    return out
 
 
 def load_config(path: str | os.PathLike | None) -> GateConfig:
@@ -774,15 +821,28 @@ def _matrix(table, features: list[str], rows: np.ndarray) -> np.ndarray:
 def _fingerprint_checks(results, fp_b, fp_c, counted_b: set, counted_c: set, cfg: GateConfig, plots: dict,
                         progress: Callable[[str], None]) -> list[str]:
     notes = []
-    names = [n for n in fp_c.column_names if n not in _ID_COLUMNS]
+    names = all_names = [n for n in fp_c.column_names if n not in _ID_COLUMNS]
     excluded = [n for n in cfg.exclude_features if n in names]
     names = [n for n in names if n not in cfg.exclude_features]
     # columns with a missing value (e.g. cost of an unpriced model) cannot enter the test
     missing = [n for n in names if fp_b.column(n).null_count or fp_c.column(n).null_count]
-    features = [n for n in names if n not in missing]
+    # nor can NaN or infinity (span data such as an llm.cost.total of "nan"): T² has no
+    # meaning for them, and one such span must not stop the gate
+    nonfinite = [n for n in names if n not in missing and not all(
+        np.isfinite(fp.column(n).to_numpy(zero_copy_only=False).astype(float)).all() for fp in (fp_b, fp_c))]
+    features = [n for n in names if n not in missing and n not in nonfinite]
     if missing:
         notes.append(f"fingerprint features left out for missing values: {', '.join(missing)} "
                      "(cost needs a priced model: see --prices / OTEL_ASSAY_PRICES)")
+    if nonfinite:
+        notes.append(f"fingerprint features left out for values that are not finite numbers (NaN or infinity "
+                     f"in the spans): {', '.join(nonfinite)}")
+    # a misspelt exclusion would leave the feature in the test, silently (tool:<name> columns
+    # exist only for the tools these trials called, so those are not checked)
+    unknown = [n for n in cfg.exclude_features if n not in all_names and not n.startswith("tool:")]
+    if unknown:
+        notes.append(f"fingerprint.exclude names no fingerprint feature: {', '.join(unknown)} (features: "
+                     f"{', '.join(n for n in all_names if not n.startswith('tool:'))}, tool:<name>)")
 
     def rows_by_scenario(fp, counted):
         tid = fp.column("trace_id").to_numpy(zero_copy_only=False)
@@ -802,6 +862,11 @@ def _fingerprint_checks(results, fp_b, fp_c, counted_b: set, counted_c: set, cfg
         if r.scenario not in rb or r.scenario not in rc:
             side = "baseline" if r.scenario not in rb else "candidate"
             r.checks.append(Check("fingerprint", INCONCLUSIVE, f"no {side} trials for this scenario: no comparison"))
+            continue
+        if not features:
+            r.checks.append(Check("fingerprint", INCONCLUSIVE, "no fingerprint feature is left to compare: "
+                                  "fingerprint.exclude (and any feature a note says was left out) removes all "
+                                  "of them; exclude fewer, or turn the check off with checks: {fingerprint: false}"))
             continue
         todo.append(r)
     found = []
@@ -922,7 +987,8 @@ def _coverage(eng, table: str, cfg: GateConfig, use_minimum: bool) -> dict[str, 
     if minimum is None:
         verdict, reason = SKIPPED, "no coverage minimum configured: reported only"
     elif rep.overall is None:
-        verdict, reason = INCONCLUSIVE, "coverage is undefined (every dimension n/a): declare coverage.tools or models"
+        verdict, reason = INCONCLUSIVE, ("coverage is undefined (every dimension n/a or weighted 0): declare "
+                                         "coverage.tools or models, or check coverage.weights")
     elif rep.overall >= minimum:
         verdict, reason = PASS, f"coverage {rep.overall:.3f} >= minimum {minimum}"
     else:
@@ -936,6 +1002,15 @@ def _coverage(eng, table: str, cfg: GateConfig, use_minimum: bool) -> dict[str, 
 # ================================================================== the gate
 def _lake_name(lake) -> str:
     return str(lake) if isinstance(lake, (str, os.PathLike)) else "lake"
+
+
+def _same_path(a, b) -> bool:
+    if not isinstance(a, (str, os.PathLike)) or not isinstance(b, (str, os.PathLike)):
+        return a is b
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # a glob, or a path that does not exist (opening it reports that)
+        return Path(a).resolve() == Path(b).resolve()
 
 
 def _noop(_msg: str) -> None:
@@ -968,6 +1043,10 @@ def run_gate(lake, config: GateConfig | None = None, *, baseline: str | None = N
     if alone:
         cfg = copy.deepcopy(cfg)
         cfg.checks.update(regression=False, fingerprint=False, stability=False)
+    if baseline_lake is not None and _same_path(lake, baseline_lake):
+        # two engines on one lake would take every trial for both arms (each selector defaults
+        # to all trials of its lake) and skip the overlap check: read it as the one lake it is
+        baseline_lake = None
     say("opening the lake")
     eng_c = _open(lake)
     eng_b = _open(baseline_lake) if baseline_lake is not None else eng_c
@@ -1000,6 +1079,15 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
         baseline, candidate = _default_selectors(eng_c, baseline, candidate, separate)
     n_c = _select(eng_c, candidate, "candidate_trials", lake_c)
     n_b = None if alone else _select(eng_b, baseline, "baseline_trials", lake_b)
+    if alone:
+        # a verdict is about one version: pooled versions would judge a pass rate of none of them
+        versions = eng_c.rows("SELECT version, count(*) FROM trials SEMI JOIN candidate_trials USING (trace_id) "
+                              "GROUP BY version ORDER BY min(start_time_unix_nano), version")
+        if len(versions) > 1:
+            listing = ", ".join(f"{v} ({n} trials)" for v, n in versions)
+            raise UsageError(f"the trials selected ({candidate or 'all trials'}) are of {len(versions)} versions: "
+                             f"{listing}; a verdict judges one, so add version=... to --select "
+                             "(e.g. --select version=" + f"{versions[-1][0]})")
     notes: list[str] = []
     if not alone and not separate:
         overlap = eng_c.rows("SELECT count(*) FROM candidate_trials SEMI JOIN baseline_trials USING (trace_id)")[0][0]
@@ -1012,9 +1100,21 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
         say("contracts")
         tools = _contract_tools(eng_c, None if alone else eng_b, cfg)
         oracle_c = _oracles(eng_c, "candidate_trials", cfg, tools)
-        oracle_b = None if alone else _oracles(eng_b, "baseline_trials", cfg, tools)
+        oracle_b = None if alone else _oracles(eng_b, "baseline_trials", cfg, tools, required=False)
+        if oracle_b is not None and oracle_b.missing:
+            notes.append(f"metamorphic relations are judged on the candidate only, without the baseline's share "
+                         f"alongside: {oracle_b.missing}")
     cols_c = _arm_trials(eng_c, "candidate_trials")
     cols_b = None if alone else _arm_trials(eng_b, "baseline_trials")
+    if separate:
+        # a baseline lake that is a copy of the lake (or holds the candidate's trials) would
+        # compare trials with themselves; within one lake the check above catches this
+        shared = len(set(cols_c["trace_id"].tolist()) & set(cols_b["trace_id"].tolist()))
+        if shared:
+            raise UsageError(f"the baseline ({lake_b}: {baseline or 'all trials'}) and the candidate ({lake_c}: "
+                             f"{candidate or 'all trials'}) share {shared} trials (the same trace ids); select "
+                             "disjoint trials with --baseline / --candidate, or give a baseline lake without the "
+                             "candidate's trials")
     if cfg.outcome_from_contracts:
         filled = _outcomes_from_contracts(cols_c, oracle_c, cfg)
         if cols_b is not None:
@@ -1064,7 +1164,9 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
     if alone:
         for r in results:
             if r.check("pass_rate") is None:
-                r.checks.append(Check("pass_rate", SKIPPED, "no threshold for this scenario", gating=False))
+                why = ("no threshold for this scenario" if r.settings.checks["pass_rate"] else
+                       "turned off for this scenario (checks.pass_rate: false in the config)")
+                r.checks.append(Check("pass_rate", SKIPPED, why, gating=False))
 
     plots["sprt"] = _sprt_paths(results, arms_c, cfg)
     coverage = None
@@ -1107,6 +1209,7 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
 class _Oracles:
     contracts: Any = None            # oracles.contracts.ContractResults
     pairs: list | None = None        # oracles.metamorphic pair dicts
+    missing: str | None = None       # why the pairs are not there (an arm that need not have them)
 
 
 def _contract_tools(eng_c, eng_b, cfg: GateConfig) -> set[str] | None:
@@ -1122,8 +1225,12 @@ def _contract_tools(eng_c, eng_b, cfg: GateConfig) -> set[str] | None:
     return tools
 
 
-def _oracles(eng, table: str, cfg: GateConfig, tools: set[str] | None = None) -> _Oracles:
-    """Contracts and metamorphic relations judged on one arm's recorded trials."""
+def _oracles(eng, table: str, cfg: GateConfig, tools: set[str] | None = None, *, required: bool = True) -> _Oracles:
+    """Contracts and metamorphic relations judged on one arm's recorded trials.
+
+    ``required=False`` (the baseline: its share is reported, it gates nothing): an arm
+    without follow-up trials, such as a stored baseline recorded before the relation was
+    configured, is noted in ``missing`` instead of stopping the gate."""
     from .oracles.contracts import ContractError, check_names, evaluate
     from .oracles.metamorphic import RelationDataError, evaluate as evaluate_relations
 
@@ -1138,7 +1245,9 @@ def _oracles(eng, table: str, cfg: GateConfig, tools: set[str] | None = None) ->
     except ContractError as e:
         raise UsageError(f"{cfg.source}: {e}") from None
     except RelationDataError as e:
-        raise DataError(f"{table.replace('_', ' ')}: {e}") from None
+        if required:
+            raise DataError(f"{table.replace('_', ' ')}: {e}") from None
+        out.missing = f"{table.replace('_', ' ')}: {e}"
     return out
 
 
@@ -1253,4 +1362,11 @@ def _decide(results: list[ScenarioResult], suite: dict, coverage: dict | None) -
         open_.append("no check ran (all disabled, or no outcomes and no baseline): nothing supports a deploy")
     if open_:
         return "manual", open_
-    return "deploy", [f"every check passed in {len(results)} scenario{'s' if len(results) != 1 else ''}"]
+    # a scenario whose checks are all off (or SKIPPED) passed nothing: say so, do not count it
+    unjudged = [r.scenario for r in results if not any(c.gating and c.verdict != SKIPPED for c in r.checks)]
+    n = len(results) - len(unjudged)
+    reason = f"every check passed in {n} scenario{'s' if n != 1 else ''}"
+    if unjudged:
+        reason += (f"; {len(unjudged)} scenario{'s' if len(unjudged) != 1 else ''} had no check that gates: "
+                   + ", ".join(unjudged[:10]) + (", ..." if len(unjudged) > 10 else ""))
+    return "deploy", [reason]

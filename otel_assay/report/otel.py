@@ -47,24 +47,35 @@ def emit_results(result, target: str, lake: str | os.PathLike | None = None) -> 
     did not accept them. Uses its own tracer provider, so the application's global one is
     left alone."""
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    # the span is built first and exported by hand: a span processor would swallow the result
+    from ..collect.schema import Limits
+
+    # the span is built first and exported by hand: a span processor would swallow the result.
+    # The SDK keeps 128 events per span by default and drops the oldest silently (with ~40
+    # scenarios, the first scenarios' verdicts); a lake keeps up to max_events. So a span
+    # holds at most that many, and the verdicts beyond go to child spans named alike.
+    per_span = Limits().max_events
     memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": "otel-assay-gate"}))
+    provider = TracerProvider(resource=Resource.create({"service.name": "otel-assay-gate"}),
+                              span_limits=SpanLimits(max_events=per_span))
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer(GATE_SCOPE)
-    n = 0
     attrs = {"assay.gate.decision": result.decision, "assay.gate.exit_code": result.exit_code,
              "assay.gate.candidate": result.candidate["selection"]}
     if result.baseline:
         attrs["assay.gate.baseline"] = result.baseline["selection"]
+    *checks, decision = _events(result)
+    n = len(checks) + 1
     with tracer.start_as_current_span("assay.gate", attributes=attrs) as span:
-        for ev in _events(result):
+        for ev in checks[:per_span - 1] + [decision]:  # the decision stays on the assay.gate span
             span.add_event(semconv.GEN_AI_EVALUATION_RESULT, ev)
-            n += 1
+        for start in range(per_span - 1, len(checks), per_span):
+            with tracer.start_as_current_span("assay.gate", attributes=attrs) as part:
+                for ev in checks[start:start + per_span]:
+                    part.add_event(semconv.GEN_AI_EVALUATION_RESULT, ev)
     provider.shutdown()
     exporter = None
     try:

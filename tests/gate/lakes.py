@@ -15,21 +15,32 @@ from otel_assay.collect import ParquetSpanExporter
 
 def write_trials(lake: Path, trials: list[dict], seed: int = 0) -> Path:
     """One trace per trial: ``{"scenario", "version", "outcome" ("pass"/"fail"/None),
-    "tools": [...]}``; ``scenario=None`` writes a plain trace with no assay.* attributes."""
+    "tools": [...], "cost": the LLM span's llm.cost.total (optional), "follow_up": (relation,
+    index of an earlier trial in ``trials``) for a metamorphic follow-up (optional)}``;
+    ``scenario=None`` writes a plain trace with no assay.* attributes."""
     rng = random.Random(seed)
     exporter = ParquetSpanExporter(str(lake))
     tp = TracerProvider(resource=Resource.create({"service.name": "test-agent"}))
     tp.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = tp.get_tracer("tests.gate")
+    trace_ids = []
     for i, t in enumerate(trials):
         common = {}
         if t.get("scenario") is not None:
             common = {"assay.scenario": t["scenario"], "assay.agent.version": t["version"],
                       "assay.run.id": f"run-{t['version']}", "assay.trial.index": t.get("index", i)}
-        with tracer.start_as_current_span(f"assay.trial {t.get('scenario')}", attributes=common) as root:
+        root_attrs = dict(common)
+        if t.get("follow_up"):
+            from otel_assay.metamorphic import follow_up
+
+            relation, source = t["follow_up"]
+            root_attrs.update(follow_up(relation, trace_ids[source], "test"))
+        with tracer.start_as_current_span(f"assay.trial {t.get('scenario')}", attributes=root_attrs) as root:
+            trace_ids.append(format(root.get_span_context().trace_id, "032x"))
             with tracer.start_as_current_span("chat m", attributes={
                     **common, "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
-                    "gen_ai.usage.input_tokens": rng.randint(100, 200), "gen_ai.usage.output_tokens": rng.randint(10, 30)}):
+                    "gen_ai.usage.input_tokens": rng.randint(100, 200), "gen_ai.usage.output_tokens": rng.randint(10, 30),
+                    **({"llm.cost.total": t["cost"]} if "cost" in t else {})}):
                 pass
             for tool in t.get("tools", ["lookup"]):
                 with tracer.start_as_current_span(f"execute_tool {tool}", attributes={

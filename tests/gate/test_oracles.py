@@ -139,3 +139,23 @@ def test_an_inconclusive_contract_says_more_trials_would_decide(tmp_path):
     c = next(c for c in json.loads(out.read_text())["scenarios"][0]["checks"] if c["name"] == "contracts")
     assert c["verdict"] == "INCONCLUSIVE"
     assert "30/30 hold, interval [0." in c["reason"] and "includes threshold 0.95; more trials would decide" in c["reason"]
+
+
+def test_a_baseline_without_follow_up_trials_does_not_stop_the_gate(tmp_path):
+    """A stored baseline recorded before a relation was configured has no follow-ups; the
+    baseline's share is only reported alongside, so the gate judges the candidate's pairs
+    and says the comparison is missing (it used to exit 4). A candidate without them still
+    exits 4 (test_oracle_config_errors)."""
+    trials = [{"scenario": "s", "version": "v1", "outcome": "pass", "index": i} for i in range(12)]
+    trials += [{"scenario": "s", "version": "v2", "outcome": "pass", "index": i} for i in range(6)]
+    trials += [{"scenario": "s", "version": "v2", "outcome": "pass", "index": 6 + i, "follow_up": ("doc-order", 12 + i)}
+               for i in range(6)]
+    lake = write_trials(tmp_path / "lake", trials)
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("metamorphic:\n  - relation: doc-order\n    compare: same_tool_set\n")
+    r = cli("gate", str(lake), "--baseline", "version=v1", "--candidate", "version=v2", "--config", str(cfg))
+    assert r.returncode == 2, r.stdout + r.stderr
+    text = " ".join(r.stdout.split())
+    assert "metamorphic INC doc-order INCONCLUSIVE (6/6 hold" in text
+    assert "judged on the candidate only, without the baseline's share alongside: baseline trials: relation " \
+           "'doc-order': no follow-up trials" in text

@@ -191,3 +191,44 @@ def test_hostile_names_are_printed_as_data(tmp_path):
     for out in (io.StringIO(), Tty()):
         write_table(pa.table({"scenario": [name]}), "table", out)
         assert "[/oops] [bold]x :smile: \\x1b]0;owned\\x07\\x1b[2J" in out.getvalue()
+
+
+def test_every_verdict_reaches_the_lake_when_there_are_many(tmp_path):
+    """The OTel SDK keeps 128 events per span and silently dropped the oldest: with 50
+    scenarios the first scenarios' verdicts went missing while "emitted 151" was printed."""
+    from otel_assay.analyze.engine import Engine
+
+    from .conftest import cli
+
+    lake = write_trials(tmp_path / "lake", [{"scenario": f"s{s:02d}", "version": v, "outcome": "pass", "index": i}
+                                            for v in ("v1", "v2") for s in range(50) for i in range(3)])
+    p = cli("gate", lake, "--baseline", "version=v1", "--candidate", "version=v2", "--emit-otel", "lake", "-q")
+    assert p.returncode == 2 and "emitted 151 gen_ai.evaluation.result events" in p.stderr, p.stderr
+    with Engine(lake) as eng:
+        rows = eng.rows("SELECT e.attributes['assay.scenario.evaluated'], e.attributes['gen_ai.evaluation.name'] "
+                        "FROM span_events e JOIN spans s USING (trace_id, span_id) WHERE s.name = 'assay.gate'")
+        assert eng.rows("SELECT sum(dropped_events_count) FROM spans WHERE name = 'assay.gate'")[0][0] == 0
+    assert len(rows) == 151
+    assert {s for s, _ in rows if s} == {f"s{s:02d}" for s in range(50)}
+    assert (None, "otel-assay.decision") in rows
+
+
+def test_more_verdicts_than_a_lake_keeps_on_one_span_go_to_child_spans(results, tmp_path):
+    import copy
+
+    from otel_assay.analyze.engine import Engine
+    from otel_assay.report.otel import emit_results
+
+    r = copy.copy(results["blocked"])
+    r.scenarios = [copy.copy(s) for s in r.scenarios for _ in range(300)]   # > 1,024 check events
+    n = emit_results(r, "lake", tmp_path / "lake")
+    assert n > 1024
+    with Engine(tmp_path / "lake") as eng:
+        assert eng.rows("SELECT count(*) FROM span_events")[0][0] == n
+        assert eng.rows("SELECT sum(dropped_events_count) FROM spans")[0][0] == 0
+        spans = eng.rows("SELECT count(*), count(*) FILTER (WHERE parent_span_id IS NULL) FROM spans "
+                         "WHERE name = 'assay.gate'")[0]
+        assert spans[0] >= 2 and spans[1] == 1
+        # the decision is on the root span
+        assert eng.rows("SELECT s.parent_span_id IS NULL FROM span_events e JOIN spans s USING (trace_id, span_id) "
+                        "WHERE e.attributes['gen_ai.evaluation.name'] = 'otel-assay.decision'") == [(True,)]
