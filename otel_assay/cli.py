@@ -16,6 +16,7 @@ import threading
 import click
 
 from . import __version__
+from .clitypes import FiniteFloatRange
 from .errors import EXIT_DATA, EXIT_USAGE, DataError, UsageError
 
 
@@ -54,12 +55,12 @@ def cli() -> None:
                    "non-loopback address. Also read from $OTEL_ASSAY_TOKEN.")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate: serve TLS on both listeners.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key for --tls-cert.")
-@click.option("--max-body-mib", type=click.FloatRange(min=0.001), default=20, show_default=True,
+@click.option("--max-body-mib", type=FiniteFloatRange(min=0.001), default=20, show_default=True,
               help="Largest request accepted, after decompression (larger: HTTP 413 / gRPC RESOURCE_EXHAUSTED).")
 @click.option("--max-buffered-spans", type=click.IntRange(min=1000), default=500_000, show_default=True,
               help="Spans acknowledged but not yet in Parquet before clients are told to back off "
                    "(HTTP 503 + Retry-After / gRPC UNAVAILABLE). Bounds the collector's memory.")
-@click.option("--flush-seconds", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
+@click.option("--flush-seconds", type=FiniteFloatRange(min=0.05), default=2.0, show_default=True,
               help="How often acknowledged spans are turned into Parquet files.")
 @click.option("--fsync/--no-fsync", default=True, show_default=True,
               help="fsync the write-ahead log before acknowledging. --no-fsync is faster but an OS crash "
@@ -197,7 +198,7 @@ def import_(files, lake_dir):
 @lake_option
 @click.option("--target-mib", type=click.IntRange(min=1), default=256, show_default=True,
               help="Merge a partition's files into files of about this size (on disk).")
-@click.option("--grace-seconds", type=click.FloatRange(min=0), default=60, show_default=True,
+@click.option("--grace-seconds", type=FiniteFloatRange(min=0), default=60, show_default=True,
               help="Keep replaced files this long so readers that listed them can finish.")
 def compact(lake_dir, target_mib, grace_seconds):
     """Merge the small files of each partition, dropping duplicate spans.

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import click
 
+from .clitypes import UNIT
 from .errors import UsageError
 
-UNIT = click.FloatRange(0, 1, min_open=True, max_open=True)
+
 SEL_HELP = ("key=value[,key=value] over the trials; keys: version, scenario, run, model, outcome; "
             "repeating the option adds conditions. Example: version=v2,model=gpt-4o")
 
@@ -45,9 +46,11 @@ def _common_options(f):
                      help="Take the baseline from this lake (a stored baseline reused across CI runs, so "
                           "only the candidate needs new trials). Selectors then default to all trials of "
                           "each lake."),
-        click.option("--threshold", type=UNIT, help="Pass-rate bar θ for the candidate (overrides the config)."),
+        click.option("--threshold", type=UNIT, help="Pass-rate bar θ for the candidate (overrides the config, "
+                     "per-scenario thresholds included)."),
         click.option("--alpha", type=UNIT, help="False-alarm rate (overrides the config)."),
-        click.option("--delta", type=UNIT, help="Smallest pass-rate drop that matters (overrides the config)."),
+        click.option("--delta", type=UNIT, help="Smallest pass-rate drop that matters (overrides the config, "
+                     "per-scenario values included)."),
         click.option("--json", "json_path", type=click.Path(dir_okay=False), metavar="FILE",
                      help="Write the report as JSON (schema: otel_assay/report/schemas/gate-report.v1.json)."),
         click.option("--junit", "junit_path", type=click.Path(dir_okay=False), metavar="FILE",
@@ -69,12 +72,14 @@ def _config(config_path, threshold=None, alpha=None, delta=None):
     from .gate import load_config
 
     cfg = load_config(config_path)
-    if threshold is not None:
-        cfg.threshold = threshold
     if alpha is not None:
         cfg.alpha = alpha
-    if delta is not None:
-        cfg.delta = delta
+    # the command line beats the whole config file, its per-scenario values included
+    for key, value in (("threshold", threshold), ("delta", delta)):
+        if value is not None:
+            setattr(cfg, key, value)
+            for over in cfg.scenarios.values():
+                over.pop(key, None)
     return cfg
 
 
@@ -93,14 +98,20 @@ def _progress():
         yield lambda msg: prog.update(task, description=msg)
 
 
-def check_output_paths(**paths) -> None:
+def check_output_paths(*, config: str | None = None, **paths) -> None:
     """Refuse report paths in a directory that does not exist before the analysis runs, not
-    after (click's ``dir_okay=False`` already refuses a path that is a directory)."""
+    after (click's ``dir_okay=False`` already refuses a path that is a directory); and two
+    reports on one file (the second would replace the first) or a report on the config."""
+    seen: dict[Path, str] = {Path(config).resolve(): "--config"} if config else {}
     for flag, path in paths.items():
         if path is not None and str(path).strip() in ("", "-"):
             raise UsageError(f"--{flag} {str(path)!r}: give a file path (the terminal report already goes to stdout)")
         if path and not Path(path).parent.is_dir():
             raise UsageError(f"--{flag} {path}: directory {Path(path).parent} does not exist; create it first")
+        if path:
+            other = seen.setdefault(Path(path).resolve(), f"--{flag}")
+            if other != f"--{flag}":
+                raise UsageError(f"--{flag} {path} is also the file of {other}; give each report its own file")
 
 
 def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, quiet: bool,
@@ -139,8 +150,20 @@ def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, qu
             click.echo(f"{what} report: {path}", err=True)
 
 
+def _has_host(url: str) -> bool:
+    # a URL without a host (http://, a typo) would only fail after the analysis, as a warning
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    return bool(parts.hostname)
+
+
 def _check_emit_target(target, lake) -> None:
-    if target and target != "lake" and not target.startswith(("http://", "https://")):
+    if target and target != "lake" and not (target.startswith(("http://", "https://")) and _has_host(target)):
         raise UsageError(f"--emit-otel {target!r}: use `lake` or an OTLP/HTTP URL such as "
                          "http://127.0.0.1:4318/v1/traces")
     if target == "lake" and not Path(lake).is_dir():
@@ -154,7 +177,7 @@ def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, thres
     from .gate import run_gate
 
     _check_emit_target(emit_otel, lake)
-    check_output_paths(json=json_path, junit=junit_path, html=html_path)
+    check_output_paths(json=json_path, junit=junit_path, html=html_path, config=config_path)
     cfg = _config(config_path, threshold, alpha, delta)
     with _progress() as say:
         result = run_gate(lake, cfg, baseline=baseline, candidate=candidate, baseline_lake=baseline_lake,
@@ -242,7 +265,7 @@ def verdict(ctx, lake, select, threshold, alpha, config_path, json_path, junit_p
     """
     from .gate import run_verdict
 
-    check_output_paths(json=json_path, junit=junit_path, html=html_path)
+    check_output_paths(json=json_path, junit=junit_path, html=html_path, config=config_path)
     cfg = _config(config_path, threshold, alpha)
     with _progress() as say:
         result = run_verdict(lake, cfg, select=select, progress=say)

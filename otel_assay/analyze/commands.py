@@ -8,6 +8,7 @@ import contextlib
 import click
 import pyarrow as pa
 
+from ..clitypes import FiniteFloatRange
 from ..errors import DataError, UsageError
 from ..report.output import FORMATS, write_table
 from ..stats.coverage import DEFAULT_STATE_LAMBDA
@@ -237,7 +238,7 @@ def register(cli: click.Group) -> None:
         _common(fingerprint)))
     cov = _common(coverage)
     cov = click.option("--sets", "show_sets", is_flag=True, help="Print the coverage sets, not the metrics.")(cov)
-    cov = click.option("--lambda", "state_lambda", type=click.FloatRange(min=0, min_open=True),
+    cov = click.option("--lambda", "state_lambda", type=FiniteFloatRange(min=0, min_open=True),
                        default=DEFAULT_STATE_LAMBDA, show_default=True,
                        help="λ of state coverage 1 - exp(-states/λ): the expected number of abstract states.")(cov)
     cov = click.option("--models", default=None, metavar="A,B,...", help="Target models (model coverage).")(cov)

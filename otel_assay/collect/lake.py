@@ -68,6 +68,10 @@ class LakeBusy(LakeError):
     """Another process holds the lake's compaction lock."""
 
 
+# part-<token>[-<i>of<n>].parquet where the token is a write-ahead log segment's name
+_SEGMENT_FILE_RE = re.compile(r"^part-(seg-.+?)(?:-\d+of\d+)?\.parquet$")
+
+
 def _safe_token(token: str) -> str:
     if not _TOKEN_RE.match(token) or token in (".", ".."):
         raise ValueError(f"unsafe file token {token!r}")
@@ -463,6 +467,17 @@ class Lake:
         for f in self.compaction_dir.glob(".*.json.tmp"):
             f.unlink(missing_ok=True)
 
+    def _settled(self, files: list[Path]) -> list[Path]:
+        """``files`` without those of write-ahead log segments still on disk. A collector that
+        died after writing a segment's Parquet files but before deleting the segment replays it
+        at start, rewriting files of those names: merged away meanwhile, their spans would be
+        stored twice. Listed after the files: a segment is created before its files, so one
+        gone by now was finished, and its files are safe to merge."""
+        segments = {p.stem for p in self.wal_dir.glob("seg-*.wal")}
+        if not segments:
+            return files
+        return [f for f in files if not ((m := _SEGMENT_FILE_RE.match(f.name)) and m.group(1) in segments)]
+
     def _compact(self, target_bytes: int, grace_seconds: float, progress) -> "CompactResult":
         import duckdb
 
@@ -473,7 +488,7 @@ class Lake:
         try:
             for table in TABLES:
                 tdir = self.table_dir(table)
-                live = self.live_files(table)
+                live = self._settled(self.live_files(table))
                 by_partition: dict[str, list[Path]] = {}
                 for p in live:
                     if _DT_RE.match(p.parent.name):

@@ -9,6 +9,7 @@ import time
 
 import click
 
+from ..clitypes import FiniteFloatRange
 from ..errors import UsageError
 from ..report.output import printable
 
@@ -141,12 +142,12 @@ def register(cli: click.Group) -> None:
     @click.option("--config", "gate_config", default=None, type=click.Path(dir_okay=False),
                   help="Gate config for --baseline (default: alpha, beta, delta, threshold from the scenario file).")
     @click.option("--concurrency", "-j", type=click.IntRange(min=1), default=None, help="Trials run at once.")
-    @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, help="Seconds per trial.")
+    @click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True), default=None, help="Seconds per trial.")
     @click.option("--retries", type=click.IntRange(min=0), default=None, help="Retries of an infrastructure error.")
-    @click.option("--t-max", type=click.FloatRange(min=0, min_open=True), default=None,
+    @click.option("--t-max", type=FiniteFloatRange(min=0, min_open=True), default=None,
                   help="Wall-clock budget (seconds) for the whole run.")
     @click.option("--budget-tokens", type=click.IntRange(min=1), default=None, help="Token budget for the whole run.")
-    @click.option("--budget-dollars", type=click.FloatRange(min=0, min_open=True), default=None,
+    @click.option("--budget-dollars", type=FiniteFloatRange(min=0, min_open=True), default=None,
                   help="Dollar budget for the whole run (LLM calls priced by the model_prices table or $OTEL_ASSAY_PRICES).")
     @click.option("--method", type=click.Choice(["fixed", "sprt", "adaptive"]), default=None,
                   help="Override every scenario's method.")

@@ -43,6 +43,7 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Mapping
 
+from ..clitypes import UNIT, FiniteFloatRange
 from ..errors import UsageError
 
 CLASSES = ("prompt", "tool", "model", "context")
@@ -500,11 +501,11 @@ def register_mutate(cli) -> None:
                   help="Counted trials of the unmutated agent per scenario: the pass rate mutants are compared with.")
     @click.option("--n-max", type=click.IntRange(min=5), default=200, show_default=True,
                   help="Most counted trials per mutant and scenario before the SPRT must stop.")
-    @click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.2, show_default=True,
+    @click.option("--delta", type=UNIT, default=0.2, show_default=True,
                   help="Pass-rate change (either way) that kills a mutant.")
-    @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
+    @click.option("--alpha", type=UNIT, default=0.05, show_default=True,
                   help="False-kill rate of each mutant's test.")
-    @click.option("--min-score", type=click.FloatRange(0, 1), default=None,
+    @click.option("--min-score", type=FiniteFloatRange(0, 1), default=None,
                   help="Exit 1 when the mutation score is below this.")
     @click.option("--version", default="mutation", show_default=True, help="Version label of the trials.")
     @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), metavar="FILE",

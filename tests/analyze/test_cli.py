@@ -264,3 +264,20 @@ def test_select_a_value_with_a_comma(capsys, tmp_path):
         assert [t["trace_id"] for t in json.loads(out)] == [tid(1)]
     code, _, err = run(capsys, "trials", str(lake), "--select", "scenario=refund,colour=red")
     assert code == 3 and "'colour'" in err
+
+
+@pytest.mark.parametrize("args", [
+    ("collect", "--dir", "{lake}", "--flush-seconds", "nan"),
+    ("collect", "--dir", "{lake}", "--max-body-mib", "inf"),
+    ("compact", "--dir", "{lake}", "--grace-seconds", "nan"),
+    ("coverage", "{lake}", "--lambda", "nan"),
+    ("gate", "{lake}", "--delta", "nan"),
+    ("run", "{scenarios}", "--timeout", "nan"),
+    ("mutate", "{scenarios}", "--alpha", "nan"),
+])
+def test_a_number_that_is_not_finite_is_a_usage_error(capsys, tmp_path, lake, args):
+    # click's FloatRange lets NaN through (every comparison with it is false)
+    scenarios = tmp_path / "scenarios.yaml"
+    scenarios.write_text("agent: x:y\nscenarios: []\n")
+    code, _, err = run(capsys, *(a.format(lake=lake, scenarios=scenarios) for a in args))
+    assert code == 3 and "is not a finite number" in err, err

@@ -184,3 +184,41 @@ def test_a_small_buffer_is_flushed_when_half_full_not_at_the_timer(tmp_path):
         assert c.buffered_spans == 0 and len(_stored_span_ids(tmp_path / "lake")) == 250
     finally:
         c.close()
+
+
+def test_compaction_leaves_the_files_of_a_log_segment_that_is_still_there(tmp_path):
+    """A collector that died between writing a segment's Parquet files and deleting the
+    segment replays it at start, rewriting files of the same names. Had compaction merged
+    those files away meanwhile, the replay would store their spans a second time."""
+    from otel_assay.collect.otlp import add_protobuf, parse_protobuf
+    from otel_assay.collect.receiver import Collector
+    from otel_assay.collect.schema import SpanBatch
+    from otel_assay.collect.wal import WriteAheadLog
+
+    def tables(seed):
+        b = SpanBatch()
+        add_protobuf(parse_protobuf(synthetic.request(10, rng=random.Random(seed)).SerializeToString()), b)
+        return b.tables(), len(b)
+
+    lake = Lake(tmp_path / "lake")
+    lake.ensure_writable()
+    lake.write(tables(1)[0])                  # an earlier file of the same day: something to merge with
+    wal = WriteAheadLog(lake.wal_dir, fsync=False)
+    t, n = tables(2)
+    wal.append(t, n)
+    segment = wal.seal()
+    lake.write(t, token=segment.token)        # the flusher wrote the segment's Parquet files...
+    wal.close()                               # ...and the collector died before deleting the segment
+    in_flight = [f for f in lake.live_files("spans") if segment.token in f.name]
+    assert in_flight
+
+    lake.compact(grace_seconds=0)
+    assert all(f.exists() for f in in_flight)
+    c = Collector(tmp_path / "lake", flush_seconds=3600)  # replays the segment
+    c.close()
+    ids = _stored_span_ids(tmp_path / "lake")
+    assert len(ids) == len(set(ids)) == 200
+    lake.compact(grace_seconds=0)             # the segment is gone: now they merge
+    assert not any(f.exists() for f in in_flight)
+    ids = _stored_span_ids(tmp_path / "lake")
+    assert len(ids) == len(set(ids)) == 200

@@ -67,6 +67,10 @@ def test_threshold_outside_unit_interval(small_lake, tmp_path):
     cfg.write_text("alpha: 0.05\n\nthreshold: 1.5\n")
     _check(cli("gate", small_lake, "--config", cfg), 3, f"{cfg}:3: threshold", "(0, 1)")
     _check(cli("gate", small_lake, "--threshold", "0"), 3, "--threshold")
+    # NaN passes every range comparison: it used to reach the statistics (internal error, exit 4)
+    for flag in ("--threshold", "--alpha", "--delta"):
+        _check(cli("gate", small_lake, flag, "nan"), 3, flag, "'nan' is not a finite number")
+    _check(cli("verdict", small_lake, "--threshold", "NaN"), 3, "--threshold")
 
 
 def test_unknown_config_key(small_lake, tmp_path):
@@ -121,6 +125,16 @@ def test_a_report_path_that_cannot_be_written_is_refused_before_the_analysis(sma
         _check(cli("gate", small_lake, flag, path), 3, flag, "give a file path")
 
 
+def test_a_report_on_the_config_or_on_another_report_is_refused(small_lake, tmp_path):
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("alpha: 0.05\n")
+    _check(cli("gate", small_lake, "--config", cfg, "--json", f"{tmp_path}/./assay.yaml"), 3, "--json",
+           "also the file of --config")
+    assert cfg.read_text() == "alpha: 0.05\n"  # the config is not replaced by a report
+    _check(cli("verdict", small_lake, "--threshold", "0.5", "--json", tmp_path / "r", "--html", tmp_path / "r"), 3,
+           "--html", "also the file of --json")
+
+
 def test_init_refuses_to_overwrite(tmp_path):
     p = tmp_path / "assay.yaml"
     assert cli("init", p).returncode == 0
@@ -150,3 +164,100 @@ def test_repeated_selectors_all_hold(small_lake):
     assert "version=v2,scenario=s1" in ok.stdout
     _check(cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2", "--candidate",
                "scenario=nope"), 4, "version=v2,scenario=nope")
+
+
+def test_a_non_finite_cost_in_one_span_does_not_stop_the_gate(tmp_path):
+    """An llm.cost.total of NaN or infinity is span data: the cost features leave the
+    fingerprint test (with a note) instead of an internal error."""
+    for bad in (float("nan"), float("inf")):
+        lake = write_trials(tmp_path / f"lake-{bad}", [
+            {"scenario": "s1", "version": v, "outcome": "pass", "index": i, "cost": bad if (v, i) == ("v1", 3) else 0.01}
+            for v in ("v1", "v2") for i in range(8)])
+        p = cli("gate", lake, "--baseline", "version=v1", "--candidate", "version=v2")
+        assert p.returncode in (0, 2), p.stdout + p.stderr
+        assert "Traceback" not in p.stderr and "internal error" not in p.stderr, p.stderr
+        text = " ".join(p.stdout.split())
+        assert "not finite numbers (NaN or infinity in the spans): cost_usd, cost_per_step" in text
+        assert "fingerprint PASS" in text
+
+
+def test_excluding_every_fingerprint_feature_is_inconclusive_not_a_crash(small_lake, tmp_path):
+    from otel_assay.analyze.engine import Engine
+    from otel_assay.analyze.fingerprint import fingerprint_matrix
+
+    with Engine(small_lake) as eng:
+        names = [n for n in fingerprint_matrix(eng).column_names if n not in ("trace_id", "scenario", "version", "run_id")]
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("fingerprint:\n  exclude: [" + ", ".join(f'"{n}"' for n in names) + "]\n")
+    p = cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2", "--config", cfg)
+    _check(p, 2)
+    assert "no fingerprint feature is left to compare" in " ".join(p.stdout.split())
+
+
+def test_a_misspelt_fingerprint_exclusion_is_noted(small_lake, tmp_path):
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("fingerprint:\n  exclude: [latency, latency_s]\n")
+    p = cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2", "--config", cfg)
+    assert p.returncode in (0, 1, 2) and "Traceback" not in p.stderr, p.stderr
+    assert "fingerprint.exclude names no fingerprint feature: latency (features: n_steps" in " ".join(p.stdout.split())
+
+
+def test_a_baseline_lake_that_is_the_lake_is_read_as_one_lake(small_lake):
+    """--baseline-lake LAKE used to compare every trial of the lake with itself (Fisher p=1,
+    "manual"); now it is the one lake: two versions compare as without the option, and
+    overlapping selections are refused."""
+    p = cli("gate", small_lake, "--baseline-lake", f"{small_lake}/", "-q")
+    assert p.returncode in (0, 1, 2), p.stderr
+    plain = cli("gate", small_lake, "-q")
+    assert p.stdout == plain.stdout
+    full = cli("gate", small_lake, "--baseline-lake", small_lake)
+    assert "candidate version=v2: 10 trials" in full.stdout and "baseline  version=v1: 10 trials" in full.stdout
+    _check(cli("gate", small_lake, "--baseline-lake", small_lake, "--baseline", "scenario=s1", "--candidate",
+               "version=v2"), 3, "share 10 trials")
+
+
+def test_a_baseline_lake_that_holds_the_candidates_trials_is_refused(small_lake, tmp_path):
+    import shutil
+
+    copy = tmp_path / "stored-baseline"
+    shutil.copytree(small_lake, copy)
+    _check(cli("gate", small_lake, "--baseline-lake", copy), 3, "share 20 trials (the same trace ids)")
+    ok = cli("gate", small_lake, "--baseline-lake", copy, "--baseline", "version=v1", "--candidate", "version=v2")
+    assert ok.returncode in (0, 1, 2) and "Traceback" not in ok.stderr, ok.stderr
+
+
+def test_verdict_says_the_pass_rate_check_is_off_not_that_there_is_no_threshold(small_lake, tmp_path):
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("threshold: 0.5\nchecks: {pass_rate: false}\n")
+    p = cli("verdict", small_lake, "--select", "version=v2", "--config", cfg)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "turned off for this scenario (checks.pass_rate: false" in p.stdout
+    assert "no threshold" not in p.stdout
+
+
+def test_a_deploy_does_not_count_scenarios_whose_checks_are_all_off(tmp_path):
+    lake = write_trials(tmp_path / "lake", [{"scenario": s, "version": v, "outcome": "pass", "index": i}
+                                            for s in ("s1", "quiet") for v in ("v1", "v2") for i in range(10)])
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("delta: 0.5\nscenarios:\n  quiet: {checks: {regression: false, fingerprint: false}}\n")
+    p = cli("gate", lake, "--config", cfg)
+    assert p.returncode == 0, p.stdout + p.stderr
+    text = " ".join(p.stdout.split())
+    assert "every check passed in 1 scenario; 1 scenario had no check that gates: quiet" in text
+
+
+def test_a_verdict_on_several_versions_at_once_is_refused(small_lake):
+    """`verdict LAKE --threshold θ` without version=... pooled v1 and v2 into one pass rate,
+    a verdict about neither version."""
+    _check(cli("verdict", small_lake, "--threshold", "0.5"), 3, "2 versions: v1 (10 trials), v2 (10 trials)",
+           "--select version=v2")
+    _check(cli("verdict", small_lake, "--threshold", "0.5", "--select", "scenario=s1"), 3, "add version=")
+    ok = cli("verdict", small_lake, "--threshold", "0.5", "--select", "version=v2")
+    assert ok.returncode in (0, 1, 2) and "Traceback" not in ok.stderr, ok.stderr
+
+
+@pytest.mark.parametrize("target", ["http://", "http://[::1", "http://collector:port/v1/traces", "otlp://x"])
+def test_an_emit_target_that_is_not_a_url_is_refused_before_the_analysis(small_lake, target):
+    # it used to pass the check, run the whole analysis and end in a warning
+    _check(cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2", "--emit-otel", target), 3,
+           "--emit-otel", "use `lake` or an OTLP/HTTP URL")
