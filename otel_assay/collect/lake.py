@@ -105,6 +105,21 @@ def missing_columns_sql(schema: pa.Schema, present) -> str:
     return "".join(f', NULL::{_DUCKDB_TYPES[f.type]} AS "{f.name}"' for f in schema if f.name not in present)
 
 
+def exclusive_lock(path: Path, busy: Exception):
+    """An exclusive lock on ``path``, held while the returned file is open (the OS drops it
+    when the process dies, so a crash never leaves it held); raises ``busy`` when another
+    process holds it."""
+    import fcntl
+
+    f = open(path, "a+b")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise busy from None
+    return f
+
+
 def write_parquet_atomic(table: pa.Table, path: Path, *, fsync: bool = True) -> None:
     """Write ``table`` to ``path`` so that readers see the whole file or nothing."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
@@ -441,19 +456,10 @@ class Lake:
             lock.close()  # releases the lock
 
     def _lock_compaction(self):
-        """An exclusive lock on the lake's compaction, held while the returned file is open
-        (the OS drops it when the process dies, so a crash never leaves the lake locked)."""
-        import fcntl
-
         self.compaction_dir.mkdir(exist_ok=True)
-        f = open(self.compaction_dir / "LOCK", "a+b")
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
-            raise LakeBusy(f"another otel-assay compact is running on {self.root}; let it finish "
-                           "(run one compaction per lake at a time)") from None
-        return f
+        return exclusive_lock(self.compaction_dir / "LOCK", LakeBusy(
+            f"another otel-assay compact is running on {self.root}; let it finish "
+            "(run one compaction per lake at a time)"))
 
     def _remove_leftovers(self) -> None:
         """Delete the temporary files of compactions that died before publishing them: a

@@ -200,15 +200,9 @@ class WriteAheadLog:
 
 
 def _lock(directory: Path):
-    """An exclusive lock on ``directory``, held while the returned file is open (the OS
-    drops it when the process dies, so a crash never leaves the lake locked)."""
-    import fcntl
+    """The log's exclusive lock, held while the returned file is open."""
+    from .lake import exclusive_lock
 
-    f = open(directory / "LOCK", "a+b")
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.close()
-        raise WALLocked(f"another otel-assay collect is using this lake ({directory} is locked); "
-                        "run one collector per lake, or give this one its own --dir") from None
-    return f
+    return exclusive_lock(directory / "LOCK", WALLocked(
+        f"another otel-assay collect is using this lake ({directory} is locked); "
+        "run one collector per lake, or give this one its own --dir"))
