@@ -114,6 +114,17 @@ def check_output_paths(*, config: str | None = None, **paths) -> None:
                 raise UsageError(f"--{flag} {path} is also the file of {other}; give each report its own file")
 
 
+def remove_stale_reports(*paths) -> None:
+    """Delete reports an earlier run left at these paths. Should this run stop with an error
+    (exit 3 or 4) they would pass for its own: CI steps upload whatever file is there. Only
+    regular files go (never a device such as /dev/stdout, nor what a symlink points to)."""
+    for path in paths:
+        if path:
+            p = Path(path)
+            if p.is_file() and not p.is_symlink():
+                p.unlink(missing_ok=True)
+
+
 def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, quiet: bool,
                    exit_with_decision: bool = True) -> None:
     from .report.terminal import render
@@ -178,6 +189,7 @@ def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, thres
 
     _check_emit_target(emit_otel, lake)
     check_output_paths(json=json_path, junit=junit_path, html=html_path, config=config_path)
+    remove_stale_reports(json_path, junit_path, html_path)
     cfg = _config(config_path, threshold, alpha, delta)
     with _progress() as say:
         result = run_gate(lake, cfg, baseline=baseline, candidate=candidate, baseline_lake=baseline_lake,
@@ -266,6 +278,7 @@ def verdict(ctx, lake, select, threshold, alpha, config_path, json_path, junit_p
     from .gate import run_verdict
 
     check_output_paths(json=json_path, junit=junit_path, html=html_path, config=config_path)
+    remove_stale_reports(json_path, junit_path, html_path)
     cfg = _config(config_path, threshold, alpha)
     with _progress() as say:
         result = run_verdict(lake, cfg, select=select, progress=say)

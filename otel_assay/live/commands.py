@@ -177,8 +177,9 @@ def register(cli: click.Group) -> None:
         if gate_config:
             from ..gate import load_config
             gcfg = load_config(gate_config)
-        from ..gate_cli import check_output_paths
+        from ..gate_cli import check_output_paths, remove_stale_reports
         check_output_paths(json=json_path)  # before the trials are paid for, not after
+        remove_stale_reports(json_path)
         sigterm_interrupts()
         display = _Display(enabled=not quiet)
         with display:

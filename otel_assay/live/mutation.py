@@ -524,8 +524,9 @@ def register_mutate(cli) -> None:
         from .commands import sigterm_interrupts
         from .scenarios import import_object, load_scenarios
 
-        from ..gate_cli import check_output_paths
+        from ..gate_cli import check_output_paths, remove_stale_reports
         check_output_paths(json=json_path)  # before the trials are paid for, not after
+        remove_stale_reports(json_path)
         sigterm_interrupts()
         suite = load_scenarios(scenarios_file)
         factory = import_object(factory_spec, "--factory")

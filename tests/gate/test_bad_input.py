@@ -88,6 +88,17 @@ def test_empty_lake(tmp_path):
     _check(cli("gate", tmp_path / "lake"), 4, "empty")
 
 
+def test_a_gate_that_stops_with_an_error_leaves_no_earlier_report_behind(tmp_path):
+    # CI uploads whatever junit.xml is there: an earlier run's would pass for this one's
+    (tmp_path / "lake" / "spans").mkdir(parents=True)
+    reports = [tmp_path / "report.json", tmp_path / "junit.xml", tmp_path / "report.html"]
+    for r in reports:
+        r.write_text("from an earlier run")
+    _check(cli("gate", tmp_path / "lake", "--json", reports[0], "--junit", reports[1], "--html", reports[2]), 4,
+           "empty")
+    assert not any(r.exists() for r in reports)
+
+
 def test_selector_matching_nothing_lists_what_is_there(small_lake):
     _check(cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v9"), 4,
            "no trials match version=v9", "v1 (10)", "v2 (10)")
