@@ -19,7 +19,8 @@ from .errors import UsageError
 
 
 SEL_HELP = ("key=value[,key=value] over the trials; keys: version, scenario, run, model, outcome; "
-            "repeating the option adds conditions. Example: version=v2,model=gpt-4o")
+            "repeating the option adds conditions; an empty value selects trials without one (outcome=). "
+            "Example: version=v2,model=gpt-4o")
 
 
 def _selector(ctx, param, values) -> str | None:

@@ -14,7 +14,8 @@ from ..report.output import FORMATS, write_table
 from ..stats.coverage import DEFAULT_STATE_LAMBDA
 
 SELECTOR_HELP = ("Trial selector key=value (repeatable, ANDed; keys: version, scenario, run, model, "
-                 "outcome). Example: --select version=v2 --select scenario=refund.")
+                 "outcome; an empty value selects trials without one: outcome=). Example: --select version=v2 "
+                 "--select scenario=refund.")
 STABILITY_SCORES = ("tool_usage_stability", "response_consistency", "redundancy", "cost_per_progress")
 
 # the columns the terminal table shows (csv and json get every column)

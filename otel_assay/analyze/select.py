@@ -2,7 +2,8 @@
 
 Keys: version, scenario, run, model, outcome. Several selectors are ANDed; one selector may
 also hold several comma-separated pairs (``version=v2,scenario=refund``, the gate's form). A
-part without '=' belongs to the value before it (``scenario=refund, damaged item``).
+part without '=' belongs to the value before it (``scenario=refund, damaged item``). An
+empty value selects the trials without one (``outcome=``: not labelled yet).
 """
 
 from __future__ import annotations
@@ -17,6 +18,14 @@ SELECTOR_KEYS = {
     "run": "run_id = ?",
     "model": "list_contains(models, ?)",
     "outcome": "outcome = ?",
+}
+# an empty value: the trials that have none (what the "no trials match" listing shows as "(none)")
+_NONE_SQL = {
+    "version": "version IS NULL",
+    "scenario": "scenario IS NULL",
+    "run": "run_id IS NULL",
+    "model": "coalesce(len(models), 0) = 0",
+    "outcome": "outcome IS NULL",
 }
 # what to list when nothing matches: the values the lake has for the key
 _FOUND_SQL = {
@@ -70,7 +79,8 @@ class Selection:
         """A SQL predicate over the trials view and its parameters ('true' when empty)."""
         if not self.pairs:
             return "true", []
-        return " AND ".join(SELECTOR_KEYS[k] for k, _ in self.pairs), [v for _, v in self.pairs]
+        return (" AND ".join(SELECTOR_KEYS[k] if v else _NONE_SQL[k] for k, v in self.pairs),
+                [v for _, v in self.pairs if v])
 
     def __str__(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.pairs) or "(all trials)"

@@ -266,6 +266,18 @@ def test_select_a_value_with_a_comma(capsys, tmp_path):
     assert code == 3 and "'colour'" in err
 
 
+def test_an_empty_selector_value_selects_the_trials_without_one(capsys, lake):
+    # the foreign trace has no version, no scenario and no outcome: "(none)" in listings
+    for selector, want in (("outcome=", [tid(9)]), ("version=,model=gpt-4o", [tid(9)]),
+                           ("version=v1,outcome=", [])):
+        code, out, err = run(capsys, "trials", str(lake), "--select", selector, "--format", "json")
+        if want:
+            assert code == 0, err
+            assert [t["trace_id"] for t in json.loads(out)] == want
+        else:
+            assert code == 4 and "no trials match version=v1,outcome=" in err
+
+
 @pytest.mark.parametrize("args", [
     ("collect", "--dir", "{lake}", "--flush-seconds", "nan"),
     ("collect", "--dir", "{lake}", "--max-body-mib", "inf"),
