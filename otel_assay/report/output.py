@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import sys
+from decimal import Decimal
 from typing import Any, TextIO
 
 import pyarrow as pa
@@ -26,7 +27,9 @@ def printable(text: str) -> str:
 
 def _cell(value: Any) -> Any:
     """A value as plain JSON data: bytes become hex, NaN and ±infinity become null (JSON
-    has no spelling for them: Python's Infinity is not JSON, and parsers reject it)."""
+    has no spelling for them: Python's Infinity is not JSON, and parsers reject it), and
+    DECIMAL and HUGEINT (DuckDB's type of sum() over integers, which Arrow carries as a
+    decimal) become numbers rather than strings."""
     if isinstance(value, list):
         return [_cell(v) for v in value]
     if isinstance(value, dict):
@@ -35,6 +38,10 @@ def _cell(value: Any) -> Any:
         return value.hex()
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            return None
+        return int(value) if value == value.to_integral_value() else float(value)
     return value
 
 
@@ -45,6 +52,10 @@ def _text(value: Any, exact: bool = False) -> str:
         if value != value:  # NaN
             return ""
         return repr(value) if exact else f"{value:.6g}"
+    if isinstance(value, bool):  # as the lake spells booleans (stringify), not Python's True
+        return "true" if value else "false"
+    if isinstance(value, Decimal):
+        return str(value)
     value = _cell(value)
     if value is None:
         return ""

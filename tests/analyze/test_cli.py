@@ -245,6 +245,15 @@ def test_sql_csv_keeps_every_digit_and_json_stays_json(capsys, lake):
         {"a": 1234567.891, "b": 0.30000000000000004, "c": None, "d": None, "e": None, "f": [None, 1.5]}]
 
 
+def test_sql_sums_are_json_numbers_and_booleans_are_spelt_as_in_the_lake(capsys, lake):
+    # sum() over integers is a HUGEINT, which Arrow carries as a decimal: it came out as a string
+    query = "SELECT sum(input_tokens) AS tokens, 2.50::DECIMAL(10, 2) AS price, count(*) > 0 AS any, false AS none FROM spans"
+    code, out, _ = run(capsys, "sql", str(lake), query, "--format", "json")
+    assert code == 0 and json.loads(out) == [{"tokens": 30, "price": 2.5, "any": True, "none": False}]
+    code, out, _ = run(capsys, "sql", str(lake), query, "--format", "csv")
+    assert code == 0 and out.splitlines()[1] == "30,2.50,true,false"
+
+
 def test_sql_on_a_glob_of_partitioned_and_bare_files(capsys, lake):
     # DuckDB refuses to read files with and without a dt= directory together as hive
     # partitions; that was reported as a corrupt lake
