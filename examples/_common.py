@@ -279,12 +279,13 @@ def main(run_trials, framework: str, argv=None, run_metamorphic=None) -> None:
     ap.add_argument("--version", default="v1", help="agent version to run (v2 is the regressed one)")
     ap.add_argument("--trials", type=int, default=20, help="trials per scenario")
     ap.add_argument("--dir", default=None, help="span lake directory (default: OTEL_ASSAY_DIR or ./traces)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the scripted model's choices (default 0)")
     if run_metamorphic is not None:
         ap.add_argument("--metamorphic", choices=list(MR_RELATIONS), metavar="TRANSFORM",
                         help="run --trials metamorphic pairs per scenario instead: a trial, then a follow-up "
-                             "on its input transformed by TRANSFORM (inject_noise: typos in the prompt; "
-                             "permute_tools: the tool list reordered)")
+                             "on its input transformed by TRANSFORM (inject_noise: typos in the prompt, relation "
+                             "typo-robustness; permute_tools: the tool list reordered, relation tool-order; "
+                             "name the relation in the config's metamorphic: list)")
     a = ap.parse_args(argv)
     if getattr(a, "metamorphic", None):
         summary = run_metamorphic(a.version, a.trials, a.dir, a.seed, transform=a.metamorphic)

@@ -96,7 +96,7 @@ def _transient(tool):
 
 
 def build_agent(turns, tools=TOOLS):
-    model = ScriptedSupportModel(turns=turns)
+    model = ScriptedSupportModel(turns=turns)  # real model: model = ChatOpenAI(model="gpt-4o-mini")
     tools = [t if t.name != "issue_refund" else _transient(t) for t in tools]
     bound = model.bind_tools(tools)
     g = StateGraph(MessagesState)

@@ -19,10 +19,13 @@ import otel_assay.auto  # noqa: F401  -- the one import: every Agents SDK step b
 import asyncio
 from typing import Any
 
-from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
+from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_trace_processors
 from openai import AsyncOpenAI
 
 import otel_assay
+
+# an offline example: no upload of its traces to OpenAI (otel-assay's processor stays registered)
+set_trace_processors([])
 
 try:
     from . import _common as C

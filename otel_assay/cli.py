@@ -211,7 +211,9 @@ def compact(lake_dir, target_mib, grace_seconds):
     from .collect.lake import Lake, LakeBusy, LakeError
 
     if not os.path.isdir(lake_dir):
-        raise DataError(f"lake directory {lake_dir} does not exist")
+        # the default (./traces) is easy to hit by accident: say how to name the lake
+        raise DataError(f"lake directory {lake_dir} does not exist; pass the lake with --dir LAKE "
+                        f"(or set OTEL_ASSAY_DIR)")
     try:
         r = Lake(lake_dir).compact(target_bytes=target_mib << 20, grace_seconds=grace_seconds)
     except LakeBusy as e:
@@ -230,7 +232,8 @@ def compact(lake_dir, target_mib, grace_seconds):
 @cli.command()
 @click.argument("lake")
 @click.argument("query")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="Output format.")
 def sql(lake, query, fmt):
     """Run a read-only SQL query over the lake's views.
 

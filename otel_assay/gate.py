@@ -833,7 +833,8 @@ def _fingerprint_checks(results, fp_b, fp_c, counted_b: set, counted_c: set, cfg
     features = [n for n in names if n not in missing and n not in nonfinite]
     if missing:
         notes.append(f"fingerprint features left out for missing values: {', '.join(missing)} "
-                     "(cost needs a priced model: see --prices / OTEL_ASSAY_PRICES)")
+                     "(cost needs a priced model: set OTEL_ASSAY_PRICES to a price table CSV; the gate "
+                     "commands have no --prices option)")
     if nonfinite:
         notes.append(f"fingerprint features left out for values that are not finite numbers (NaN or infinity "
                      f"in the spans): {', '.join(nonfinite)}")

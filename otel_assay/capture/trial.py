@@ -128,6 +128,10 @@ class Trial:
         optional ``error_class`` (``infrastructure``, ``pre-validation``, ``empty-run``,
         ``timeout``...; classes the analyzers may exclude from pass rates). Call it before
         the trial ends (inside the ``with`` block)."""
+        if self.span is None:
+            # before the block: the agent has not run, so this outcome cannot be the trial's
+            raise RuntimeError(f"otel_assay: outcome() called before trial {self.scenario!r} was entered; "
+                               f"call t.outcome(...) inside the `with otel_assay.trial(...)` block")
         if self._ended:
             # the trial span is already written: an outcome set now would be lost silently
             raise RuntimeError(f"otel_assay: outcome() called after trial {self.scenario!r} ended; "

@@ -390,6 +390,16 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
 
     if not callable(factory):
         raise UsageError("the factory must be a callable make_agent(config) -> agent")
+
+    def _make(factory, cfg):
+        # the factory is the user's code: its exception is a usage error to fix there, not an
+        # otel-assay bug (the usual one: treating the AgentConfig as a dict)
+        try:
+            return factory(cfg)
+        except Exception as e:  # noqa: BLE001
+            raise UsageError(f"the factory raised {type(e).__name__}: {e}; it is called as make_agent(config) "
+                             f"with an otel_assay.live.mutation.AgentConfig (attributes prompt, tools, model, "
+                             f"context, models, downgrades, extra)") from None
     mutants = generate_mutants(config, operators, seed=seed, per_operator=per_operator)
     use_lake_or_refuse(lake)
     first_index = _next_indices(lake, version)
@@ -397,7 +407,7 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
     total = 0
     try:
-        original_agent = factory(config)
+        original_agent = _make(factory, config)
         base: dict[str, tuple[int, int]] = {}
         for sc in suite.scenarios:
             outs, _ = _outcomes(sc, original_agent, version, first_index.get((version, sc.name), 0), original_trials,
@@ -408,7 +418,7 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
             base[sc.name] = (sum(outs), len(outs))
         results = []
         for m in mutants:
-            agent = factory(m.config)
+            agent = _make(factory, m.config)
             res = MutantResult(m, "equivalent")
             for sc in suite.scenarios:
                 k0, n0 = base[sc.name]
@@ -485,7 +495,8 @@ def register_mutate(cli) -> None:
     @cli.command("mutate")
     @click.argument("scenarios_file", metavar="SCENARIOS.yaml", type=click.Path(dir_okay=False))
     @click.option("--factory", "factory_spec", required=True, metavar="MODULE:CALLABLE",
-                  help="make_agent(config) -> agent callable.")
+                  help="make_agent(config) -> agent callable; config is an "
+                       "otel_assay.live.mutation.AgentConfig (.prompt, .tools, .model, .context, .extra).")
     @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
                   help="The agent config (YAML: prompt, tools, model, context, models, downgrades).")
     @click.option("--dir", "lake_dir", default=lambda: __import__("os").environ.get("OTEL_ASSAY_DIR", "traces"),

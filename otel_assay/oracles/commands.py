@@ -84,7 +84,7 @@ def _lake_options(what: str):
     """The options both oracle commands share: the config, the trial selection, the format."""
     def wrap(f):
         f = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-                         show_default=True)(f)
+                         show_default=True, help="Output format.")(f)
         f = click.option("--select", "selectors", multiple=True, metavar="KEY=VALUE",
                          help=f"Only {what} matching (version, scenario, run, model, outcome); repeatable, ANDed.")(f)
         return f
@@ -121,7 +121,10 @@ def register(cli: click.Group) -> None:
 
         specs = load_contracts(config_path)
         if not specs:
-            raise UsageError(f"{config_path}: the contracts list is empty")
+            # the starter config from `otel-assay init` has `contracts: []`: say what goes there
+            raise UsageError(f"{config_path}: the contracts list is empty; add contracts such as "
+                             f"`contracts: [{{max_steps: 12}}, {{must_call: [lookup_order]}}]` "
+                             f"(every kind: otel-assay contracts --help)")
         eng = _open_selected(lake, selectors, "contract_trials")
         try:
             try:
@@ -169,7 +172,9 @@ def register(cli: click.Group) -> None:
 
         relations = load_relations(config_path)
         if not relations:
-            raise UsageError(f"{config_path}: the metamorphic list is empty")
+            raise UsageError(f"{config_path}: the metamorphic list is empty; add relations such as "
+                             f"`metamorphic: [{{relation: doc-order, compare: same_final_answer}}]` naming the "
+                             f"relation your follow-up trials carry (otel-assay metamorphic --help)")
         eng = _open_selected(lake, selectors, "relation_trials")
         try:
             pairs = evaluate_relations(eng, relations, trials="relation_trials")

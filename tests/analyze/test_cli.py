@@ -93,6 +93,20 @@ def test_help_is_complete(capsys):
             assert "--select" in out and "--format" in out
 
 
+def test_every_option_of_every_command_has_help():
+    # `otel-assay COMMAND --help` documents every command: an option without a help text
+    # shows up there as a bare name (sql, contracts and metamorphic had a silent --format)
+    import click
+
+    from otel_assay.cli import cli
+    from otel_assay.live.commands import register
+    if "run" not in cli.commands:
+        register(cli)
+    bare = [(name, p.opts) for name, c in cli.commands.items() for p in c.params
+            if isinstance(p, click.Option) and not p.help and "--help" not in p.opts]
+    assert not bare, bare
+
+
 def test_fingerprint_tool_columns(capsys, lake):
     code, out, _ = run(capsys, "fingerprint", str(lake), "--tools", "add,search", "--format", "json")
     rows = {r["trace_id"]: r for r in json.loads(out)}

@@ -33,6 +33,8 @@ def test_example_baseline_and_candidate(tmp_path, example, module):
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=300, stdin=subprocess.DEVNULL)
     assert p.returncode == 0, p.stderr[-6000:]
+    # offline examples: the Agents SDK's own exporter (an upload to OpenAI) is not left on
+    assert "skipping trace export" not in p.stderr, p.stderr[-2000:]
     a, b = json.loads(p.stdout.strip().splitlines()[-1])
     for lake, summary, version in ((base, a, "v1"), (cand, b, "v2")):
         rows = query(lake, "SELECT scenario, version, trial_index, outcome FROM spans "

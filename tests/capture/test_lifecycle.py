@@ -63,6 +63,7 @@ def test_trial_entered_twice_or_outcome_after_end_raise(tmp_path):
     assert "REENTER otel_assay: trial 'reused' was already entered" in p.stdout
     assert "call otel_assay.trial(...) for each trial" in p.stdout
     assert "LATE OUTCOME otel_assay: outcome() called after trial 'reused' ended" in p.stdout
+    assert "EARLY OUTCOME otel_assay: outcome() called before trial 'reused' was entered" in p.stdout
     assert "CURRENT SPAN VALID False" in p.stdout
     (tr,) = trial_spans(lake, "reused")
     assert root(tr)["outcome"] == "pass"

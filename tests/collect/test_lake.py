@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -288,6 +289,14 @@ def run_cli(*args):
 def _count(lake):
     files = [str(f) for f in Lake(lake).live_files()]
     return duckdb.execute("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM read_parquet(?)", [files]).fetchone()
+
+
+def test_compacting_a_missing_lake_says_how_to_name_it(tmp_path):
+    # `otel-assay compact` without --dir looks at ./traces; the error must say how to point it
+    r = subprocess.run([sys.executable, "-m", "otel_assay", "compact"], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "OTEL_ASSAY_DIR"})
+    assert r.returncode == 4, r.stderr
+    assert "lake directory traces does not exist" in r.stderr and "--dir" in r.stderr, r.stderr
 
 
 def test_a_second_compaction_while_one_runs_is_refused(tmp_path, monkeypatch):

@@ -192,6 +192,18 @@ def test_a_non_finite_cost_in_one_span_does_not_stop_the_gate(tmp_path):
         assert "fingerprint PASS" in text
 
 
+def test_the_unpriced_cost_note_names_only_what_the_gate_accepts(tmp_path):
+    """The note on cost features left out pointed at --prices, an option the gate does not
+    have (passing it is a usage error); OTEL_ASSAY_PRICES is what works there."""
+    lake = write_trials(tmp_path / "lake", [{"scenario": "s1", "version": v, "outcome": "pass", "index": i}
+                                            for v in ("v1", "v2") for i in range(8)])
+    p = cli("gate", lake, "--baseline", "version=v1", "--candidate", "version=v2")
+    text = " ".join(p.stdout.split())
+    assert "fingerprint features left out for missing values: cost_usd, cost_per_step" in text, text
+    assert "OTEL_ASSAY_PRICES" in text and "see --prices" not in text
+    assert cli("gate", lake, "--prices", "x.csv").returncode == 3  # still no such option
+
+
 def test_excluding_every_fingerprint_feature_is_inconclusive_not_a_crash(small_lake, tmp_path):
     from otel_assay.analyze.engine import Engine
     from otel_assay.analyze.fingerprint import fingerprint_matrix

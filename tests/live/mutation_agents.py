@@ -54,3 +54,7 @@ def make_agent(config: AgentConfig):
             s.result(dept)
         return dept
     return agent
+
+
+def broken_factory(config):
+    return config.get("tools")  # the common mistake: an AgentConfig is not a dict

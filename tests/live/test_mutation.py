@@ -78,6 +78,11 @@ def test_mutate_cli(tmp_path):
     assert json.loads((tmp_path / "m.json").read_text())["score"] == 1.0
     r = CliRunner().invoke(root, ["mutate", str(sc), "--factory", "tests.live.nowhere:f", "--config", str(cfg)])
     assert r.exit_code == 3 and "--factory 'tests.live.nowhere:f'" in r.output
+    # an exception in the user's factory is a usage error, not "a bug in otel-assay"
+    r = CliRunner().invoke(root, ["mutate", str(sc), "--factory", "tests.live.mutation_agents:broken_factory",
+                                  "--config", str(cfg), "--dir", str(tmp_path / "l2")])
+    assert r.exit_code == 3, r.output
+    assert "the factory raised AttributeError" in r.output and "AgentConfig" in r.output
 
 
 def test_a_second_run_on_the_same_lake_continues_the_trial_indices(tmp_path):

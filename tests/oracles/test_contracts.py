@@ -206,3 +206,6 @@ def test_contracts_command_end_to_end(tmp_path):
     r = run_cli("contracts", lake, "--config", cfg)
     assert r.returncode == 3 and "scoped to scenarios the lake has no trials of (nosuch)" in r.stderr, r.stderr
     assert "scenarios in the lake: s" in r.stderr
+    cfg.write_text("contracts: []\n")  # as `otel-assay init` writes it: the error says what to add
+    r = run_cli("contracts", lake, "--config", cfg)
+    assert r.returncode == 3 and "the contracts list is empty; add contracts such as" in r.stderr, r.stderr
