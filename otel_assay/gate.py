@@ -1302,9 +1302,13 @@ def _oracle_checks(results: list[ScenarioResult], oracle_b: _Oracles | None, ora
             return _group(t.column("scenario").to_pylist(),
                           {c.name: o.contracts.holds(c.name) for c in cfg.contracts})
         if kind == "metamorphic" and o.pairs is not None:
-            return _group([p["scenario"] for p in o.pairs],
-                          {r.name: [p["holds"] if p["relation"] == r.name else None for p in o.pairs]
-                           for r in cfg.metamorphic})
+            # each relation over its own pairs: another relation's pairs are not its unjudged ones
+            out: dict[str, dict[str, list]] = {}
+            for rel in cfg.metamorphic:
+                mine = [p for p in o.pairs if p["relation"] == rel.name]
+                for sc, per in _group([p["scenario"] for p in mine], {rel.name: [p["holds"] for p in mine]}).items():
+                    out.setdefault(sc, {}).update(per)
+            return out
         return None
 
     for kind, items in (("contracts", cfg.contracts), ("metamorphic", cfg.metamorphic)):
@@ -1317,7 +1321,14 @@ def _oracle_checks(results: list[ScenarioResult], oracle_b: _Oracles | None, ora
                 continue
             applicable = [it for it in items if getattr(it, "applies_to", lambda s: True)(r.scenario)]
             judged = [it for it in applicable if _counts(cand, r.scenario, it.name)[0] > 0]
+            # configured but judged in no trial (an unpriced model, text not recorded): say so,
+            # rather than leave the user to think it held
+            blind = [f"{it.name} ({_counts(cand, r.scenario, it.name)[2]} trials)" for it in applicable
+                     if it not in judged and _counts(cand, r.scenario, it.name)[2]]
+            blind_note = f"no trial could be judged by {', '.join(blind)}" if blind else ""
             if not judged:
+                if blind:
+                    r.checks.append(Check(kind, SKIPPED, blind_note, gating=False))
                 continue
             level = min(it.alpha for it in judged) / len(judged)
             verdicts, detail, reasons = [], {}, []
@@ -1345,6 +1356,8 @@ def _oracle_checks(results: list[ScenarioResult], oracle_b: _Oracles | None, ora
             verdict = stats.suite_verdict(verdicts).verdict.value
             what = "contracts" if kind == "contracts" else "relations"
             reason = "; ".join(reasons) if reasons else f"all {len(judged)} {what} hold often enough"
+            if blind_note:
+                reason += f"; {blind_note}"
             r.checks.append(Check(kind, verdict, reason, stats={"level": level, kind: detail}))
 
 

@@ -71,7 +71,8 @@ def _open_selected(lake: str, selectors, table: str):
 
 
 def _exit_for(verdicts: set[str]) -> int:
-    return EXIT_BLOCK if "FAIL" in verdicts else EXIT_MANUAL if verdicts - {"PASS"} else EXIT_DEPLOY
+    # no verdict at all (every contract scoped to scenarios not selected) supports no deploy
+    return EXIT_BLOCK if "FAIL" in verdicts else EXIT_MANUAL if verdicts - {"PASS"} or not verdicts else EXIT_DEPLOY
 
 
 def _kinds_help() -> str:
@@ -143,6 +144,9 @@ def register(cli: click.Group) -> None:
             "threshold": v.threshold, "verdict": v.verdict,
         } for v in verdicts(results)]
         write_table(pa.Table.from_pylist(rows), fmt)
+        if not rows:
+            click.echo("no contract applies to the selected trials (each is scoped to other scenarios): "
+                       "nothing was judged", err=True)
         sys.exit(_exit_for({r["verdict"] for r in rows}))
 
     @cli.command()

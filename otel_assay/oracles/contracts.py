@@ -9,8 +9,10 @@ trace data are only ever bound parameters, never pasted into SQL (the one except
 Python on the values the query returns.
 
 A contract holds, fails, or cannot be judged for a trial (NULL: for example ``max_cost_usd``
-when the model has no price). Per scenario and version, the share of judged trials where it
-holds gets a Wilson interval and the three-valued verdict against the contract's
+when the model has no price, or the output and argument contracts when the trial's text was
+not recorded, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=NO_CONTENT; a trial that
+gave no answer at all fails the output contracts). Per scenario and version, the share of
+judged trials where it holds gets a Wilson interval and the three-valued verdict against the contract's
 ``threshold`` (the share it must hold in, default 0.95): PASS when the interval's lower bound
 reaches it — with α = 0.05 that takes at least 73 trials without a violation — FAIL when the
 upper bound is below it, INCONCLUSIVE in between. A threshold of 1 ("in every trial") is not
@@ -20,6 +22,7 @@ offered because no finite number of trials can show it.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -49,6 +52,7 @@ KINDS: dict[str, str] = {
     "sql": "a trusted SQL boolean expression over the trial's row (columns of the trials view)",
 }
 OPTION_KEYS = {"name", "threshold", "alpha", "scenarios"}
+RESERVED_NAMES = {"trace_id", "scenario", "version"}  # columns of ContractResults.table beside the contracts'
 TOOL_KINDS = {"must_call", "call_order", "tool_args_schema"}  # a tool they name must exist
 
 
@@ -69,11 +73,12 @@ class Contract:
         return self.scenarios is None or scenario in self.scenarios
 
 
-def _tool_list(value: Any, where: str) -> tuple[str, ...]:
+def _tool_list(value: Any, where: str, what: str = "tool name") -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise ContractError(f"{where}: expected a tool name or a non-empty list of tool names, got {value!r}")
+        hint = " (quote names YAML reads as numbers)" if isinstance(value, list) and value else ""
+        raise ContractError(f"{where}: expected a {what} or a non-empty list of {what}s{hint}, got {value!r}")
     return tuple(value)
 
 
@@ -89,9 +94,14 @@ def _check_schema(schema: Any, where: str) -> None:
 
 
 def _number(value: Any, where: str, *, integer: bool = False) -> float | int:
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or value < 0:
-        raise ContractError(f"{where}: expected a non-negative {'integer' if integer else 'number'}, got {value!r}")
+    ok = (isinstance(value, int) if integer else isinstance(value, (int, float))) and not isinstance(value, bool)
+    try:  # NaN compares as the largest number in DuckDB, so `cost_usd <= nan` would hold in every trial
+        ok = ok and 0 <= float(value) < math.inf
+    except OverflowError:  # an integer no float (or DuckDB parameter) holds
+        ok = False
+    if not ok:
+        raise ContractError(f"{where}: expected a finite non-negative {'integer' if integer else 'number'}, "
+                            f"got {value!r}")
     return value
 
 
@@ -156,6 +166,9 @@ def parse_contracts(spec: Any, *, where: str = "contracts") -> list[Contract]:
             raise ContractError(f"{at}: name must be a non-empty string")
         if name in names:
             raise ContractError(f"{at}: two contracts are named {name!r}; give one a `name:`")
+        if name in RESERVED_NAMES:
+            raise ContractError(f"{at}: {name!r} cannot name a contract (it is a column of the results); "
+                                "choose another `name:`")
         names.add(name)
         threshold = item.get("threshold", 0.95)
         alpha = item.get("alpha", 0.05)
@@ -164,7 +177,7 @@ def parse_contracts(spec: Any, *, where: str = "contracts") -> list[Contract]:
                 raise ContractError(f"{at}: {opt} must be a number strictly between 0 and 1, got {v!r}")
         scenarios = item.get("scenarios")
         if scenarios is not None:
-            scenarios = _tool_list(scenarios, f"{at} scenarios")
+            scenarios = _tool_list(scenarios, f"{at} scenarios", "scenario name")
         out.append(Contract(kind, value, name, float(threshold), float(alpha), scenarios))
     return out
 
@@ -187,13 +200,18 @@ WITH tool_steps AS (
     FROM steps WHERE step_kind = 'tool' GROUP BY trace_id
 ),
 final AS (
-    SELECT trace_id, arg_max(output_text, seq) AS final_output
+    SELECT trace_id, arg_max(output_text, seq) AS final_output, true AS answered
     FROM steps WHERE step_kind = 'respond' GROUP BY trace_id
 ),
 repeats AS (
-    SELECT trace_id, max(n) AS max_repeat
-    FROM (SELECT trace_id, tool_name, tool_args, count(*) AS n FROM steps
-          WHERE step_kind = 'tool' GROUP BY trace_id, tool_name, tool_args)
+    -- calls whose arguments were not recorded (content capture off) may or may not repeat
+    -- one another: they bound the repeat count from above, recorded ones from below
+    SELECT trace_id, max(known) AS max_repeat, max(known + unrecorded) AS max_repeat_possible
+    FROM (SELECT trace_id, tool_name, coalesce(max(n) FILTER (WHERE tool_args IS NOT NULL), 0) AS known,
+                 coalesce(sum(n) FILTER (WHERE tool_args IS NULL), 0) AS unrecorded
+          FROM (SELECT trace_id, tool_name, tool_args, count(*) AS n FROM steps
+                WHERE step_kind = 'tool' GROUP BY trace_id, tool_name, tool_args)
+          GROUP BY trace_id, tool_name)
     GROUP BY trace_id
 ),
 facts AS (
@@ -201,7 +219,9 @@ facts AS (
            coalesce(ts.tools, []::VARCHAR[]) AS tools,
            coalesce(ts.tool_errors, 0) AS tool_errors,
            f.final_output,
-           coalesce(r.max_repeat, 0) AS max_repeat
+           coalesce(f.answered, false) AS answered,
+           coalesce(r.max_repeat, 0) AS max_repeat,
+           coalesce(r.max_repeat_possible, 0) AS max_repeat_possible
     FROM {trials} t
     LEFT JOIN tool_steps ts USING (trace_id)
     LEFT JOIN final f USING (trace_id)
@@ -217,9 +237,10 @@ _ONE_VALUE = {
     "max_cost_usd": "cost_usd <= ?",
     "max_tokens": "input_tokens + output_tokens <= ?",
     "max_latency_s": "duration_ns <= ? * 1e9",
-    "final_output_matches": "coalesce(regexp_matches(final_output, ?), false)",
-    "final_output_contains": "coalesce(contains(final_output, ?), false)",
-    "max_repeated_calls": "max_repeat <= ?",
+    # no respond step: the agent did not answer (fails); a respond step whose text was not
+    # recorded (content capture off) cannot be judged (NULL)
+    "final_output_matches": "CASE WHEN answered THEN regexp_matches(final_output, ?) ELSE false END",
+    "final_output_contains": "CASE WHEN answered THEN contains(final_output, ?) ELSE false END",
 }
 
 
@@ -229,6 +250,9 @@ def _expression(c: Contract, params: list) -> str | None:
     if k in _ONE_VALUE:
         params.append(v)
         return _ONE_VALUE[k]
+    if k == "max_repeated_calls":
+        params += [v, v]
+        return "CASE WHEN max_repeat > ? THEN false WHEN max_repeat_possible > ? THEN NULL ELSE true END"
     if k == "must_call":
         params.append(list(v))
         return "list_has_all(tools, ?::VARCHAR[])"
@@ -236,7 +260,8 @@ def _expression(c: Contract, params: list) -> str | None:
         params.append(list(v))
         return "NOT list_has_any(tools, ?::VARCHAR[])"
     if k == "call_order":
-        params.append(SEP + (SEP + "(?:.*" + SEP + ")?").join(re.escape(t) for t in v) + SEP)
+        # (?s): a tool name with a newline in it may come between two of the named ones
+        params.append("(?s)" + SEP + (SEP + "(?:.*" + SEP + ")?").join(re.escape(t) for t in v) + SEP)
         return f"regexp_matches('{SEP}' || array_to_string(tools, '{SEP}') || '{SEP}', ?)"
     if k == "no_tool_errors":
         return "tool_errors = 0"
@@ -321,9 +346,9 @@ def evaluate(engine, contracts: Sequence[Contract], *, trials: str = "trials") -
         if f"c{i}" in base.column_names:
             values = base.column(f"c{i}").to_pylist()
         elif c.kind == "final_output_json_schema":
-            values = _final_output_schema(engine, trials, trace_ids, c.value)
+            values = _final_output_schema(engine, trials, trace_ids, c)
         else:
-            values = _tool_args_schema(engine, trials, trace_ids, c.value)
+            values = _tool_args_schema(engine, trials, trace_ids, c)
         scen = columns["scenario"]
         columns[c.name] = [v if c.applies_to(s) else None for v, s in zip(values, scen)]
     table = pa.table({k: pa.array(v, pa.bool_() if k not in ("trace_id", "scenario", "version") else pa.string())
@@ -331,39 +356,57 @@ def evaluate(engine, contracts: Sequence[Contract], *, trials: str = "trials") -
     return ContractResults(list(contracts), table)
 
 
-def _final_output_schema(engine, trials: str, trace_ids: list[str], schema) -> list[bool]:
+def _valid(validator, text: str, contract: Contract) -> bool:
+    """Whether ``text`` parses as JSON that satisfies the schema; a schema that cannot be
+    applied (a ``$ref`` to nowhere) is the config's fault, not the trial's."""
+    from referencing.exceptions import Unresolvable
+
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    try:
+        return validator.is_valid(value)
+    except RecursionError:
+        return False
+    except Unresolvable as e:
+        raise ContractError(f"contract {contract.name!r} ({contract.kind}): its JSON schema has a $ref that "
+                            f"cannot be resolved ({e}); only references within the schema work") from None
+
+
+def _final_output_schema(engine, trials: str, trace_ids: list[str], c: Contract) -> list[bool | None]:
     import jsonschema
 
-    validator = jsonschema.validators.validator_for(schema)(schema)
+    validator = jsonschema.validators.validator_for(c.value)(c.value)
     rows = engine.rows(f"SELECT s.trace_id, arg_max(s.output_text, s.seq) FROM steps s SEMI JOIN {trials} t "
                        "USING (trace_id) WHERE s.step_kind = 'respond' GROUP BY s.trace_id")
     finals = dict(rows)
-    out = []
+    out: list[bool | None] = []
     for tid in trace_ids:
-        text = finals.get(tid)
-        try:
-            out.append(text is not None and validator.is_valid(json.loads(text)))
-        except (ValueError, RecursionError):
-            out.append(False)
+        if tid not in finals:
+            out.append(False)  # no answer at all
+        elif finals[tid] is None:
+            out.append(None)   # an answer whose text was not recorded
+        else:
+            out.append(_valid(validator, finals[tid], c))
     return out
 
 
-def _tool_args_schema(engine, trials: str, trace_ids: list[str], schemas: Mapping[str, Any]) -> list[bool]:
+def _tool_args_schema(engine, trials: str, trace_ids: list[str], c: Contract) -> list[bool | None]:
     import jsonschema
 
-    validators = {t: jsonschema.validators.validator_for(s)(s) for t, s in schemas.items()}
+    validators = {t: jsonschema.validators.validator_for(s)(s) for t, s in c.value.items()}
     rows = engine.con.execute(
         f"SELECT s.trace_id, s.tool_name, s.tool_args FROM steps s SEMI JOIN {trials} t USING (trace_id) "
-        "WHERE s.step_kind = 'tool' AND list_contains(?::VARCHAR[], s.tool_name)", [list(schemas)]).fetchall()
+        "WHERE s.step_kind = 'tool' AND list_contains(?::VARCHAR[], s.tool_name)", [list(c.value)]).fetchall()
     bad: set[str] = set()
+    unrecorded: set[str] = set()
     for tid, tool, args in rows:
-        try:
-            ok = args is not None and validators[tool].is_valid(json.loads(args))
-        except (ValueError, RecursionError):
-            ok = False
-        if not ok:
+        if args is None:  # arguments not recorded (content capture off): this call cannot be judged
+            unrecorded.add(tid)
+        elif not _valid(validators[tool], args, c):
             bad.add(tid)
-    return [tid not in bad for tid in trace_ids]
+    return [False if tid in bad else None if tid in unrecorded else True for tid in trace_ids]
 
 
 # ------------------------------------------------------------------------------ verdicts

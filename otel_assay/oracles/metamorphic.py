@@ -19,6 +19,7 @@ Comparisons:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -71,8 +72,13 @@ def parse_relations(spec: Any, *, where: str = "metamorphic") -> list[Relation]:
         if compare not in COMPARISONS:
             raise ContractError(f"{at}: compare must be one of {', '.join(COMPARISONS)}, got {compare!r}")
         tolerance = item.get("tolerance", 0.2)
-        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or tolerance < 0:
-            raise ContractError(f"{at}: tolerance must be a non-negative number")
+        ok = isinstance(tolerance, (int, float)) and not isinstance(tolerance, bool)
+        try:  # NaN would compare false with every length difference: every pair a violation
+            ok = ok and 0 <= float(tolerance) < math.inf
+        except OverflowError:
+            ok = False
+        if not ok:
+            raise ContractError(f"{at}: tolerance must be a finite non-negative number, got {tolerance!r}")
         threshold, alpha = item.get("threshold", 0.9), item.get("alpha", 0.05)
         for opt, v in (("threshold", threshold), ("alpha", alpha)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
@@ -89,6 +95,9 @@ WITH follow AS (
            attributes['{semconv.ASSAY_MR_TRANSFORM}'] AS transform
     FROM spans
     WHERE parent_span_id IS NULL AND list_contains(?::VARCHAR[], attributes['{semconv.ASSAY_MR_RELATION}'])
+    -- one pair per follow-up trial: a retransmitted root span (stored twice; the steps and
+    -- trials views keep it once) would count the pair twice and narrow the interval
+    QUALIFY row_number() OVER (PARTITION BY trace_id, relation ORDER BY start_time_unix_nano, span_id) = 1
 ),
 tool_sets AS (
     SELECT trace_id, list(DISTINCT tool_name ORDER BY tool_name) AS tools
@@ -98,7 +107,7 @@ final AS (
     SELECT trace_id, arg_max(output_text, seq) AS output FROM steps WHERE step_kind = 'respond' GROUP BY trace_id
 )
 SELECT f.relation, f.transform, f.trace_id AS follow_up, f.source, ft.scenario, ft.version,
-       st.trace_id IS NOT NULL AS source_found,
+       st.trace_id IS NOT NULL AS source_found, st.version AS source_version,
        sf.output AS source_output, ff.output AS follow_output,
        coalesce(ss.tools, []::VARCHAR[]) AS source_tools, coalesce(fs.tools, []::VARCHAR[]) AS follow_tools,
        st.outcome AS source_outcome, ft.outcome AS follow_outcome
@@ -170,9 +179,19 @@ def evaluate(engine, relations: list[Relation], *, trials: str = "trials") -> li
                                     "otel_assay.metamorphic.follow_up(...) attributes")
         missing = [p["source"] for p in mine if not p["source_found"]]
         if missing:
+            example = missing[0] or f"none: a follow-up without {semconv.ASSAY_MR_SOURCE}"
             raise RelationDataError(f"relation {rel.name!r}: {len(missing)} of {len(mine)} follow-up trials name "
-                                    f"source trials that are not in the lake (for example {missing[0]}); "
+                                    f"source trials that are not in the lake (for example {example}); "
                                     "import the source trials or select a lake that has both")
+        # a relation is about one version's answers to an input and its transform; a source of
+        # another version would judge the difference between the versions as a violation
+        crossed = [p for p in mine if p["source_version"] != p["version"]]
+        if crossed:
+            p = crossed[0]
+            raise RelationDataError(f"relation {rel.name!r}: {len(crossed)} of {len(mine)} follow-up trials name "
+                                    f"source trials of another version (for example follow-up {p['follow_up']} "
+                                    f"of version {p['version']!r}, source {p['source']} of version "
+                                    f"{p['source_version']!r}); record each follow-up with its source's version")
     for p in pairs:
         p["holds"] = holds(by_name[p["relation"]], p)
     return pairs

@@ -159,3 +159,42 @@ def test_a_baseline_without_follow_up_trials_does_not_stop_the_gate(tmp_path):
     assert "metamorphic INC doc-order INCONCLUSIVE (6/6 hold" in text
     assert "judged on the candidate only, without the baseline's share alongside: baseline trials: relation " \
            "'doc-order': no follow-up trials" in text
+
+
+def test_each_relation_counts_only_its_own_pairs_as_unjudged(tmp_path):
+    """Two relations in one scenario: each relation's pairs were counted as the other's unjudged."""
+    trials = [{"scenario": "s", "version": v, "outcome": "pass", "index": i} for v in ("v1", "v2") for i in range(8)]
+    trials += [{"scenario": "s", "version": v, "outcome": "pass", "index": 8 + 8 * j + i,
+                "follow_up": (rel, 8 * (v == "v2") + i)}
+               for v in ("v1", "v2") for j, rel in enumerate(("a", "b")) for i in range(8)]
+    lake = write_trials(tmp_path / "lake", trials)
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("checks: {fingerprint: false}\nmetamorphic:\n  - relation: a\n    compare: same_tool_set\n"
+                   "  - relation: b\n    compare: same_verdict\n")
+    out = tmp_path / "r.json"
+    r = cli("gate", str(lake), "--baseline", "version=v1", "--candidate", "version=v2", "--config", str(cfg),
+            "--json", str(out))
+    assert r.returncode == 2, r.stdout + r.stderr
+    c = next(c for c in json.loads(out.read_text())["scenarios"][0]["checks"] if c["name"] == "metamorphic")
+    for rel in ("a", "b"):
+        d = c["stats"]["metamorphic"][rel]
+        assert (d["holds"], d["n"], d["unjudged"]) == (8, 8, 0), (rel, d)
+        assert (d["baseline"]["holds"], d["baseline"]["n"]) == (8, 8)
+
+
+def test_a_contract_that_judged_no_trial_is_named_not_dropped(tmp_path):
+    """An unpriced model: max_cost_usd judges no trial. The gate left it out of the check
+    without a word, as if it held."""
+    lake = write_trials(tmp_path / "lake", [{"scenario": "s", "version": v, "outcome": "pass", "tools": ["lookup"]}
+                                            for v in ("v1", "v2") for _ in range(10)])
+    cfg = tmp_path / "assay.yaml"
+    out = tmp_path / "r.json"
+    for contracts, verdict, reason in (
+            ("  - max_cost_usd: 1\n", "SKIPPED", "no trial could be judged by max_cost_usd (10 trials)"),
+            ("  - max_cost_usd: 1\n  - must_call: lookup\n", "INCONCLUSIVE",
+             "more trials would decide); no trial could be judged by max_cost_usd (10 trials)")):
+        cfg.write_text("checks: {fingerprint: false}\ncontracts:\n" + contracts)
+        cli("gate", str(lake), "--baseline", "version=v1", "--candidate", "version=v2", "--config", str(cfg),
+            "--json", str(out))
+        c = next(c for c in json.loads(out.read_text())["scenarios"][0]["checks"] if c["name"] == "contracts")
+        assert c["verdict"] == verdict and reason in c["reason"], c

@@ -25,7 +25,8 @@ def cost_attr(t) -> dict:
 
 
 def write_trials(lake, trials):
-    """trials: dicts with scenario, version, tools [(name, args, error)], final, tokens, cost, seconds."""
+    """trials: dicts with scenario, version, tools [(name, args, error)], final, tokens, cost, seconds;
+    args or final None: an answer or a call whose text was not recorded (content capture off)."""
     exp = ParquetSpanExporter(lake)
     tp = TracerProvider()
     tp.add_span_processor(SimpleSpanProcessor(exp))
@@ -48,7 +49,7 @@ def write_trials(lake, trials):
             chat.end(end_time=clock + 10)
             tool = tracer.start_span(f"execute_tool {name}", context=ctx, start_time=clock + 20, attributes={
                 **common, "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-                "gen_ai.tool.call.arguments": args})
+                **({} if args is None else {"gen_ai.tool.call.arguments": args})})
             if error:
                 tool.set_status(Status(StatusCode.ERROR, "tool failed"))
             tool.end(end_time=clock + 30)
@@ -57,8 +58,8 @@ def write_trials(lake, trials):
             chat = tracer.start_span("chat m", context=ctx, start_time=clock, attributes={
                 **common, "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
                 "gen_ai.usage.input_tokens": t.get("tokens", 10), "gen_ai.usage.output_tokens": 0,
-                "gen_ai.response.finish_reasons": ("stop",), "gen_ai.output.messages": final_message(t["final"]),
-                **cost_attr(t)})
+                "gen_ai.response.finish_reasons": ("stop",), **cost_attr(t),
+                **({} if t["final"] is None else {"gen_ai.output.messages": final_message(t["final"])})})
             chat.end(end_time=clock + 10)
         root.end(end_time=end)
     tp.shutdown()
@@ -209,3 +210,83 @@ def test_contracts_command_end_to_end(tmp_path):
     cfg.write_text("contracts: []\n")  # as `otel-assay init` writes it: the error says what to add
     r = run_cli("contracts", lake, "--config", cfg)
     assert r.returncode == 3 and "the contracts list is empty; add contracts such as" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    # a contract named like a column of the results overwrote it: ArrowTypeError traceback
+    ([{"max_steps": 3, "name": "scenario"}], "'scenario' cannot name a contract"),
+    ([{"must_call": "a", "name": "trace_id"}], "'trace_id' cannot name a contract"),
+    # NaN is the largest number to DuckDB: `cost_usd <= nan` held in every trial
+    ([{"max_cost_usd": float("nan")}], "finite non-negative number, got nan"),
+    ([{"max_latency_s": float("inf")}], "finite non-negative number, got inf"),
+    ([{"max_cost_usd": 10**400}], "finite non-negative number"),  # OverflowError traceback
+    # said "expected a tool name"
+    ([{"max_steps": 3, "scenarios": [2024]}], r"expected a scenario name .*\(quote names YAML reads as numbers\)"),
+])
+def test_contracts_that_could_not_work_are_refused(spec, message):
+    with pytest.raises(ContractError, match=message):
+        parse_contracts(spec)
+
+
+def test_unrecorded_outputs_and_arguments_are_not_judged_but_missing_answers_fail(tmp_path):
+    """With content capture off (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=NO_CONTENT)
+    a trial has a respond step and tool calls without text: those contracts cannot be judged
+    for it (they FAILed every trial, a false block). A trial that never answered still fails."""
+    write_trials(tmp_path, [{"tools": [("refund", None, False)], "final": None, "version": "t0"},
+                            {"tools": [A], "version": "t1"},  # no respond step: no answer
+                            {"tools": [("refund", None, False), ("refund", '{"amount": 900}', False)],
+                             "final": '{"ok": 1}', "version": "t2"}])
+    res = judge(tmp_path, [{"final_output_contains": "ok"}, {"final_output_matches": "o"},
+                           {"final_output_json_schema": {"type": "object"}},
+                           {"tool_args_schema": {"refund": {"properties": {"amount": {"maximum": 500}}}}}])
+    got = {c.name: dict(zip(res.table.column("version").to_pylist(), res.holds(c.name))) for c in res.contracts}
+    for name in ("final_output_contains", "final_output_matches", "final_output_json_schema"):
+        assert got[name] == {"t0": None, "t1": False, "t2": True}, name
+    # a recorded violation decides the trial even when another call's arguments are unknown
+    assert got["tool_args_schema"] == {"t0": None, "t1": True, "t2": False}
+    # calls without recorded arguments looked identical: three searches were "repeated calls"
+    write_trials(tmp_path / "repeats", [
+        {"tools": [("search", None, False)] * 3, "version": "t0"},
+        {"tools": [("search", None, False), A, A], "version": "t1"},
+        {"tools": [A, A, A, ("search", None, False)], "version": "t2"},
+        {"tools": [("search", None, False), ("search", '{"q": 1}', False)], "version": "t3"}])
+    rep = judge(tmp_path / "repeats", [{"max_repeated_calls": 2}])
+    assert dict(zip(rep.table.column("version").to_pylist(), rep.holds("max_repeated_calls"))) == \
+        {"t0": None, "t1": True, "t2": False, "t3": True}
+    by = {(v.contract, v.version): v for v in verdicts(res)}
+    assert (by[("final_output_contains", "t0")].n, by[("final_output_contains", "t0")].unknown) == (0, 1)
+    assert by[("final_output_contains", "t0")].verdict == "INCONCLUSIVE"
+
+
+def test_a_schema_ref_to_nowhere_is_a_config_error_not_a_traceback(tmp_path):
+    write_trials(tmp_path, [{"tools": [B], "final": '{"a": 1}'}])
+    for spec in ({"tool_args_schema": {"refund": {"$ref": "#/definitions/nope"}}},
+                 {"final_output_json_schema": {"$ref": "#/definitions/nope"}}):
+        with pytest.raises(ContractError, match=r"\$ref that cannot be resolved"):
+            judge(tmp_path, [spec])
+
+
+def test_call_order_sees_past_a_tool_name_with_a_newline(tmp_path):
+    odd = ("multi\nline", "{}", False)
+    write_trials(tmp_path, [{"tools": [A, odd, C]}])
+    assert judge(tmp_path, [{"call_order": ["lookup", "email"]}]).holds("call_order") == [True]
+
+
+def test_contract_name_and_nan_errors_exit_3_on_the_command_line(tmp_path):
+    lake = tmp_path / "lake"
+    write_trials(lake, [{"tools": [A], "final": "ok"}])
+    cfg = tmp_path / "assay.yaml"
+    for body in ("  - max_steps: 3\n    name: version\n", "  - max_cost_usd: .nan\n"):
+        cfg.write_text("contracts:\n" + body)
+        r = run_cli("contracts", lake, "--config", cfg)
+        assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_contracts_that_judge_none_of_the_selected_trials_do_not_pass(tmp_path):
+    """Every contract scoped to a scenario --select left out: no verdict, which exited 0."""
+    lake = tmp_path / "lake"
+    write_trials(lake, [{"tools": [A], "final": "ok", "scenario": sc} for sc in ("a", "b")])
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("contracts:\n  - max_steps: 5\n    scenarios: [a]\n")
+    r = run_cli("contracts", lake, "--config", cfg, "--select", "scenario=b")
+    assert r.returncode == 2 and "nothing was judged" in r.stderr, (r.returncode, r.stderr)

@@ -96,7 +96,49 @@ def test_transforms_are_deterministic_and_change_the_input():
     ([{"relation": "x", "compare": "same_tool_set", "family": "vibes"}], "family"),
     ([{"relation": "x", "compare": "same_tool_set", "threshold": 0}], "threshold"),
     ([{"relation": "x", "compare": "same_tool_set", "colour": 1}], "unknown key 'colour'"),
+    # NaN made every pair a violation of output_length_within
+    ([{"relation": "x", "compare": "output_length_within", "tolerance": float("nan")}], "finite non-negative"),
 ])
 def test_bad_relation_config(spec, message):
     with pytest.raises(ContractError, match=message):
         parse_relations(spec)
+
+
+def _pairs_lake(lake, n=6, source_version="v1"):
+    """n source trials of v1 and, per relation a and b, a v1 follow-up of each (calling the same
+    tools); ``source_version`` other than v1 makes the sources another version's."""
+    from tests.gate.lakes import write_trials
+
+    trials = [{"scenario": "s", "version": source_version, "outcome": "pass"} for _ in range(n)]
+    trials += [{"scenario": "s", "version": "v1", "outcome": "pass", "follow_up": (rel, i)}
+               for rel in ("a", "b") for i in range(n)]
+    return write_trials(lake, trials)
+
+
+def test_a_retransmitted_follow_up_is_one_pair(tmp_path):
+    """A root span stored twice (a retransmitted batch) is one trial in the trials view; it
+    counted as two pairs, doubling n and narrowing the interval."""
+    import shutil
+
+    lake = _pairs_lake(tmp_path / "lake")
+    for f in list(lake.glob("spans/**/*.parquet")):
+        shutil.copy(f, f.with_name(f.stem + "-retransmitted.parquet"))
+    rels = parse_relations([{"relation": "a", "compare": "same_tool_set"}])
+    with Engine(lake) as eng:
+        assert eng.rows("SELECT count(*) FROM trials")[0][0] == 18
+        pairs = evaluate(eng, rels)
+    assert len(pairs) == 6
+    assert [(v.pairs, v.holds) for v in verdicts(rels, pairs)] == [(6, 6)]
+
+
+def test_a_follow_up_of_another_versions_source_is_a_data_error(tmp_path):
+    """v1's follow-ups of v0's sources: the difference between the versions is not a
+    violation of the relation (it was judged as one)."""
+    lake = _pairs_lake(tmp_path / "lake", source_version="v0")
+    with Engine(lake) as eng, pytest.raises(RelationDataError, match="6 of 6 follow-up trials name source "
+                                            "trials of another version .*of version 'v1'.*of version 'v0'"):
+        evaluate(eng, parse_relations([{"relation": "a", "compare": "same_tool_set"}]))
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("metamorphic:\n  - relation: a\n    compare: same_tool_set\n")
+    r = run_cli("metamorphic", lake, "--config", cfg)
+    assert r.returncode == 4 and "another version" in r.stderr and "Traceback" not in r.stderr
