@@ -477,7 +477,9 @@ class SpanBatch:
         limits = self.limits
         cols = self._span_cols
         promoted: dict[str, Any] = {}
-        attributes = getattr(span, "_attributes", None) or span.attributes
+        attributes = getattr(span, "_attributes", None)
+        if attributes is None:
+            attributes = span.attributes
         dropped = self._attrs_into(self._span_attrs, _sdk_items(attributes), promoted)
         trace_hex = format(tid, "032x")
         span_hex = format(sid, "016x")
