@@ -253,6 +253,17 @@ def _sdk_items(attributes) -> Iterable[tuple[str, Any]]:
     return attributes.items()
 
 
+def _sdk_bounded(span, private: str, public: str, dropped: str) -> tuple[Any, int]:
+    """A ReadableSpan's attributes, events or links and how many the SDK dropped, from its
+    private bounded container when there: the public properties copy it (into a tuple or a
+    mapping proxy), and their dropped counts check its type against an ABC, a microsecond
+    per span on the exporter's hot path."""
+    items = getattr(span, private, None)
+    if items is None:
+        return getattr(span, public), getattr(span, dropped)
+    return items, getattr(items, "dropped", 0)
+
+
 # the SDK's SpanKind is 0-based; OTLP reserves 0 for UNSPECIFIED (a table: enum .value is slow)
 _OTLP_KIND = {k: k.value + 1 for k in SpanKind}
 _STATUS_CODE = {c: c.value for c in StatusCode}
@@ -477,9 +488,7 @@ class SpanBatch:
         limits = self.limits
         cols = self._span_cols
         promoted: dict[str, Any] = {}
-        attributes = getattr(span, "_attributes", None)
-        if attributes is None:
-            attributes = span.attributes
+        attributes, sdk_dropped = _sdk_bounded(span, "_attributes", "attributes", "dropped_attributes")
         dropped = self._attrs_into(self._span_attrs, _sdk_items(attributes), promoted)
         trace_hex = format(tid, "032x")
         span_hex = format(sid, "016x")
@@ -505,13 +514,7 @@ class SpanBatch:
         res.keys.extend(resource.keys)
         res.values.extend(resource.values)
         res.offsets.append(len(res.keys))
-        # the private lists, when there: the public properties copy them into tuples, and
-        # their dropped counts check the list's type against an ABC (a microsecond per span)
-        events = getattr(span, "_events", None)
-        if events is None:
-            events, dropped_events = span.events, span.dropped_events
-        else:
-            dropped_events = getattr(events, "dropped", 0)
+        events, dropped_events = _sdk_bounded(span, "_events", "events", "dropped_events")
         if events:
             events = list(events)
             if len(events) > limits.max_events:
@@ -528,11 +531,7 @@ class SpanBatch:
                 ev["dropped_attributes_count"].append(e_dropped)
                 ev[PARTITION_TIME].append(start)
                 ev_rows.append(row)
-        links = getattr(span, "_links", None)
-        if links is None:
-            links, dropped_links = span.links, span.dropped_links
-        else:
-            dropped_links = getattr(links, "dropped", 0)
+        links, dropped_links = _sdk_bounded(span, "_links", "links", "dropped_links")
         if links:
             links = list(links)
             if len(links) > limits.max_links:
@@ -551,7 +550,7 @@ class SpanBatch:
                 ln["dropped_attributes_count"].append(l_dropped)
                 ln[PARTITION_TIME].append(start)
                 ln_rows.append(row)
-        cols["dropped_attributes_count"].append(min(getattr(attributes, "dropped", 0) + dropped, 2**31 - 1))
+        cols["dropped_attributes_count"].append(min(sdk_dropped + dropped, 2**31 - 1))
         cols["dropped_events_count"].append(min(dropped_events, 2**31 - 1))
         cols["dropped_links_count"].append(min(dropped_links, 2**31 - 1))
         return True
