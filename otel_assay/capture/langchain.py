@@ -60,11 +60,32 @@ def _message_json(msg: Any) -> dict[str, Any]:
         return {"role": "tool", "parts": [{"type": "tool_call_response", "id": getattr(msg, "tool_call_id", None),
                                            "result": result_text(getattr(msg, "content", None))}]}
     m = text_parts(role, getattr(msg, "content", None))
-    calls = getattr(msg, "tool_calls", None) or []
+    calls = _optional(msg, "tool_calls") or []
     if calls:
         m["parts"] = [p for p in m["parts"] if p.get("content")] + [
             tool_call_part(c.get("id"), c.get("name"), c.get("args")) for c in calls]
     return m
+
+
+_DECLARES: dict[tuple[type, str], bool] = {}
+
+
+def _optional(obj: Any, name: str) -> Any:
+    """``getattr(obj, name, None)`` without the miss. On a pydantic model a missing
+    attribute goes through ``__getattr__``, which builds and raises an AttributeError: 3-5 µs
+    for ``tool_calls`` on every human and tool message of the history, on every chat call.
+    Whether the type declares the name (a field, property or class attribute) is asked once
+    per type; an undeclared name can still be a pydantic extra, which is looked up
+    directly."""
+    t = type(obj)
+    declared = _DECLARES.get((t, name))
+    if declared is None:
+        fields = getattr(t, "model_fields", None)
+        declared = _DECLARES[(t, name)] = not isinstance(fields, dict) or name in fields or hasattr(t, name)
+    if declared:
+        return getattr(obj, name, None)
+    extra = getattr(obj, "__pydantic_extra__", None)
+    return extra.get(name) if extra else None
 
 
 _CACHE_MAX = 4096  # cached message / tool-definition JSON strings (entries hold their objects alive)
@@ -155,7 +176,7 @@ class AssayCallbackHandler(_Base):
 
     def _cached_json(self, obj: Any, make) -> str:
         key = id(obj)
-        content, calls = getattr(obj, "content", None), getattr(obj, "tool_calls", None)
+        content, calls = getattr(obj, "content", None), _optional(obj, "tool_calls")
         hit = self._json_cache.get(key)
         if hit is not None and hit[0] is obj and hit[1] is content and hit[2] is calls:
             return hit[3]
