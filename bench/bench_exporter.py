@@ -4,6 +4,11 @@ Measures (a) a bare OTel SDK span with agent-like attributes (no processor), (b)
 span with BatchSpanProcessor + ParquetSpanExporter, end to end until the Parquet files are
 written (force_flush), and (c) a burst of 100,000 spans: produced vs written.
 
+(b) minus (a) is what a user pays; it includes the SDK's BatchSpanProcessor, which any
+exporter needs. So the SDK's processor with an exporter that discards every batch is
+measured too (`bsp_discarding_*`), and the difference from it is the exporter's own cost
+(`exporter_own_cpu_us_per_span`: converting to Arrow, encoding and writing Parquet).
+
 The added cost is given in CPU time of the process (all threads: the exporter works on the
 BatchSpanProcessor's thread, which on an idle second core hides from wall time but is
 still paid) and in wall time. (a) and (b) take turns, best of --repeat each.
@@ -20,7 +25,7 @@ import time
 
 import pyarrow.parquet as pq
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_assay.collect import Lake, ParquetSpanExporter
 
@@ -33,6 +38,11 @@ def spans(tracer, n: int) -> None:
     for i in range(n):
         with tracer.start_as_current_span("execute_tool search_orders", attributes=ATTRS):
             pass
+
+
+class _Discarding(SpanExporter):
+    def export(self, spans):
+        return SpanExportResult.SUCCESS
 
 
 def main() -> None:
@@ -50,28 +60,37 @@ def main() -> None:
 
     results = {}
 
+    def with_bsp(exp) -> tuple[float, float]:
+        tp = TracerProvider()
+        tp.add_span_processor(BatchSpanProcessor(exp, max_queue_size=n * 2, max_export_batch_size=4096,
+                                                 schedule_delay_millis=100))
+        t, c = time.perf_counter(), time.process_time()
+        spans(tp.get_tracer("bench"), n)
+        tp.force_flush()
+        el = (time.perf_counter() - t) / n, (time.process_time() - c) / n
+        tp.shutdown()
+        return el
+
+    def discarding() -> tuple[float, float]:
+        return with_bsp(_Discarding())
+
     def with_exporter() -> tuple[float, float]:
         with tempfile.TemporaryDirectory() as d:
             exp = ParquetSpanExporter(d, max_rows=50_000)
-            tp = TracerProvider()
-            tp.add_span_processor(BatchSpanProcessor(exp, max_queue_size=n * 2, max_export_batch_size=4096,
-                                                     schedule_delay_millis=100))
-            t, c = time.perf_counter(), time.process_time()
-            spans(tp.get_tracer("bench"), n)
-            tp.force_flush()
-            el = (time.perf_counter() - t) / n, (time.process_time() - c) / n
-            tp.shutdown()
+            el = with_bsp(exp)
             written = sum(pq.read_metadata(f).num_rows for f in Lake(d).live_files())
             size = sum(f.stat().st_size for f in Lake(d).live_files())
             results.update(produced=n, received=exp.spans_received, written=written,
                            bytes_per_span=round(size / max(written, 1), 1))
             return el
 
-    runs_b, runs_e = [], []
+    runs_b, runs_d, runs_e = [], [], []
     for _ in range(args.repeat):
         runs_b.append(bare())
+        runs_d.append(discarding())
         runs_e.append(with_exporter())
     b_wall, b_cpu = min(r[0] for r in runs_b), min(r[1] for r in runs_b)
+    d_cpu = min(r[1] for r in runs_d)
     e_wall, e_cpu = min(r[0] for r in runs_e), min(r[1] for r in runs_e)
     print(json.dumps({
         "bench": "inprocess_exporter",
@@ -81,6 +100,8 @@ def main() -> None:
         "added_cpu_us_per_span": round((e_cpu - b_cpu) * 1e6, 2),
         "added_wall_us_per_span": round((e_wall - b_wall) * 1e6, 2),
         "target_added_us": 30,
+        "bsp_discarding_added_cpu_us_per_span": round((d_cpu - b_cpu) * 1e6, 2),
+        "exporter_own_cpu_us_per_span": round((e_cpu - d_cpu) * 1e6, 2),
         "burst_produced": results["produced"],
         "burst_written": results["written"],
         "burst_dropped": results["produced"] - results["written"],
