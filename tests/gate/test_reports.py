@@ -80,12 +80,23 @@ def test_junit_is_valid_against_the_junit_schema(results, which, tmp_path):
     by = {(c.get("classname"), c.get("name")): c for c in cases}
     if which == "blocked":
         assert by[("otel-assay.refund", "fingerprint")].find("failure") is not None
-        assert by[("otel-assay.gate", "decision")].find("failure") is not None
+        assert by[("otel-assay", "decision")].find("failure") is not None
         props = {p.get("name") for p in root.iter("property")}
         assert {"regression.pvalue", "fingerprint.t2", "fingerprint.d_eff"} <= props
     else:
         skipped = by[("otel-assay.s", "regression")].find("skipped")
         assert skipped is not None and "no baseline trial has an outcome" in skipped.get("message")
+
+
+def test_junit_suite_names_are_unique_whatever_the_scenarios_are_called(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    trials = [{"scenario": s, "version": v, "outcome": "pass", "tools": ["lookup"], "index": i}
+              for s in ("gate", "otel-assay") for v in ("v1", "v2") for i in range(20)]
+    r = run_gate(write_trials(tmp_path / "lake", trials), baseline="version=v1", candidate="version=v2")
+    write_junit(r, tmp_path / "junit.xml")
+    names = [s.get("name") for s in ET.parse(tmp_path / "junit.xml").getroot().iter("testsuite")]
+    assert len(names) == len(set(names)) == 3, names
 
 
 def test_junit_schema_rejects_a_malformed_report(tmp_path):
