@@ -229,7 +229,18 @@ def compact(lake_dir, target_mib, grace_seconds):
 
 
 # ---------------------------------------------------------------------------- sql
-@cli.command()
+class _SqlCommand(click.Command):
+    """A query that opens with a ``--`` comment would be taken for an unknown option. No
+    option name holds whitespace, so such an argument is SQL: a newline in front (SQL
+    whitespace) makes click see it as the positional argument it is."""
+
+    def parse_args(self, ctx, args):
+        args = ["\n" + a if a.startswith("--") and any(c.isspace() for c in a.split("=", 1)[0]) else a
+                for a in args]
+        return super().parse_args(ctx, args)
+
+
+@cli.command(cls=_SqlCommand)
 @click.argument("lake")
 @click.argument("query")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,

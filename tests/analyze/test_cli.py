@@ -224,6 +224,8 @@ def test_sql_explain_analyze_cannot_write(capsys, lake):
 @pytest.mark.parametrize("query", [
     "EXPLAIN ANALYZE SELECT count(*) FROM spans", "explain analyze (select 1)", "EXPLAIN (FORMAT json) FROM spans",
     "/* spans per trace */ SELECT count(*) FROM spans", "(SELECT 1) UNION ALL (SELECT 2)",
+    # a leading -- comment is not taken for an unknown option
+    "-- spans per trace\nSELECT count(*) FROM spans", "--count\nSELECT 1",
 ])
 def test_sql_read_only_queries_pass_whatever_comes_first(capsys, lake, query):
     code, _, err = run(capsys, "sql", str(lake), query, "--format", "csv")
