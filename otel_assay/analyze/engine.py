@@ -10,7 +10,6 @@ from __future__ import annotations
 import glob as _glob
 import os
 import re
-import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,9 +17,8 @@ from typing import Any, Sequence
 import duckdb
 import pyarrow as pa
 
-from ..collect.lake import Lake, LakeError, check_lake_file, missing_columns_sql, sql_list
+from ..collect.lake import Lake, LakeError, check_lake_file, duckdb_connect, missing_columns_sql, sql_list
 from ..collect.schema import TABLES
-from ..errors import UsageError
 from .canonical import canonical_json_arrow
 from .labels import LABELS_SCHEMA, label_files
 
@@ -45,19 +43,7 @@ CACHED_VIEWS = ["steps", "trials"]
 STEPS_BYTES_PER_SPAN = 1000
 
 PRICES_ENV = "OTEL_ASSAY_PRICES"
-MEMORY_LIMIT_ENV = "OTEL_ASSAY_MEMORY_LIMIT"
 _DT_DIR_RE = re.compile(r"^dt=\d{4}-\d{2}-\d{2}$")
-
-
-def memory_limit_from_env(default: str | None = None) -> str | None:
-    """DuckDB's memory limit from OTEL_ASSAY_MEMORY_LIMIT (else ``default``; None: DuckDB's
-    own, 80 % of RAM). A value that is not a size is a :class:`UsageError` (exit 3) naming
-    the variable, wherever an engine is opened."""
-    limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip() or default
-    # DuckDB's own spellings of a size; anything else would surface later as a lake error
-    if limit is not None and not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B|B|bytes)?", limit, re.IGNORECASE):
-        raise UsageError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a memory size; set it like 1.5GB, 800MB or 2GiB")
-    return limit
 
 
 def query_files() -> dict[str, str]:
@@ -120,17 +106,13 @@ class Engine:
     def __init__(self, source, *, threads: int | None = None, memory_limit: str | None = None,
                  prices: str | os.PathLike | None = None):
         self.files = resolve_sources(source)
-        self.con = duckdb.connect()
+        self.con = duckdb_connect(memory_limit)
         # every view and command orders explicitly, so DuckDB need not keep scan order (which
-        # costs memory on large lakes); spill to the system temp dir, not the working directory
+        # costs memory on large lakes)
         self.con.execute("SET preserve_insertion_order = false")
         self.con.execute("SET enable_progress_bar = false")  # it would fill CI logs with redraws
-        self.con.execute("SET temp_directory = ?", [os.path.join(tempfile.gettempdir(), f"otel-assay-duckdb-{os.getpid()}")])
         if threads:
             self.con.execute(f"SET threads = {int(threads)}")
-        memory_limit = memory_limit or memory_limit_from_env()
-        if memory_limit:
-            self.con.execute("SET memory_limit = ?", [memory_limit])
         self._check_files()
         for table, schema in TABLES.items():
             self._bind_table(table, schema)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
-from .lake import Lake, sql_list
+from .lake import Lake, duckdb_connect, sql_list
 from .otlp import MalformedOTLP, add_json, add_protobuf, parse_protobuf
 from .schema import DEFAULT_LIMITS, Limits, SpanBatch
 
@@ -254,7 +254,7 @@ def _count_already_in_lake(lake: Lake, written: list[Path]) -> int | None:
     except OSError:  # compacted away meanwhile
         return None
 
-    con = duckdb.connect()
+    con = duckdb_connect()
     try:
         return con.execute(
             f"WITH new AS (SELECT DISTINCT trace_id, span_id FROM read_parquet({sql_list(sorted(mine))})) "

@@ -29,6 +29,7 @@ import datetime
 import json
 import os
 import re
+import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..errors import UsageError
 from .schema import DELTA_COLUMNS, PARTITION_TIME, PLAIN_COLUMNS, SCHEMA_METADATA, TABLES
 
 SORT_KEYS = {
@@ -84,6 +86,35 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+MEMORY_LIMIT_ENV = "OTEL_ASSAY_MEMORY_LIMIT"
+
+
+def memory_limit_from_env(default: str | None = None) -> str | None:
+    """DuckDB's memory limit from OTEL_ASSAY_MEMORY_LIMIT (else ``default``; None: DuckDB's
+    own, 80 % of RAM). A value that is not a size is a :class:`UsageError` (exit 3) naming
+    the variable, wherever a connection is opened."""
+    limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip() or default
+    # DuckDB's own spellings of a size; anything else would surface later as a lake error
+    if limit is not None and not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B|B|bytes)?", limit, re.IGNORECASE):
+        raise UsageError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a memory size; set it like 1.5GB, 800MB or 2GiB")
+    return limit
+
+
+def duckdb_connect(memory_limit: str | None = None):
+    """A DuckDB connection for work over lake files: at most ``memory_limit`` (else
+    OTEL_ASSAY_MEMORY_LIMIT, else DuckDB's own), spilling past it to the system temp
+    directory; an in-memory DuckDB would otherwise spill into ./.tmp of whatever directory
+    the command runs in (a CI checkout)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET temp_directory = ?", [os.path.join(tempfile.gettempdir(), f"otel-assay-duckdb-{os.getpid()}")])
+    memory_limit = memory_limit or memory_limit_from_env()
+    if memory_limit:
+        con.execute("SET memory_limit = ?", [memory_limit])
+    return con
 
 
 def sql_list(paths) -> str:
@@ -490,7 +521,7 @@ class Lake:
         result = CompactResult()
         result.deleted_files += self._finish_records(grace_seconds)
         self._remove_leftovers()
-        con = duckdb.connect()
+        con = duckdb_connect()
         try:
             for table in TABLES:
                 tdir = self.table_dir(table)

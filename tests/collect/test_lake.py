@@ -299,6 +299,27 @@ def test_compacting_a_missing_lake_says_how_to_name_it(tmp_path):
     assert "lake directory traces does not exist" in r.stderr and "--dir" in r.stderr, r.stderr
 
 
+def test_compaction_keeps_to_the_memory_limit_and_spills_to_the_temp_directory(tmp_path, monkeypatch):
+    import tempfile
+    from pathlib import Path
+
+    lake = tmp_path / "lake"
+    for i in range(2):
+        b = SpanBatch()
+        add(b, span_id=f"{i + 1:016x}")
+        Lake(lake).write(b.tables())
+    r = subprocess.run([sys.executable, "-m", "otel_assay", "compact", "--dir", lake, "--grace-seconds", "0"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "OTEL_ASSAY_MEMORY_LIMIT": "lots"})
+    assert r.returncode == 3 and "OTEL_ASSAY_MEMORY_LIMIT='lots'" in r.stderr, r.stderr
+    assert len(Lake(lake).live_files()) == 2
+    monkeypatch.setenv("OTEL_ASSAY_MEMORY_LIMIT", "64MB")
+    temp, limit = lake_module.duckdb_connect().execute(
+        "SELECT current_setting('temp_directory'), current_setting('memory_limit')").fetchone()
+    # DuckDB's default for an in-memory database is ./.tmp: the CI checkout the command runs in
+    assert Path(temp).parent == Path(tempfile.gettempdir()) and limit == "61.0 MiB"
+    assert lake_module.Lake(lake).compact(grace_seconds=0).files_out == 1
+
+
 def test_a_second_compaction_while_one_runs_is_refused(tmp_path, monkeypatch):
     # two compactions that merged the same files each published a merged copy: every row twice
     lake = tmp_path / "lake"
