@@ -12,6 +12,8 @@ import html
 import math
 from pathlib import Path
 
+from .output import feature_shift
+
 BASE, CAND = "#4C78A8", "#E45756"
 VERDICT_COLOR = {"PASS": "#2e7d32", "FAIL": "#c62828", "INCONCLUSIVE": "#b26a00", "SKIPPED": "#777"}
 
@@ -255,7 +257,7 @@ def _checks_table(r) -> str:
         extra = ""
         if c.name == "fingerprint" and c.stats.get("top_features"):
             extra = "<br>moved most: " + ", ".join(
-                f"{_e(f['name'])} ({'±∞' if f['smd'] is None else format(f['smd'], '+.2f')} SD)"
+                f"{_e(f['name'])} ({_e(feature_shift(f, ' SD'))})"
                 for f in c.stats["top_features"])
         rows.append(f"<tr><td>{_e(c.name)}</td><td>{_verdict(c.verdict, c.gating)}</td><td>{_e(c.reason)}{extra}"
                     f"<br><span class='muted'>{stats}</span></td></tr>")

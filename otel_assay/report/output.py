@@ -25,6 +25,18 @@ def printable(text: str) -> str:
     return text.translate(_CONTROL)
 
 
+def feature_shift(f: dict[str, Any], unit: str = "") -> str:
+    """How far a fingerprint feature moved: in standard deviations, or, where there is no
+    spread to measure against (``smd`` null: a feature constant within an arm), from its
+    baseline mean to its candidate mean, which says the direction an infinity would not."""
+    if f.get("smd") is not None:
+        return format(f["smd"], "+.2f") + unit
+    b, c = f.get("baseline_mean"), f.get("candidate_mean")
+    if isinstance(b, (int, float)) and isinstance(c, (int, float)) and math.isfinite(b) and math.isfinite(c):
+        return f"{b:.3g}→{c:.3g}"
+    return "±inf"
+
+
 def _cell(value: Any) -> Any:
     """A value as plain JSON data: bytes become hex, NaN and ±infinity become null (JSON
     has no spelling for them: Python's Infinity is not JSON, and parsers reject it), and

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .output import printable
+from .output import feature_shift, printable
 
 STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "SKIPPED": "dim",
          "deploy": "bold green", "block": "bold red", "manual": "bold yellow"}
@@ -66,7 +66,7 @@ def _detail(check) -> list[str]:
                  f"{s['method']}"]
         if s.get("min_detectable_shift") is not None:
             lines[-1] += f", min shift {s['min_detectable_shift']:.2f} SD"
-        moved = [f"{f['name']} {'±inf' if f['smd'] is None else format(f['smd'], '+.2f')}"
+        moved = [f"{f['name']} {feature_shift(f)}"
                  for f in s.get("top_features", [])[:3] if f["smd"] != 0]
         if moved:
             lines.append("moved: " + ", ".join(moved))

@@ -154,6 +154,23 @@ def test_terminal_report_says_why_overall_coverage_is_zero(results):
     assert "geometric mean of the dimensions: 0 because boundary coverage is 0" in " ".join(out.getvalue().split())
 
 
+def test_a_feature_constant_within_each_arm_shows_where_it_moved(results, tmp_path):
+    import io
+
+    from otel_assay.report.terminal import render
+
+    # every v1 trial calls lookup, no v2 trial does: no spread to measure the shift in
+    r = results["blocked"]
+    top = {f["name"]: f for c in r.scenarios[0].checks if c.name == "fingerprint" for f in c.stats["top_features"]}
+    assert top["tool:lookup"]["smd"] is None
+    out = io.StringIO()
+    render(r, out)
+    text = " ".join(out.getvalue().split())
+    assert "tool:lookup 0.333→0" in text and "±inf" not in text
+    write_html(r, tmp_path / "r.html")
+    assert "tool:lookup (0.333→0)" in (tmp_path / "r.html").read_text()
+
+
 def test_emitting_into_a_lake_that_cannot_be_written_is_an_emit_error(results, tmp_path, monkeypatch):
     # as root a read-only directory is still writable, so the lake's own check is made to fail
     from otel_assay.collect.lake import Lake, LakeError
