@@ -424,9 +424,10 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
                 k0, n0 = base[sc.name]
                 p_a = min(max(k0 / n0, 0.02), 0.98)
                 tests = []
-                if p_a - delta > 0:
+                # a move of exactly delta (down to 0, up to 1) is still a move the SPRT must look for
+                if p_a - delta > -1e-9:
                     tests.append(("lower", SPRT(p_a, min(delta, p_a - 0.005), alpha / 2, beta), False))
-                if 1 - p_a - delta > 0:
+                if 1 - p_a - delta > -1e-9:
                     tests.append(("upper", SPRT(1 - p_a, min(delta, 1 - p_a - 0.005), alpha / 2, beta), True))
                 outs: list[bool] = []
                 start = idx = first_index.get((f"{version}+{m.id}", sc.name), 0)
@@ -445,7 +446,9 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
                         decided = ("killed", f"SPRT: pass rate moved {'down' if side == 'lower' else 'up'} by "
                                    f">= {delta} after {len(outs)} trials")
                         break
-                    if all(s.decision == "PASS" for s in states):
+                    # no SPRT at all (a delta no move can reach) is no evidence of equivalence:
+                    # the fixed-sample comparison at n_max decides
+                    if states and all(s.decision == "PASS" for s in states):
                         decided = ("equivalent", f"SPRT: within {delta} of the original after {len(outs)} trials")
                         break
                 total += len(outs)

@@ -34,6 +34,7 @@ import concurrent.futures
 import contextvars
 import inspect
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -312,6 +313,29 @@ def query_trials(lake: str, sql: str, params: list, why: str = "") -> list[tuple
         eng.close()
 
 
+def check_baseline(lake: str, baseline: str) -> None:
+    """A baseline the gate at the end could not use fails before any trial is paid for: a
+    malformed selector is a usage error, one that matches no trial already in the lake a
+    data error (the baseline's trials must be there before the candidate runs)."""
+    from ..analyze.select import Selection, SelectorError
+    from ..gate import _open, _select
+
+    try:
+        Selection.parse([baseline])
+    except SelectorError as e:
+        raise UsageError(f"baseline {baseline!r}: {e}") from None
+    spans_dir = os.path.join(lake, "spans")
+    if not os.path.isdir(spans_dir) or not any(f.endswith(".parquet") for _, _, fs in os.walk(spans_dir) for f in fs):
+        raise DataError(f"baseline {baseline}: the lake {lake} has no trials yet, so there is nothing to compare "
+                        "with; run the baseline version into this lake first")
+    eng = _open(lake)
+    try:
+        eng.materialize(["steps", "trials"])
+        _select(eng, baseline, "baseline_trials", lake)
+    finally:
+        eng.close()
+
+
 def existing_trials(lake: str, version: str, scenarios: list[str]) -> dict[str, list[tuple[int, bool | None, bool]]]:
     """Trials already in the lake for ``version``: scenario -> [(index, passed, counted)] in
     index order, one entry per index (a counted attempt wins over excluded ones)."""
@@ -541,6 +565,8 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
 
     if _runtime.disabled():
         raise UsageError("capture is disabled (OTEL_ASSAY_DISABLED): trials would not reach the lake")
+    if baseline:
+        check_baseline(lake, baseline)
     use_lake_or_refuse(lake)
     prior = existing_trials(lake, version, [s.name for s in selected])
     states = []

@@ -483,9 +483,12 @@ def parse_scenarios(doc: Any, source: str = "<scenarios>") -> Suite:
         ev = make_evaluator(s.get("evaluator"), props, where)
         scenarios.append(Scenario(name, s["input"], props, ev, parse_config(s.get("config"), where, config)))
     agent = doc.get("agent")
+    baseline = doc.get("baseline")
+    if baseline is not None and (not isinstance(baseline, str) or not baseline.strip()):
+        raise UsageError(f"{source}: baseline must be a selector string such as 'version=v1', got {baseline!r}")
     return Suite(str(doc.get("name") or os.path.splitext(os.path.basename(source))[0]), scenarios, config,
                  agent=str(agent) if agent and ":" in str(agent) else None, source=source,
-                 baseline=doc.get("baseline"))
+                 baseline=baseline)
 
 
 def load_scenarios(path: str | os.PathLike) -> Suite:

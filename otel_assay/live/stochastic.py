@@ -57,12 +57,27 @@ def stochastic(trials: int = 50, threshold: float = 0.85, alpha: float = 0.05, b
     to the test's name."""
     from .scenarios import parse_config
 
+    # timeout, retries and concurrency are checked like a scenario file's: a bad one used to
+    # reach the trials (a negative or non-numeric timeout failed every trial, so a sound agent
+    # FAILed; a negative concurrency raised from asyncio)
     cfg = parse_config({"trials": trials, "threshold": threshold, "alpha": alpha, "beta": beta, "delta": delta,
-                        "method": method}, "@stochastic")
+                        "method": method, "timeout": timeout, "retries": retries, "concurrency": concurrency},
+                       "@stochastic")
     if cfg.method == "adaptive":
         raise UsageError("@stochastic: method must be fixed or sprt")
+    if scenario is not None and (not isinstance(scenario, str) or not scenario):
+        raise UsageError(f"@stochastic: scenario must be a non-empty string, got {scenario!r}")
+    if baseline is not None:
+        from ..analyze.select import Selection, SelectorError
+
+        if not isinstance(baseline, str) or not baseline.strip():
+            raise UsageError(f"@stochastic: baseline must be a selector string such as 'version=v1', got {baseline!r}")
+        try:
+            Selection.parse([baseline])
+        except SelectorError as e:
+            raise UsageError(f"@stochastic: baseline {baseline!r}: {e}") from None
     spec = StochasticSpec(cfg.trials, cfg.threshold, cfg.alpha, cfg.beta, cfg.delta, cfg.method, baseline,
-                          scenario, timeout, retries, concurrency)
+                          scenario, cfg.timeout, cfg.retries, cfg.concurrency)
 
     def mark(fn):
         setattr(fn, ATTR, spec)
@@ -87,11 +102,12 @@ class StochasticResult:
     properties: dict[str, Any] = field(default_factory=dict)
     raised: int = 0                   # counted trials whose body raised
     first_error: str | None = None    # "Type: message" of the first of them
+    confidence: float = 0.95          # level of [ci_low, ci_high]: 1 - alpha
 
     def message(self) -> str:
         rate = f"{self.successes}/{self.n}"
         ci = f"[{self.ci_low:.3f}, {self.ci_high:.3f}]" if self.ci_low is not None else "n/a"
-        head = f"{self.verdict}: {self.scenario} passed {rate} trials, 95% interval {ci}"
+        head = f"{self.verdict}: {self.scenario} passed {rate} trials, {self.confidence:.0%} interval {ci}"
         if self.verdict == "FAIL":
             head += f"; p = {self.pvalue:.3g}, effect size h = {self.effect_h:+.3f} (difference {self.difference:+.3f})"
         if self.regression is not None:
@@ -164,7 +180,8 @@ def run_stochastic(body: Callable[[], Any], spec: StochasticSpec, *, scenario: s
     p_hat = s.successes / s.n
     res = StochasticResult(s.decision if s.decision != "CONTINUE" else "INCONCLUSIVE", scenario, s.n, s.successes,
                            s.ci_low, s.ci_high, run=run, raised=sum(r.counted for r in raised),
-                           first_error=next((r.reason for r in raised if r.counted), None))
+                           first_error=next((r.reason for r in raised if r.counted), None),
+                           confidence=1.0 - spec.alpha)
     res.pvalue = float(binom.cdf(s.successes, s.n, spec.threshold))  # H0: p >= threshold
     res.effect_h = 2 * math.asin(math.sqrt(p_hat)) - 2 * math.asin(math.sqrt(spec.threshold))
     res.difference = p_hat - spec.threshold

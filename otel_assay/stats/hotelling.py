@@ -127,12 +127,18 @@ def hotelling_t2(
     if not isinstance(seed, (int, np.integer, np.random.Generator)) or isinstance(seed, bool):
         raise ValueError(f"seed must be an int or a numpy Generator, got {seed!r}")
 
+    # Every feature is divided by its largest magnitude first: the test is invariant to the
+    # scale of each feature, and squares of values beyond ~1e154 (a corrupt cost or token
+    # count) would overflow to inf and crash it. Constancy is still judged in the data's units.
+    col_scale = np.max(np.abs(np.vstack([xb, xc])), axis=0)
+    col_scale[col_scale == 0.0] = 1.0
+    xb, xc = xb / col_scale, xc / col_scale
     x = np.vstack([xb, xc])
     mean = x.mean(axis=0)
     sd = x.std(axis=0, ddof=1) if n > 1 else np.zeros(d)
-    constant = sd <= 1e-12 * np.maximum(1.0, np.abs(mean))
+    constant = sd <= 1e-12 * np.maximum(1.0 / col_scale, np.abs(mean))
     dropped = tuple(name for name, drop in zip(names, constant) if drop)
-    top = _top_features(xb, xc, names, top_k)
+    top = _top_features(xb, xc, names, top_k, col_scale)
     common = dict(n_features=d, dropped_features=dropped, n_baseline=n_b, n_candidate=n_c,
                   top_features=top, alpha=alpha)
 
@@ -178,6 +184,12 @@ def hotelling_t2(
 
     df2 = n - d_eff - 1
     use_perm = method == "permutation" or (method == "auto" and (n < _AUTO_PERMUTATION_BELOW or shrink > 0.0))
+    if use_perm and comb(n, n_b, exact=True) > n_permutations + 1 and 1.0 / (n_permutations + 1) >= alpha:
+        # random relabellings give p >= 1 / (B + 1): a PASS would claim what the test cannot see
+        return _degenerate(Verdict.INCONCLUSIVE,
+                           f"{n_permutations} random permutations cannot give p < alpha={alpha} (the smallest "
+                           f"p-value is 1/{n_permutations + 1}); use more permutations", 1.0 / (n_permutations + 1),
+                           **common)
     if method == "F" and df2 < 1:
         raise ValueError(f"the F approximation needs n_b + n_c > d_eff + 1 (n={n}, d_eff={d_eff}); "
                          "use method='permutation'")
@@ -222,7 +234,8 @@ def _feature_names(feature_names, d: int) -> tuple[str, ...]:
     return names
 
 
-def _top_features(xb, xc, names, top_k) -> tuple[FeatureShift, ...]:
+def _top_features(xb, xc, names, top_k, col_scale) -> tuple[FeatureShift, ...]:
+    """From the rescaled arms (the SMD is scale-free; the means are reported in data units)."""
     n_b, n_c = len(xb), len(xc)
     mb, mc = xb.mean(axis=0), xc.mean(axis=0)
     ss = ((xb - mb) ** 2).sum(axis=0) + ((xc - mc) ** 2).sum(axis=0)
@@ -232,7 +245,8 @@ def _top_features(xb, xc, names, top_k) -> tuple[FeatureShift, ...]:
         smd = np.where(pooled > 0, diff / np.where(pooled > 0, pooled, 1.0),
                        np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
     order = np.argsort(-np.abs(smd), kind="stable")[:top_k]
-    return tuple(FeatureShift(names[i], float(smd[i]), float(mb[i]), float(mc[i])) for i in order)
+    return tuple(FeatureShift(names[i], float(smd[i]), float(mb[i] * col_scale[i]), float(mc[i] * col_scale[i]))
+                 for i in order)
 
 
 def _ledoit_wolf(x: np.ndarray) -> float:

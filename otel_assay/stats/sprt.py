@@ -256,18 +256,25 @@ def sprt_expected_n(theta: float, delta: float, alpha: float = 0.05, beta: float
     p = check_open_unit("p", p)
     s, f, a, b = d.step_pass, d.step_fail, d.lower, d.upper
     drift = p * s + (1.0 - p) * f
-    if abs(drift) < 1e-12:
-        # zero drift: Wald's limit E[N] = -a b / E[lambda^2]
-        return -a * b / (p * s * s + (1.0 - p) * f * f)
-    # OC function: h != 0 solves p e^{h s} + (1 - p) e^{h f} = 1, L = (e^{h b} - 1)/(e^{h b} - e^{h a})
-    g = lambda h: p * math.exp(h * s) + (1.0 - p) * math.exp(h * f) - 1.0  # noqa: E731
-    # the non-zero root has the sign opposite to the drift
-    lo, hi = (1e-9, 1.0) if drift < 0 else (-1.0, -1e-9)
-    while g(lo) * g(hi) > 0:
-        lo, hi = (lo, hi * 2.0) if drift < 0 else (lo * 2.0, hi)
-    h = bracketed_root(g, lo, hi, xtol=1e-14, rtol=1e-14)
-    ea, eb = math.exp(h * a), math.exp(h * b)
-    oc = (eb - 1.0) / (eb - ea)
+    second = p * s * s + (1.0 - p) * f * f
+    # OC function: h != 0 solves p e^{h s} + (1 - p) e^{h f} = 1, L = (e^{h b} - 1)/(e^{h b} - e^{h a}).
+    # Near zero drift h ~ -2 drift / E[lambda^2] -> 0 and both the OC ratio and the numerator
+    # below cancel catastrophically (p within 1e-6 of the zero-drift rate gave negative E[N]),
+    # so there Wald's zero-drift limit E[N] = -a b / E[lambda^2] is used: it is exact to a
+    # relative O(|h| (b - a)) < 1e-6. Elsewhere expm1 keeps g and L accurate for small h.
+    h_guess = -2.0 * drift / second
+    if abs(h_guess) * (b - a) < 1e-6:
+        return -a * b / second
+    g = lambda h: p * math.expm1(h * s) + (1.0 - p) * math.expm1(h * f)  # noqa: E731
+    # g is convex with g(0) = 0 and g'(0) = drift: negative between 0 and the root, positive beyond
+    near, far = 1e-3 * h_guess, 2.0 * h_guess
+    while g(near) >= 0.0:
+        near *= 0.5
+    while g(far) <= 0.0:
+        far *= 2.0
+    h = bracketed_root(g, min(near, far), max(near, far), xtol=1e-300, rtol=1e-15)
+    ea, eb = math.expm1(h * a), math.expm1(h * b)
+    oc = eb / (eb - ea)
     return (oc * a + (1.0 - oc) * b) / drift
 
 

@@ -97,3 +97,21 @@ def test_a_second_run_on_the_same_lake_continues_the_trial_indices(tmp_path):
                               "GROUP BY ALL HAVING count(*) > 1)").fetchall()
         n = eng.con.execute("SELECT count(*) FROM trials WHERE version = 'mutation'").fetchall()
     assert dup == [(0,)] and n[0][0] >= 2 * 10
+
+
+@pytest.mark.parametrize("delta", [0.5, 0.6])
+def test_a_delta_the_sprt_cannot_test_does_not_make_every_mutant_equivalent(tmp_path, delta):
+    # an unknown model routes with p = 0.5; removing the router drops it to 0. With delta = 0.5
+    # the drop is exactly delta, and with 0.6 no SPRT can be set up at all: both used to call
+    # every mutant "equivalent" after one trial (all() of no SPRT states is True)
+    from dataclasses import replace
+
+    cfg = replace(CONFIG, model="some-other-model")
+    assert pass_probability(cfg) == 0.5
+    rep = run_mutation(SUITE, make_agent, cfg, lake=str(tmp_path / "l"), operators=["tool_remove"],
+                       original_trials=100, n_max=60, delta=delta)
+    (removed,) = [r for r in rep.results if r.mutant.operator == "tool_remove"]
+    assert removed.status != "equivalent", removed.reason
+    assert removed.trials > 1
+    if delta == 0.5:
+        assert removed.status == "killed", removed.reason

@@ -220,6 +220,42 @@ def test_cli_run_and_gate(tmp_path):
     assert r.exit_code == 1, r.output
 
 
+@pytest.mark.parametrize("baseline,code,needle", [
+    ("foo", 3, "is not key=value"),
+    ("version=v1,bogus=1", 3, "unknown selector key 'bogus'"),
+    ("version=v0", 4, "no trials match version=v0"),
+])
+def test_a_baseline_the_gate_cannot_use_is_refused_before_any_trial(tmp_path, baseline, code, needle):
+    # the gate at the end used to find out only after every trial had run (and been paid for)
+    f = tmp_path / "s.yaml"
+    f.write_text("scenarios:\n  - {name: billing, input: x, properties: {expected: billing}, evaluator: {type: contains}}\n")
+    lake = str(tmp_path / "lake")
+    args = ["run", str(f), "--agent", "tests.live.agents:good", "--dir", lake, "-q"]
+    assert CliRunner().invoke(cli(), args + ["--version", "v1"]).exit_code == 0
+    r = CliRunner().invoke(cli(), args + ["--version", "v2", "--baseline", baseline])
+    assert r.exit_code == code, r.output
+    assert needle in r.output and "Traceback" not in r.output
+    with Engine(lake) as eng:
+        assert eng.con.execute("SELECT count(*) FROM trials WHERE version = 'v2'").fetchall() == [(0,)]
+    r = CliRunner().invoke(cli(), args + ["--version", "v2", "--baseline", "version=v1"])
+    assert r.exit_code in (0, 1, 2), r.output
+    r = CliRunner().invoke(cli(), ["run", str(f), "--agent", "tests.live.agents:good", "--dir",
+                                   str(tmp_path / "empty"), "-q", "--version", "v2", "--baseline", "version=v1"])
+    assert r.exit_code == 4 and "has no trials yet" in r.output, r.output
+
+
+@pytest.mark.parametrize("value", ["5", "{version: v1}", "[version=v1]", "''"])
+def test_a_baseline_in_the_file_must_be_a_selector_string(tmp_path, value):
+    f = tmp_path / "s.yaml"
+    f.write_text(f"baseline: {value}\nscenarios:\n  - {{name: a, input: x, evaluator: {{type: contains}}, "
+                 "properties: {expected: x}}\n")
+    r = CliRunner().invoke(cli(), ["run", str(f), "--agent", "tests.live.agents:good", "--version", "v",
+                                   "--dir", str(tmp_path / "l")])
+    assert r.exit_code == 3, r.output
+    assert "baseline must be a selector string" in r.output
+    assert not (tmp_path / "l").exists()
+
+
 @pytest.mark.parametrize("text,agent,needle", [
     ("scenarios: [\n - {input: x", "tests.live.agents:good", "not valid YAML"),
     ("scenarios:\n  - {name: a, input: x, evaluator: fuzzy}\n", "tests.live.agents:good", "unknown evaluator 'fuzzy'"),
@@ -295,6 +331,23 @@ def test_stochastic_decorator_validates():
         stochastic(method="bayes")
     with pytest.raises(UsageError, match="threshold - delta"):
         stochastic(threshold=0.1, delta=0.2)
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"timeout": -1}, "timeout must be > 0"), ({"timeout": "x"}, "timeout"), ({"timeout": math.nan}, "timeout"),
+    ({"retries": -1}, "retries"), ({"retries": 1.5}, "retries"), ({"concurrency": 0}, "concurrency"),
+    ({"concurrency": -2}, "concurrency"), ({"baseline": 5}, "baseline must be a selector string"),
+    ({"baseline": "v1"}, "is not key=value"), ({"scenario": 5}, "scenario must be a non-empty string"),
+])
+def test_stochastic_decorator_validates_the_run_options(kwargs, needle):
+    # these went unchecked into the trials: timeout=-1 or "x" made a sound agent FAIL 0/20
+    from otel_assay.live.stochastic import stochastic
+    with pytest.raises(UsageError, match=needle):
+        stochastic(trials=20, method="fixed", **kwargs)
+    spec = stochastic(timeout=2.5, retries=0, concurrency=3, baseline="version=v1")(lambda: True)
+    from otel_assay.live.stochastic import ATTR
+    s = getattr(spec, ATTR)
+    assert (s.timeout, s.retries, s.concurrency, s.baseline) == (2.5, 0, 3, "version=v1")
 
 
 def test_dollar_budget_prices_llm_calls(tmp_path):
@@ -399,3 +452,18 @@ def test_a_run_whose_trials_all_time_out_stops_early_with_a_hint(tmp_path, monke
     assert r.exit_code == 2, r.output
     assert "timeouts" in r.output and "raise --timeout" in r.output
     assert len(lake_trials(str(tmp_path / "lake"), "v1")) < 20  # stopped, not 3 * n_max attempts
+
+
+@pytest.mark.parametrize("alpha,label", [(0.1, "90% interval"), (0.05, "95% interval"), (0.01, "99% interval")])
+def test_stochastic_message_names_the_level_of_its_interval(tmp_path, alpha, label):
+    # the interval is at 1 - alpha; the message called it "95%" whatever alpha was
+    from otel_assay.live.stochastic import StochasticSpec, run_stochastic
+    from otel_assay.stats import wilson_interval
+
+    agent = Router(0.99, seed=1)
+    spec = StochasticSpec(trials=30, threshold=0.5, alpha=alpha, method="fixed")
+    res = run_stochastic(lambda: agent("My payment failed") == "billing", spec, scenario="billing", version="v",
+                         lake=str(tmp_path / "lake"))
+    ci = wilson_interval(res.successes, res.n, alpha)
+    assert (res.ci_low, res.ci_high) == (ci.low, ci.high)
+    assert f"{label} [{ci.low:.3f}, {ci.high:.3f}]" in res.message()

@@ -155,6 +155,38 @@ def test_bad_options(kwargs, name):
         hotelling_t2(np.ones((3, 2)), np.ones((3, 3)))
 
 
+@pytest.mark.parametrize("scale", [1e3, 1e160, 1e300])
+def test_a_feature_on_any_scale_gives_the_same_test(scale):
+    # T² is invariant to each feature's scale; squares of values beyond ~1e154 used to
+    # overflow and crash the test with ZeroDivisionError (d_eff = 0)
+    rng = np.random.default_rng(11)
+    xb, xc = rng.normal(size=(20, 3)), rng.normal(size=(25, 3)) + [0.0, 1.5, 0.0]
+    ref = hotelling_t2(xb, xc, seed=3)
+    k = np.array([1.0, scale, 1.0])
+    r = hotelling_t2(xb * k, xc * k, seed=3)
+    assert r.d_eff == ref.d_eff == 3 and r.dropped_features == ()
+    assert r.statistic == pytest.approx(ref.statistic, rel=1e-9) and r.pvalue == ref.pvalue
+    assert r.verdict == ref.verdict == Verdict.FAIL
+    top = {f.name: f for f in r.top_features}
+    assert top["feature_1"].smd == pytest.approx({f.name: f for f in ref.top_features}["feature_1"].smd, rel=1e-9)
+    assert top["feature_1"].candidate_mean == pytest.approx(xc[:, 1].mean() * scale, rel=1e-9)
+    # constancy is still judged in the data's units: rounding-level spread around 0 is constant
+    tiny = np.c_[rng.normal(size=(45, 1)), np.r_[np.zeros(44), 1e-16][:, None]]
+    assert hotelling_t2(tiny[:20], tiny[20:]).dropped_features == ("feature_1",)
+
+
+@pytest.mark.parametrize("b,alpha", [(19, 0.05), (99, 0.01), (9, 0.1)])
+def test_too_few_random_permutations_for_alpha_is_inconclusive_not_pass(b, alpha):
+    # (1 + hits) / (B + 1) >= 1 / (B + 1) >= alpha: no data could FAIL, so PASS ("no shift")
+    # would be vacuous; a shift of 3 SD on 30 + 30 trials used to PASS
+    rng = np.random.default_rng(5)
+    xb, xc = rng.normal(size=(30, 2)), rng.normal(size=(30, 2)) + 3.0
+    r = hotelling_t2(xb, xc, n_permutations=b, alpha=alpha)
+    assert r.verdict == Verdict.INCONCLUSIVE and "permutations" in r.reason
+    assert hotelling_t2(xb, xc, n_permutations=b + 1, alpha=alpha).verdict == Verdict.FAIL
+    assert hotelling_t2(xb, xc, n_permutations=b, alpha=alpha, method="F").verdict == Verdict.FAIL
+
+
 def test_top_features_name_the_moved_tool():
     rng = np.random.default_rng(6)
     r = hotelling_t2(simulate_fingerprints(rng, 200), simulate_fingerprints(rng, 200, 0.35), feature_names=FEATURES)

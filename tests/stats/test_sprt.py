@@ -59,6 +59,21 @@ def test_eq9_closed_form_and_zero_drift():
     assert sprt_expected_n(th, de, a, b, p=p0 + 1e-6) == pytest.approx(mid, rel=1e-3)
 
 
+@pytest.mark.parametrize("theta,delta,alpha,beta", [(0.9, 0.1, 0.05, 0.1), (0.8, 0.15, 0.05, 0.2),
+                                                    (0.5, 0.3, 0.01, 0.01)])
+def test_wald_expected_n_is_smooth_at_every_distance_from_zero_drift(theta, delta, alpha, beta):
+    # within ~1e-6 of the zero-drift rate the OC formula cancels catastrophically: p0 + 1e-8
+    # gave E[N] = -3.5 (and p0 + 1e-11 gave -3518) where the answer is 79.7
+    s, f = math.log((theta - delta) / theta), math.log((1 - theta + delta) / (1 - theta))
+    p0 = f / (f - s)
+    mid = sprt_expected_n(theta, delta, alpha, beta, p=p0)
+    assert mid > 0
+    for eps in np.r_[np.logspace(-14, -3, 45), -np.logspace(-14, -3, 45)]:
+        got = sprt_expected_n(theta, delta, alpha, beta, p=p0 + eps)
+        # E[N] is smooth in p: |dE/dp| / E is about 6 here, so a 1e-3 step moves it <= 1 %
+        assert got == pytest.approx(mid, rel=20 * abs(eps) + 1e-9), eps
+
+
 @pytest.mark.parametrize("theta,delta,alpha,beta", [(0.9, 0.1, 0.05, 0.1), (0.8, 0.1, 0.05, 0.2), (0.95, 0.05, 0.1, 0.1)])
 def test_exact_error_rates_within_wald_bounds(theta, delta, alpha, beta):
     h0 = sprt_operating_characteristics(theta, delta, alpha, beta, p=theta)
