@@ -599,6 +599,14 @@ def _default_selectors(eng, baseline, candidate, separate_baseline: bool) -> tup
     """With no selectors: the two versions of the lake, oldest first, are baseline and candidate."""
     if separate_baseline or (baseline and candidate):
         return baseline, candidate
+    from .analyze.select import Selection, SelectorError
+
+    for given in (baseline, candidate):
+        if given:  # a wrong key or shape in the one given is the thing to say
+            try:
+                Selection.parse([given])
+            except SelectorError as e:
+                raise UsageError(str(e)) from None
     versions = _versions(eng)
     names = [v for v, _ in versions if v is not None]
     listing = ", ".join(f"{v} ({n} trials)" for v, n in versions) or "none"

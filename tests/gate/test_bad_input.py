@@ -54,6 +54,8 @@ def test_too_little_memory_is_a_data_error_not_a_block(small_lake):
 
 def test_unknown_selector_key(small_lake):
     _check(cli("gate", small_lake, "--baseline", "versio=v1", "--candidate", "version=v2"), 3, "versio")
+    # given alone, the selector is still what is wrong (not the missing other side)
+    _check(cli("gate", small_lake, "--baseline", "versio=v1"), 3, "unknown selector key 'versio'")
 
 
 def test_malformed_yaml_names_the_line(small_lake, tmp_path):
