@@ -545,7 +545,10 @@ def register_mutate(cli) -> None:
         suite = load_scenarios(scenarios_file)
         factory = import_object(factory_spec, "--factory")
         cfg = AgentConfig.load(config_path)
-        ops = [o.strip() for o in operators.split(",") if o.strip()] if operators else None
+        ops = [o.strip() for o in operators.split(",") if o.strip()] if operators is not None else None
+        if ops == []:  # `--operators ,` or "": not "all of them" by accident
+            raise UsageError(f"--operators {operators!r} names no operator; give one or more of "
+                             f"{', '.join(OPERATORS)}, or leave the option out for all")
         rep = run_mutation(suite, factory, cfg, lake=lake_dir, version=version, operators=ops, seed=seed,
                            per_operator=per_operator, original_trials=original_trials, n_max=n_max, delta=delta,
                            alpha=alpha)

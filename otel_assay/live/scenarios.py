@@ -483,11 +483,13 @@ def parse_scenarios(doc: Any, source: str = "<scenarios>") -> Suite:
         ev = make_evaluator(s.get("evaluator"), props, where)
         scenarios.append(Scenario(name, s["input"], props, ev, parse_config(s.get("config"), where, config)))
     agent = doc.get("agent")
+    if agent is not None and (not isinstance(agent, str) or ":" not in agent):
+        raise UsageError(f"{source}: agent must be module:callable, e.g. myapp.agent:run, got {agent!r}")
     baseline = doc.get("baseline")
     if baseline is not None and (not isinstance(baseline, str) or not baseline.strip()):
         raise UsageError(f"{source}: baseline must be a selector string such as 'version=v1', got {baseline!r}")
     return Suite(str(doc.get("name") or os.path.splitext(os.path.basename(source))[0]), scenarios, config,
-                 agent=str(agent) if agent and ":" in str(agent) else None, source=source,
+                 agent=agent or None, source=source,
                  baseline=baseline)
 
 

@@ -83,6 +83,11 @@ def test_mutate_cli(tmp_path):
                                   "--config", str(cfg), "--dir", str(tmp_path / "l2")])
     assert r.exit_code == 3, r.output
     assert "the factory raised AttributeError" in r.output and "AgentConfig" in r.output
+    # an --operators list that names nothing is not "every operator"
+    r = CliRunner().invoke(root, ["mutate", str(sc), "--factory", "tests.live.mutation_agents:make_agent",
+                                  "--config", str(cfg), "--dir", str(tmp_path / "l3"), "--operators", ","])
+    assert r.exit_code == 3 and "names no operator" in r.output, r.output
+    assert not (tmp_path / "l3").exists()
 
 
 def test_a_second_run_on_the_same_lake_continues_the_trial_indices(tmp_path):

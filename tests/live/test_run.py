@@ -265,6 +265,8 @@ def test_a_baseline_in_the_file_must_be_a_selector_string(tmp_path, value):
     ("config: {method: bayes}\nscenarios:\n  - {name: a, input: x}\n", "tests.live.agents:good", "method 'bayes'"),
     ("scenarios:\n  - {name: a, input: x}\n", "tests.live.nowhere:agent", "--agent 'tests.live.nowhere:agent'"),
     ("scenarios:\n  - {name: a, input: x}\n", "tests.live.agents:missing", "has no attribute missing"),
+    ("agent: myapp.agents\nscenarios:\n  - {name: a, input: x}\n", "tests.live.agents:good",
+     "agent must be module:callable"),
     ("scenarios:\n  - {name: a, input: x, evaluator: 'tests.live.agents:nope'}\n", "tests.live.agents:good",
      "evaluator 'tests.live.agents:nope'"),
 ])
