@@ -402,12 +402,15 @@ def _add_json_lines(docs: Iterator, *, batch_ref, flush, report: FileReport, for
                 report.errors.append(f"line {lineno}: {item.why}")
             continue
         good += 1
-        _note_foreign(item, foreign)
-        try:
-            report.spans_seen += add_json(item, batch_ref())
-        except MalformedOTLP as e:
-            if len(report.errors) < 100:
-                report.errors.append(f"line {lineno}: {e}")
+        # a list of documents, as a whole file may be: on one line (json.dumps without
+        # indent) it reads as JSON Lines, and was refused while the indented file imported
+        for doc in item if isinstance(item, list) else [item]:
+            _note_foreign(doc, foreign)
+            try:
+                report.spans_seen += add_json(doc, batch_ref())
+            except MalformedOTLP as e:
+                if len(report.errors) < 100:
+                    report.errors.append(f"line {lineno}: {e}")
         if len(batch_ref()) >= CHUNK_SPANS:
             flush()
     return good

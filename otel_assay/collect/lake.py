@@ -568,11 +568,15 @@ class Lake:
         schema = TABLES[table]
         cols = ", ".join(f'"{c}"' for c in schema.names)
         # Duplicates come from retransmitted OTLP batches and re-imports: the same span
-        # (trace_id, span_id) or the same event on the same span at the same time.
+        # (trace_id, span_id), or a copy of its event or link, which is equal in every column.
+        # Not fewer columns: events of one span that share a name and a time (n choices
+        # stamped at once, events without a time) differ only in their attributes, and were
+        # merged into one and counted as duplicates.
         distinct = {
             "spans": "trace_id, span_id",
-            "span_events": "trace_id, span_id, time_unix_nano, name",
-            "span_links": "trace_id, span_id, linked_trace_id, linked_span_id",
+            "span_events": "trace_id, span_id, time_unix_nano, name, attributes, dropped_attributes_count",
+            "span_links": "trace_id, span_id, linked_trace_id, linked_span_id, trace_state, attributes, "
+                          "dropped_attributes_count",
         }[table]
         order = ", ".join(k for k, _ in SORT_KEYS[table])
         files_sql = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in group) + "]"

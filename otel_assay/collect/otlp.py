@@ -123,12 +123,17 @@ def _json_id(v: Any, nbytes: int) -> str:
     return v
 
 
+def _json_str(v: Any) -> str:
+    # null is the field's default in proto3 JSON: "", not the text "None"
+    return "" if v is None else str(v)
+
+
 def _json_value(v: Any) -> Any:
     if not isinstance(v, dict) or not v:
         return None
     if "stringValue" in v:
         s = v["stringValue"]
-        return s if isinstance(s, str) else str(s)
+        return s if isinstance(s, str) else _json_str(s)
     if "intValue" in v:
         return _json_int(v["intValue"], "intValue")
     if "boolValue" in v:
@@ -143,7 +148,7 @@ def _json_value(v: Any) -> Any:
     if "arrayValue" in v:
         return [_json_value(x) for x in (v["arrayValue"] or {}).get("values", []) or []]
     if "kvlistValue" in v:
-        return {str(kv.get("key", "")): _json_value(kv.get("value")) for kv in (v["kvlistValue"] or {}).get("values", []) or []}
+        return {_json_str(kv.get("key")): _json_value(kv.get("value")) for kv in (v["kvlistValue"] or {}).get("values", []) or []}
     if "bytesValue" in v:
         return base64.b64decode(v["bytesValue"])
     return None
@@ -154,7 +159,14 @@ def _json_attrs(kvs: Any) -> list[tuple[str, Any]]:
         return []
     if not isinstance(kvs, list):
         raise ValueError("attributes must be a list of {key, value}")
-    return [(str(kv.get("key", "")), _json_value(kv.get("value"))) for kv in kvs]
+    return [(_json_key(kv.get("key")), _json_value(kv.get("value"))) for kv in kvs]
+
+
+def _json_key(k: Any) -> str:
+    k = _json_str(k)
+    # JSON can carry lone surrogates ("\ud800"), which the writer replaces by "?": done here
+    # instead, so that two such keys are seen as the same key before the map is built
+    return k if k.isascii() else k.encode("utf-8", "replace").decode("utf-8")
 
 
 def _json_resource(rs: dict, limits: Limits) -> Resource:
@@ -242,7 +254,7 @@ def add_json(doc: Any, batch: SpanBatch) -> int:
                         trace_id=_json_id(span.get("traceId"), 16),
                         span_id=_json_id(span.get("spanId"), 8),
                         parent_span_id=_json_id(span.get("parentSpanId"), 8),
-                        name=str(span.get("name", "")),
+                        name=_json_str(span.get("name")),
                         kind=_json_enum(span.get("kind"), _KIND_NAMES, "kind"),
                         start_time_unix_nano=_json_int(span.get("startTimeUnixNano", 0), "startTimeUnixNano"),
                         end_time_unix_nano=_json_int(span.get("endTimeUnixNano", 0), "endTimeUnixNano"),
@@ -254,7 +266,7 @@ def add_json(doc: Any, batch: SpanBatch) -> int:
                         resource=resource,
                         attributes=_json_attrs(span.get("attributes")),
                         events=[
-                            (_json_int(e.get("timeUnixNano", 0), "event timeUnixNano"), str(e.get("name", "")),
+                            (_json_int(e.get("timeUnixNano", 0), "event timeUnixNano"), _json_str(e.get("name")),
                              _json_attrs(e.get("attributes")), _json_int(e.get("droppedAttributesCount", 0), "droppedAttributesCount"))
                             for e in span.get("events") or []
                         ],

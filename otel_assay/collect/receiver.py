@@ -36,6 +36,11 @@ log = logging.getLogger("otel_assay.collect")
 
 DEFAULT_MAX_BODY = 20 << 20  # decompressed request size limit (the Collector's default)
 DRAIN_LIMIT = 128 << 20  # an oversized body up to this size is read and discarded before the 413
+# gRPC calls accepted at once; those beyond the worker threads wait for one. grpcio refuses
+# the rest with RESOURCE_EXHAUSTED and no RetryInfo, which the Collector's OTLP exporter
+# does not retry (the batch is dropped), so this is far above what a sender runs at once
+# (the Collector's sending queue: 10 consumers) and the worker threads bound the decoding.
+GRPC_MAX_CALLS = 128
 
 
 class Overloaded(Exception):
@@ -246,15 +251,17 @@ class Collector:
             fresh = self._recent.add_new(keys)
         new_keys = [k for k, f in zip(keys, fresh) if f]
         result.duplicates = len(keys) - len(new_keys)
-        tables = batch.tables(keep=fresh if result.duplicates else None)
-        result.accepted = tables["spans"].num_rows
-        if result.accepted:
-            try:
+        try:
+            tables = batch.tables(keep=fresh if result.duplicates else None)
+            result.accepted = tables["spans"].num_rows
+            if result.accepted:
                 self.wal.append(tables, result.accepted)
-            except WALError:
-                with self._dedupe_lock:
-                    self._recent.forget(new_keys)  # not stored: a retry must not be taken for a duplicate
-                raise
+        except BaseException:
+            # not stored (the log failed, or building the tables did): a retry must not be
+            # taken for a duplicate and silently dropped
+            with self._dedupe_lock:
+                self._recent.forget(new_keys)
+            raise
         if batch.rejected:
             reasons = sorted(batch.reject_reasons.items(), key=lambda kv: -kv[1])
             result.error_message = "; ".join(f"{n} span(s): {why}" for why, n in reasons[:5])
@@ -512,6 +519,12 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(503, 14, str(e), is_json, {"Retry-After": str(e.retry_after)})
         except WALError as e:
             return self._error(503, 14, f"cannot make the batch durable: {e}", is_json, {"Retry-After": "5"})
+        except Exception as e:
+            # a bug, not the client's fault: without this the client saw the connection drop
+            # (and retried the same batch for ever) while the traceback went to stderr
+            log.exception("cannot store a request's spans")
+            return self._error(500, 13, f"internal error storing the spans: {type(e).__name__}: {str(e)[:200]}",
+                               is_json)
         rejected = result.rejected
         if is_json:
             doc = {}
@@ -584,6 +597,9 @@ def _grpc_handler(collector: Collector, token: str | None):
         except WALError as e:
             context.set_trailing_metadata(_retry_trailer(5))
             context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot make the batch durable: {e}")
+        except Exception as e:  # a bug: say so (INTERNAL is not retried) instead of grpcio's UNKNOWN
+            log.exception("cannot store a request's spans")
+            context.abort(grpc.StatusCode.INTERNAL, f"internal error storing the spans: {type(e).__name__}: {str(e)[:200]}")
         resp = pb.ExportTraceServiceResponse()
         if result.rejected or result.error_message:
             resp.partial_success.rejected_spans = result.rejected
@@ -632,11 +648,11 @@ class Listener:
     tls: bool
 
     def describe(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host  # "::1:4317" reads as a bare address
         if self.protocol == "http":
             scheme = "https" if self.tls else "http"
-            host = f"[{self.host}]" if ":" in self.host else self.host
             return f"OTLP/HTTP listening on {scheme}://{host}:{self.port}/v1/traces"
-        return f"OTLP/gRPC listening on {self.host}:{self.port}" + (" (TLS)" if self.tls else "")
+        return f"OTLP/gRPC listening on {host}:{self.port}" + (" (TLS)" if self.tls else "")
 
 
 class Receiver:
@@ -681,7 +697,7 @@ class Receiver:
             self._grpc = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=grpc_workers, thread_name_prefix="otel-assay-grpc"),
                 options=[("grpc.max_receive_message_length", max_body), ("grpc.so_reuseport", 0)],
-                maximum_concurrent_rpcs=max_concurrent_requests,
+                maximum_concurrent_rpcs=max(GRPC_MAX_CALLS, max_concurrent_requests),
             )
             self._grpc.add_generic_rpc_handlers((_grpc_handler(collector, token),))
             target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -157,7 +158,14 @@ def stringify(value: Any) -> str | None:
         return repr(value)
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
-    return json.dumps(_jsonable(value), separators=(",", ":"), ensure_ascii=False)
+    # a value the OTel SDK would not allow (a set, a Decimal) in a span built by other code is
+    # stored as its text instead of failing the span
+    if not isinstance(value, (list, tuple, dict)):
+        return str(value)
+    return json.dumps(_jsonable(value), separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+_HEX_RE = re.compile(r"[0-9a-fA-F]+")
 
 
 class SpanRejected(ValueError):
@@ -171,10 +179,10 @@ def _check_hex_id(value: str, length: int, what: str, *, optional: bool = False)
         raise SpanRejected(f"{what} is empty")
     if len(value) != length:
         raise SpanRejected(f"{what} must be {length // 2} bytes ({length} hex digits), got {len(value)} hex digits")
-    try:
-        int(value, 16)
-    except ValueError:
-        raise SpanRejected(f"{what} is not hexadecimal") from None
+    # not int(value, 16): it also takes a sign, surrounding whitespace and non-ASCII digits
+    # ("+aa…", " aa…", "٣٣…"), which were stored as ids that match no other span's
+    if not _HEX_RE.fullmatch(value):
+        raise SpanRejected(f"{what} is not hexadecimal")
     if value.strip("0") == "":
         if optional:
             return None
@@ -219,6 +227,24 @@ class Resource:
     values: list[str | None]
 
 
+def _keep_first_of_each_key(keys: list[str], values: list, first: int) -> int:
+    """Remove repeated keys from ``keys[first:]`` (one span's map), keeping the first value
+    (as promotion does); return how many were removed. OTLP forbids repeated keys but a
+    protobuf or JSON payload can carry them, and a Parquet map with a repeated key gives
+    readers different answers (DuckDB's ``m['k']`` the first, its JSON the last) and fails
+    DuckDB's conversion to Python ("Map keys must be unique")."""
+    seen: set[str] = set()
+    kept_k, kept_v = [], []
+    for k, v in zip(keys[first:], values[first:]):
+        if k not in seen:
+            seen.add(k)
+            kept_k.append(k)
+            kept_v.append(v)
+    removed = len(keys) - first - len(kept_k)
+    keys[first:], values[first:] = kept_k, kept_v
+    return removed
+
+
 def make_resource(attributes: Iterable[tuple[str, Any]], limits: Limits = DEFAULT_LIMITS) -> Resource:
     service_name = None
     keys: list[str] = []
@@ -231,6 +257,8 @@ def make_resource(attributes: Iterable[tuple[str, Any]], limits: Limits = DEFAUL
             continue
         keys.append(key)
         values.append(_limit(stringify(value), limits))
+    if len(set(keys)) != len(keys):
+        _keep_first_of_each_key(keys, values, 0)
     return Resource(service_name, keys, values)
 
 
@@ -238,6 +266,12 @@ def _limit(s: str | None, limits: Limits) -> str | None:
     if s is not None and len(s) > limits.max_value_chars:
         return s[: limits.max_value_chars] + TRUNCATION_MARK
     return s
+
+
+def _count(n: int) -> int:
+    """A dropped count as the int32 column holds it. OTLP's are uint32, but OTLP/JSON can
+    say anything (-1, 2**40), and one out-of-range value failed the whole batch's write."""
+    return min(max(n, 0), 2**31 - 1)
 
 
 def _sdk_items(attributes) -> Iterable[tuple[str, Any]]:
@@ -302,14 +336,22 @@ class SpanBatch:
         return self._span_cols["trace_id"], self._span_cols["span_id"]
 
     def reject(self, reason: str) -> None:
+        # a reason can quote the bad value (float() quotes all of it): one 20 MB string per
+        # rejected span in a partial-success response, and in the collector's counters for good
+        if len(reason) > 300:
+            reason = reason[:300] + "…"
         self.rejected += 1
         self.reject_reasons[reason] = self.reject_reasons.get(reason, 0) + 1
 
-    def _attrs_into(self, maps: _Maps, attributes: Iterable[tuple[str, Any]], promoted: dict | None) -> int:
-        """Append attributes to ``maps``; return how many were dropped by the limits."""
+    def _attrs_into(self, maps: _Maps, attributes: Iterable[tuple[str, Any]], promoted: dict | None,
+                    unique: bool = False) -> int:
+        """Append attributes to ``maps``; return how many were dropped by the limits or as a
+        repeated key. ``unique``: the keys come from a mapping (the SDK's), so the check for
+        repeated keys is skipped on the exporter's hot path."""
         limits = self.limits
         max_attributes, max_key, max_value = limits.max_attributes, limits.max_key_chars, limits.max_value_chars
         keys, values = maps.keys, maps.values
+        first = len(keys)
         n = 0
         dropped = 0
         for key, value in attributes:
@@ -357,6 +399,8 @@ class SpanBatch:
             keys.append(key)
             values.append(s)
             n += 1
+        if not unique and n > 1 and len(set(keys[first:])) != n:
+            dropped += _keep_first_of_each_key(keys, values, first)
         maps.offsets.append(len(keys))
         return dropped
 
@@ -404,6 +448,14 @@ class SpanBatch:
                 raise SpanRejected(f"status.code {status_code} is not a StatusCode (0-2)")
             events = list(events)
             links = list(links)
+            # checked before anything is appended: a number where a string belongs (JSON
+            # "message": 5) failed in the middle of the appends, or in tables(), and took the
+            # whole request with it
+            for what, v in (("name", name), ("status.message", status_message), ("traceState", trace_state),
+                            ("scope.name", scope_name), ("scope.version", scope_version),
+                            *(("link traceState", l[2]) for l in links)):
+                if v is not None and not isinstance(v, str):
+                    raise SpanRejected(f"{what} must be a string, got {type(v).__name__}")
         except SpanRejected as e:
             self.reject(str(e))
             return False
@@ -445,7 +497,7 @@ class SpanBatch:
             ev["span_id"].append(span_id)
             ev["time_unix_nano"].append(min(max(int(time_unix_nano), 0), INT64_MAX))
             ev["name"].append(_limit(ev_name, limits) or "")
-            ev["dropped_attributes_count"].append(ev_dropped)
+            ev["dropped_attributes_count"].append(_count(ev_dropped))
             ev[PARTITION_TIME].append(start_time_unix_nano)
             ev_rows.append(row)
 
@@ -461,13 +513,13 @@ class SpanBatch:
             ln["linked_trace_id"].append((l_trace or "").lower())
             ln["linked_span_id"].append((l_span or "").lower())
             ln["trace_state"].append(l_state or None)
-            ln["dropped_attributes_count"].append(l_dropped)
+            ln["dropped_attributes_count"].append(_count(l_dropped))
             ln[PARTITION_TIME].append(start_time_unix_nano)
             ln_rows.append(row)
 
-        cols["dropped_attributes_count"].append(min(dropped_attributes_count + dropped, 2**31 - 1))
-        cols["dropped_events_count"].append(min(dropped_events_count, 2**31 - 1))
-        cols["dropped_links_count"].append(min(dropped_links_count, 2**31 - 1))
+        cols["dropped_attributes_count"].append(_count(dropped_attributes_count + dropped))
+        cols["dropped_events_count"].append(_count(dropped_events_count))
+        cols["dropped_links_count"].append(_count(dropped_links_count))
         return True
 
     # ------------------------------------------------------------------ SDK fast path
@@ -485,11 +537,23 @@ class SpanBatch:
         if not 0 < start <= end <= INT64_MAX:
             self.reject("span has no valid start/end time (not ended, or ends before it starts)")
             return False
+        n = len(self)
+        try:
+            return self._append_sdk_span(span, resource, ctx, tid, sid, start, end)
+        except Exception as e:
+            # a span built by other code than the SDK can hold what the SDK never lets through
+            # (a set, an object): without the rollback its attributes, appended before the
+            # failure, became the next span's, and the exception lost the caller's whole batch
+            self._truncate(n)
+            self.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
+            return False
+
+    def _append_sdk_span(self, span, resource: Resource, ctx, tid: int, sid: int, start: int, end: int) -> bool:
         limits = self.limits
         cols = self._span_cols
         promoted: dict[str, Any] = {}
         attributes, sdk_dropped = _sdk_bounded(span, "_attributes", "attributes", "dropped_attributes")
-        dropped = self._attrs_into(self._span_attrs, _sdk_items(attributes), promoted)
+        dropped = self._attrs_into(self._span_attrs, _sdk_items(attributes), promoted, True)
         trace_hex = format(tid, "032x")
         span_hex = format(sid, "016x")
         parent = span.parent
@@ -523,7 +587,7 @@ class SpanBatch:
             ev = self._ev_cols
             ev_rows, row = self._ev_span_row, len(cols["trace_id"]) - 1
             for e in events:
-                e_dropped = self._attrs_into(self._ev_attrs, _sdk_items(e.attributes), None)
+                e_dropped = self._attrs_into(self._ev_attrs, _sdk_items(e.attributes), None, True)
                 ev["trace_id"].append(trace_hex)
                 ev["span_id"].append(span_hex)
                 ev["time_unix_nano"].append(min(max(e.timestamp or 0, 0), INT64_MAX))
@@ -540,7 +604,7 @@ class SpanBatch:
             ln = self._ln_cols
             ln_rows, row = self._ln_span_row, len(cols["trace_id"]) - 1
             for l in links:
-                l_dropped = self._attrs_into(self._ln_attrs, _sdk_items(l.attributes), None)
+                l_dropped = self._attrs_into(self._ln_attrs, _sdk_items(l.attributes), None, True)
                 lc = l.context
                 ln["trace_id"].append(trace_hex)
                 ln["span_id"].append(span_hex)
@@ -554,6 +618,25 @@ class SpanBatch:
         cols["dropped_events_count"].append(min(dropped_events, 2**31 - 1))
         cols["dropped_links_count"].append(min(dropped_links, 2**31 - 1))
         return True
+
+    def _truncate(self, n: int) -> None:
+        """Drop everything appended for spans from row ``n`` on (their events and links too)."""
+        for lst in self._span_cols.values():
+            del lst[n:]
+        del self._span_promoted[n:]
+        for maps in (self._span_attrs, self._span_res):
+            del maps.offsets[n + 1:]
+            del maps.keys[maps.offsets[-1]:], maps.values[maps.offsets[-1]:]
+        for cols, rows, maps in ((self._ev_cols, self._ev_span_row, self._ev_attrs),
+                                 (self._ln_cols, self._ln_span_row, self._ln_attrs)):
+            k = len(rows)
+            while k and rows[k - 1] >= n:
+                k -= 1
+            del rows[k:]
+            for lst in cols.values():
+                del lst[k:]
+            del maps.offsets[k + 1:]
+            del maps.keys[maps.offsets[-1]:], maps.values[maps.offsets[-1]:]
 
     # ------------------------------------------------------------------ protobuf fast path
     # The OTLP receiver's hot loop: the same rules as add_span, reading protobuf messages
@@ -605,6 +688,7 @@ class SpanBatch:
                     cache[b] = ent
             entries.append(ent)
         keys, values = maps.keys, maps.values
+        first = len(keys)
         max_attributes = self.limits.max_attributes
         n = dropped = 0
         for key, col, pval, sval in entries:
@@ -617,6 +701,8 @@ class SpanBatch:
             keys.append(key)
             values.append(sval)
             n += 1
+        if n > 1 and len(set(keys[first:])) != n:
+            dropped += _keep_first_of_each_key(keys, values, first)
         maps.offsets.append(len(keys))
         return dropped
 

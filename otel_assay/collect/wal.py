@@ -128,6 +128,12 @@ class WriteAheadLog:
         path = self.dir / name
         self._file = open(path, "ab", buffering=0)
         self._segment = Segment(path)
+        if self.fsync:
+            # the file's fsync at each append makes its data durable, not its name: without
+            # the directory's, a power loss can drop the whole segment of acknowledged batches
+            from . import lake
+
+            lake._fsync_dir(self.dir)
 
     def append(self, tables: dict[str, pa.Table], rows: int) -> None:
         """Make ``tables`` durable; return only when they are fsynced (raise WALError if not)."""

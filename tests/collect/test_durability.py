@@ -222,3 +222,47 @@ def test_compaction_leaves_the_files_of_a_log_segment_that_is_still_there(tmp_pa
     assert not any(f.exists() for f in in_flight)
     ids = _stored_span_ids(tmp_path / "lake")
     assert len(ids) == len(set(ids)) == 200
+
+
+def test_a_batch_that_failed_to_store_is_not_taken_for_a_duplicate_when_retried(tmp_path, monkeypatch):
+    """Its keys entered the dedupe window before the tables were built: a failure there left
+    them in it, and the client's retry of the same spans was acknowledged and dropped."""
+    from otel_assay.collect.receiver import Collector
+    from otel_assay.collect.schema import SpanBatch
+
+    c = Collector(tmp_path / "lake", flush_seconds=3600)
+    body = synthetic.request(3, rng=random.Random(4)).SerializeToString()
+    real_tables = SpanBatch.tables
+
+    def tables(self, keep=None):
+        raise RuntimeError("boom")
+
+    try:
+        monkeypatch.setattr(SpanBatch, "tables", tables)
+        with pytest.raises(RuntimeError):
+            c.submit_protobuf(body)
+        monkeypatch.setattr(SpanBatch, "tables", real_tables)
+        r = c.submit_protobuf(body)
+        assert r.duplicates == 0 and r.accepted == 30
+        c.flush()
+        assert len(_stored_span_ids(tmp_path / "lake")) == 30
+    finally:
+        c.close()
+
+
+def test_a_new_log_segment_is_made_durable_by_name_too(tmp_path, monkeypatch):
+    """fsync on the segment file does not make its directory entry durable (POSIX); the
+    segment must not vanish with a power loss after its batches were acknowledged."""
+    from otel_assay.collect import lake as lake_module
+    from otel_assay.collect.wal import WriteAheadLog
+
+    synced = []
+    real = lake_module._fsync_dir
+    monkeypatch.setattr(lake_module, "_fsync_dir", lambda p: (synced.append(p), real(p)))
+    wal = WriteAheadLog(tmp_path / "_wal")
+    wal.seal()
+    wal.close()
+    assert synced.count(tmp_path / "_wal") == 2  # the first segment and the one the seal opened
+    synced.clear()
+    WriteAheadLog(tmp_path / "_wal2", fsync=False).close()
+    assert not synced

@@ -222,3 +222,19 @@ def test_reimporting_a_grown_file_says_how_many_spans_are_now_stored_twice(tmp_p
     assert f"otel-assay compact --dir {lake}" in r.stdout
     assert run_cli("compact", "--dir", lake, "--grace-seconds", "0").returncode == 0
     assert lake_view(lake) == expected_view(spans)  # lake_view fails on a duplicate span
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_json_array_of_documents_imports_on_one_line_as_when_indented(tmp_path, indent):
+    # json.dumps without indent puts the array on one line, which read as JSON Lines and was
+    # refused ("must be an object") while the same array indented imported
+    from otel_assay.collect.importer import import_files
+
+    spans = recorded_trials(4)
+    half = len(spans) // 2
+    f = tmp_path / "traces.json"
+    f.write_text(json.dumps([encode_json(spans[:half]).to_dict(), encode_json(spans[half:]).to_dict()], indent=indent))
+    r = import_files([f], tmp_path / "lake")
+    assert r.ok, r.files[0].errors
+    assert r.spans_imported == len(spans)
+    assert lake_view(tmp_path / "lake") == expected_view(spans)

@@ -56,6 +56,10 @@ def test_a_million_attributes_and_a_10mb_value_are_bounded(tmp_path):
     (dict(trace_id="abc"), "trace_id must be 16 bytes"),
     (dict(trace_id="0" * 32), "all zeros"),
     (dict(span_id="zz" * 8), "not hexadecimal"),
+    # int(x, 16) takes these: a sign, whitespace, non-ASCII digits
+    (dict(trace_id="+" + "a" * 31), "not hexadecimal"),
+    (dict(span_id=" " + "a" * 15), "not hexadecimal"),
+    (dict(parent_span_id="\u0663" * 16), "not hexadecimal"),
     (dict(parent_span_id="1234"), "parent_span_id must be 8 bytes"),
     (dict(start_time_unix_nano=-5), "start_time_unix_nano must be a positive int64"),
     (dict(start_time_unix_nano=1 << 64, end_time_unix_nano=1 << 64), "positive int64"),
@@ -479,3 +483,21 @@ def test_collect_refuses_non_loopback_without_token_and_bad_addresses(tmp_path):
     not_pem.write_text("grpc: on\n")
     r = run_cli("collect", "--dir", tmp_path, "--tls-cert", not_pem, "--tls-key", not_pem, "--http", "off")
     assert r.returncode == 3 and "cannot load them" in r.stderr and "free port" not in r.stderr, r.stderr
+
+
+def test_compaction_keeps_events_that_share_a_name_and_time_and_drops_only_copies(tmp_path):
+    # n choices stamped at once differ only in their attributes: compaction merged them into
+    # one (and called the rest duplicates); a retransmitted copy must still go
+    lake = tmp_path / "lake"
+    events = [(T0, "gen_ai.choice", [("index", i)], 0) for i in range(3)]
+    links = [("0af7651916cd43dd8448eb211c80319c", "00000000000000b1", None, [("n", i)], 0) for i in range(2)]
+    for copies in (1, 2):  # the second file holds the same span again (a retransmission)
+        b = SpanBatch()
+        for _ in range(copies):
+            add(b, events=events, links=links)
+        Lake(lake).write(b.tables())
+    Lake(lake).compact(grace_seconds=0)
+    ev = pa.concat_tables([pq.read_table(f) for f in Lake(lake).live_files("span_events")])
+    assert sorted(dict(a)["index"] for a in ev.column("attributes").to_pylist()) == ["0", "1", "2"]
+    ln = pa.concat_tables([pq.read_table(f) for f in Lake(lake).live_files("span_links")])
+    assert sorted(dict(a)["n"] for a in ln.column("attributes").to_pylist()) == ["0", "1"]

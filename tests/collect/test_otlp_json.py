@@ -93,3 +93,96 @@ def test_snake_case_field_names_are_accepted_at_any_level():
         row = one_row(d)
         assert row["trace_id"] == TRACE.lower() and row["duration_ns"] == 1_000_000_000
         assert row["model"] == "m" and row["status_code"] == 2 and row["service_name"] == "svc"
+
+
+@pytest.mark.parametrize("bad", [
+    {"status": {"code": 2, "message": 5}}, {"traceState": 7},
+    {"links": [{"traceId": TRACE, "spanId": SPAN, "traceState": ["x"]}]},
+])
+def test_a_number_where_a_string_belongs_rejects_that_span_not_the_batch(bad):
+    # these failed in tables() (or mid-append), so the receiver dropped the connection with
+    # a traceback and import crashed, losing every good span of the request or chunk
+    b = SpanBatch()
+    d = doc([])
+    d["resourceSpans"][0]["scopeSpans"][0]["spans"].append(doc([])["resourceSpans"][0]["scopeSpans"][0]["spans"][0] | bad
+                                                           | {"spanId": "00000000000000ff"})
+    assert add_json(d, b) == 2
+    assert b.tables()["spans"].num_rows == 1 and b.rejected == 1
+    assert "must be a string" in next(iter(b.reject_reasons))
+
+
+def test_a_non_string_scope_name_rejects_its_spans():
+    d = doc([])
+    d["resourceSpans"][0]["scopeSpans"][0]["scope"] = {"name": 5}
+    b = SpanBatch()
+    assert add_json(d, b) == 1
+    assert b.tables()["spans"].num_rows == 0 and b.rejected == 1
+
+
+def test_out_of_range_dropped_counts_are_clamped_into_the_int32_columns():
+    row_doc = doc([], droppedAttributesCount=-1, droppedEventsCount=2**40,
+                  events=[{"timeUnixNano": "1544712660000000000", "name": "e", "droppedAttributesCount": 2**40}],
+                  links=[{"traceId": TRACE, "spanId": SPAN, "droppedAttributesCount": -2**40}])
+    b = SpanBatch()
+    add_json(row_doc, b)
+    t = b.tables()
+    row = t["spans"].to_pylist()[0]
+    assert row["dropped_attributes_count"] == 0 and row["dropped_events_count"] == 2**31 - 1
+    assert t["span_events"]["dropped_attributes_count"].to_pylist() == [2**31 - 1]
+    assert t["span_links"]["dropped_attributes_count"].to_pylist() == [0]
+
+
+def test_a_repeated_attribute_key_is_stored_once_and_the_lake_reads_in_python(tmp_path):
+    # OTLP forbids repeated keys, but a payload can carry them (protobuf or JSON); a Parquet
+    # map with a repeated key failed DuckDB's fetch to Python and read differently per reader
+    import duckdb
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+    from otel_assay.collect.lake import Lake
+    from otel_assay.collect.otlp import add_protobuf, parse_protobuf
+
+    b = SpanBatch()
+    rep = [{"key": "k", "value": {"stringValue": "first"}}, {"key": "k", "value": {"intValue": 2}}]
+    d = doc(rep, events=[{"timeUnixNano": "1544712660000000000", "name": "e", "attributes": rep}])
+    d["resourceSpans"][0]["resource"]["attributes"] += rep
+    add_json(d, b)
+    req = pb.ExportTraceServiceRequest()
+    s = req.resource_spans.add().scope_spans.add().spans.add(
+        trace_id=bytes.fromhex(TRACE), span_id=b"\x01" * 8, name="p", start_time_unix_nano=1, end_time_unix_nano=2)
+    s.attributes.add(key="k", value=AnyValue(string_value="first"))
+    s.attributes.add(key="k", value=AnyValue(string_value="second"))
+    add_protobuf(parse_protobuf(req.SerializeToString()), b)
+    Lake(tmp_path).write(b.tables(), fsync=False)
+    con = duckdb.connect()
+    rows = con.sql(f"SELECT attributes, resource_attributes, dropped_attributes_count FROM "
+                   f"read_parquet('{tmp_path}/spans/*/*.parquet') ORDER BY name").fetchall()
+    assert rows == [({"k": "first"}, {}, 1), ({"k": "first"}, {"k": "first"}, 1)]
+    ev = con.sql(f"SELECT attributes, dropped_attributes_count FROM read_parquet('{tmp_path}/span_events/*/*.parquet')")
+    assert ev.fetchall() == [({"k": "first"}, 1)]
+
+
+def test_keys_that_differ_only_in_lone_surrogates_are_one_key():
+    # both are written as "?": seen apart, they made a map with a repeated key
+    b = SpanBatch()
+    add_json(doc([{"key": "\ud800", "value": {"stringValue": "a"}}, {"key": "\ud801", "value": {"stringValue": "b"}}]), b)
+    assert b.tables()["spans"].column("attributes").to_pylist() == [[("?", "a")]]
+
+
+def test_a_reject_reason_does_not_quote_a_huge_bad_value():
+    # float() quotes the whole string: the reason went whole into partial success and into
+    # the collector's per-reason counters, which it keeps for its lifetime
+    b = SpanBatch()
+    add_json(doc([{"key": "d", "value": {"doubleValue": "x" * 1_000_000}}]), b)
+    assert b.rejected == 1 and max(len(r) for r in b.reject_reasons) < 1000
+
+
+def test_null_strings_are_empty_not_the_text_none():
+    row_doc = doc([{"key": "s", "value": {"stringValue": None}}, {"key": None, "value": {"intValue": 1}}],
+                  name=None, events=[{"timeUnixNano": "1544712660000000000", "name": None}])
+    b = SpanBatch()
+    add_json(row_doc, b)
+    t = b.tables()
+    row = t["spans"].to_pylist()[0]
+    assert row["name"] == "" and dict(row["attributes"]) == {"s": "", "": "1"}
+    assert t["span_events"]["name"].to_pylist() == [""]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -305,3 +306,74 @@ def test_transfer_encoding_is_refused_and_the_connection_closed(tmp_path, collec
     sock.close()
     assert data.startswith(b"HTTP/1.1 411") and b"Connection: close" in data
     assert data.count(b"HTTP/1.1") == 1  # the smuggled GET was never answered
+
+
+def test_an_internal_error_is_a_500_and_internal_not_a_dropped_connection(tmp_path, monkeypatch):
+    """A bug while storing must answer (the client otherwise retries the same batch on a
+    dropped connection) with a status the OTLP exporters do not retry."""
+    from otel_assay.collect.receiver import Collector, Receiver
+    from otel_assay.collect.schema import SpanBatch
+
+    def tables(self, keep=None):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(SpanBatch, "tables", tables)
+    c = Collector(tmp_path / "lake", flush_seconds=3600)
+    r = Receiver(c, grpc_addr=("127.0.0.1", 0), http_addr=("127.0.0.1", 0))
+    r.start()
+    try:
+        http, grpc_l = r.listeners
+        body = encode_proto(recorded_trials(1)).SerializeToString()
+        status, _, resp = post(f"http://127.0.0.1:{http.port}/v1/traces", body)
+        from google.rpc import status_pb2
+        assert status == 500 and "boom" in status_pb2.Status.FromString(resp).message
+        stub = __import__("opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc",
+                          fromlist=["x"]).TraceServiceStub(grpc.insecure_channel(f"127.0.0.1:{grpc_l.port}"))
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Export(pb.ExportTraceServiceRequest.FromString(body), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INTERNAL
+    finally:
+        r.stop()
+
+
+def test_grpc_calls_beyond_the_workers_wait_instead_of_an_unretried_resource_exhausted(tmp_path):
+    """The Collector exports on 10 consumers at once; calls past the 4 workers got
+    RESOURCE_EXHAUSTED without RetryInfo, which its OTLP exporter drops as permanent."""
+    import threading
+
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as pbg
+
+    from otel_assay.collect.receiver import Collector, Receiver
+
+    collector = Collector(tmp_path / "lake", flush_seconds=30)
+    receiver = Receiver(collector, grpc_addr=("127.0.0.1", 0), http_addr=None)
+    receiver.start()
+    stub = pbg.TraceServiceStub(grpc.insecure_channel(f"127.0.0.1:{receiver.listeners[0].port}"))
+    reqs = [encode_proto(recorded_trials(1)) for _ in range(12)]
+    codes = []
+
+    def export(req):
+        try:
+            stub.Export(req, timeout=30)
+            codes.append("OK")
+        except grpc.RpcError as e:
+            codes.append(e.code().name)
+
+    try:
+        threads = [threading.Thread(target=export, args=(r,)) for r in reqs]
+        with collector._dedupe_lock:  # the workers are busy: every call is in flight at once
+            for t in threads:
+                t.start()
+            time.sleep(1.5)
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        receiver.stop()
+    assert codes == ["OK"] * len(reqs)
+
+
+def test_an_ipv6_grpc_listener_is_printed_in_brackets():
+    from otel_assay.collect.receiver import Listener
+
+    assert Listener("grpc", "::1", 4317, False).describe() == "OTLP/gRPC listening on [::1]:4317"
+    assert Listener("grpc", "127.0.0.1", 4317, True).describe() == "OTLP/gRPC listening on 127.0.0.1:4317 (TLS)"
