@@ -18,8 +18,11 @@ SELECT
     count(*) FILTER (WHERE counted AND passed) / nullif(count(*) FILTER (WHERE counted AND passed IS NOT NULL), 0)
         AS per_protocol_rate,
     count(*) FILTER (WHERE passed IS NOT NULL OR NOT counted) AS itt_n,
-    count(*) FILTER (WHERE passed) AS itt_passes,
-    count(*) FILTER (WHERE passed) / nullif(count(*) FILTER (WHERE passed IS NOT NULL OR NOT counted), 0)
+    -- an excluded trial is a failure here even when it recorded outcome=pass (an
+    -- infrastructure error or a broken test after which the check happened to pass):
+    -- only counted trials can pass
+    count(*) FILTER (WHERE counted AND passed) AS itt_passes,
+    count(*) FILTER (WHERE counted AND passed) / nullif(count(*) FILTER (WHERE passed IS NOT NULL OR NOT counted), 0)
         AS itt_rate,
     count(*) FILTER (WHERE error_class = 'infrastructure') AS n_infrastructure,
     count(*) FILTER (WHERE error_class = 'pre-validation') AS n_pre_validation,

@@ -110,6 +110,9 @@ SELECT
             -- CrewAI native puts a key hash in gen_ai.agent.name; the role is the name people know
             CASE WHEN source_convention = 'crewai_native' THEN attributes['crewai.agent.role'] END,
             agent_name,
+            -- a promoted key whose value is not a string (an int name, id or code) stays in
+            -- the map rather than in the typed column: read it from there too
+            attributes['gen_ai.agent.name'],
             attributes['agent.name'],
             CASE WHEN oi_kind = 'AGENT' THEN coalesce(attributes['graph.node.id'], name) END,
             CASE WHEN tl_kind = 'agent' THEN attributes['traceloop.entity.name'] END,
@@ -117,10 +120,11 @@ SELECT
             CASE WHEN ls_kind = 'chain' AND parent_span_id IS NULL THEN attributes['langsmith.trace.name'] END)
     END AS agent_name,
     CASE WHEN step_kind = 'tool' THEN
-        coalesce(tool_name, attributes['tool.name'],
+        coalesce(tool_name, attributes['gen_ai.tool.name'], attributes['tool.name'],
                  CASE WHEN tl_kind = 'tool' THEN attributes['traceloop.entity.name'] END)
     END AS tool_name,
-    CASE WHEN step_kind = 'tool' THEN coalesce(tool_call_id, attributes['tool.id'], attributes['tool_call.id']) END
+    CASE WHEN step_kind = 'tool' THEN coalesce(tool_call_id, attributes['gen_ai.tool.call.id'], attributes['tool.id'],
+                                               attributes['tool_call.id']) END
         AS tool_call_id,
     CASE WHEN step_kind = 'tool' THEN
         coalesce(
@@ -134,7 +138,7 @@ SELECT
             CASE WHEN ls_kind = 'tool' OR source_convention = 'langsmith' THEN attributes['gen_ai.prompt'] END)
     END AS tool_args_raw,
     CASE WHEN step_kind = 'llm' THEN
-        coalesce(model, attributes['llm.request.model_name'], attributes['llm.model_name'],
+        coalesce(model, attributes['gen_ai.request.model'], attributes['llm.request.model_name'], attributes['llm.model_name'],
                  attributes['langsmith.metadata.ls_model_name'], attributes['gen_ai.response.model'],
                  attributes['llm.response.model_name'])
     END AS model,
@@ -145,7 +149,7 @@ SELECT
     -- spans; it is not a model provider
     CASE WHEN step_kind = 'llm' THEN
         nullif(nullif(nullif(nullif(lower(coalesce(
-            provider, attributes['llm.provider'], attributes['langsmith.metadata.ls_provider'],
+            provider, attributes['gen_ai.provider.name'], attributes['llm.provider'], attributes['langsmith.metadata.ls_provider'],
             attributes['llm.system'], legacy_system)), 'langchain'), 'langgraph'), 'autogen'), 'crewai')
     END AS provider,
     CASE WHEN step_kind = 'llm' THEN
@@ -163,7 +167,8 @@ SELECT
                  TRY_CAST(attributes['llm.cost.prompt'] AS DOUBLE) + TRY_CAST(attributes['llm.cost.completion'] AS DOUBLE))
     END AS cost_attr_usd,
     CASE WHEN status_code = 2 OR attributes['gen_ai.task.status'] = 'failure' THEN 'error' ELSE 'ok' END AS status,
-    coalesce(error_type, CASE WHEN status_code = 2 THEN nullif(status_message, '') END) AS error_type,
+    coalesce(error_type, CASE WHEN status_code = 2 THEN coalesce(attributes['error.type'], nullif(status_message, '')) END)
+        AS error_type,
     CASE WHEN step_kind = 'llm' THEN
         coalesce(attributes['gen_ai.response.finish_reasons'], attributes['llm.finish_reason'],
                  attributes['gen_ai.completion.0.finish_reason'])

@@ -9,7 +9,9 @@
 --                         every tool-using agent), cv = population std / mean; 1 with
 --                         fewer than two turns or all empty.
 --   redundancy            distinct (tool, canonical arguments) / tool calls; 1 without
---                         calls. Low when the agent loops on the same call.
+--                         calls. Low when the agent loops on the same call. A call
+--                         without recorded arguments counts as distinct (not known to
+--                         repeat), here and in cost_per_progress.
 --   cost_per_progress     2000 / max(2000, tokens / distinct calls), with tokens = input
 --                         + output of all LLM calls; 1 when no tokens were spent, 0 when
 --                         tokens were spent without a single distinct call. The 2000-token
@@ -22,7 +24,10 @@ WITH calls AS (
     SELECT trace_id,
         count(*) AS tool_calls,
         count(DISTINCT tool_name) AS distinct_tools,
-        count(DISTINCT (tool_name, coalesce(tool_args, ''))) AS distinct_calls
+        -- a call whose arguments were not recorded (content capture off; AutoGen's native
+        -- spans never carry them) is not known to repeat another: it counts as distinct,
+        -- else every agent traced without content would look like it loops
+        count(DISTINCT (tool_name, coalesce(tool_args, 'unrecorded ' || span_id))) AS distinct_calls
     FROM steps WHERE step_kind = 'tool'
     GROUP BY trace_id
 ),

@@ -2,7 +2,9 @@
 --
 --   trace_id, span_id         the step's span
 --   step_parent_id            nearest ancestor span that is itself a step (structural
---                             spans and dropped duplicates are skipped); NULL at the top
+--                             spans and dropped duplicates are skipped, except that a
+--                             duplicate dropped for its direct child stands for that
+--                             child: the pair is one step); NULL at the top
 --   depth                     1 for a top-level step, parent's depth + 1 below it
 --   seq                       1, 2, ... order of the step in its trial (start time, then
 --                             depth; ties broken by a hash of the span id)
@@ -96,13 +98,22 @@ clustered AS (
     FROM swept
 ),
 judged AS (
-    SELECT *,
-        priority > min(priority) OVER w
-            -- two calls with different call ids are different calls, whatever their timing
-            AND NOT (tool_call_id IS NOT NULL AND count(DISTINCT tool_call_id) OVER w > 1) AS duplicate,
-        count(*) OVER w AS n_in_cluster
-    FROM clustered
-    WINDOW w AS (PARTITION BY tk, step_kind, identity, cluster)
+    SELECT * EXCLUDE (kept_ids),
+        priority > min_priority
+            -- a call whose id none of the kept calls has is another call, whatever its
+            -- timing. Only the kept convention's ids decide: the other convention having
+            -- two ids in the cluster (LangSmith records call ids, OpenLLMetry does not) only
+            -- means two parallel calls, each of which the kept convention also recorded
+            AND NOT (tool_call_id IS NOT NULL AND len(kept_ids) > 0 AND NOT list_contains(kept_ids, tool_call_id))
+            AS duplicate
+    FROM (
+        SELECT *,
+            list_filter(list(CASE WHEN priority = min_priority THEN tool_call_id END) OVER w, lambda i: i IS NOT NULL)
+                AS kept_ids
+        FROM (SELECT *, min(priority) OVER w AS min_priority FROM clustered
+              WINDOW w AS (PARTITION BY tk, step_kind, identity, cluster))
+        WINDOW w AS (PARTITION BY tk, step_kind, identity, cluster)
+    )
 ),
 -- a kept step takes the fields it lacks from the duplicates it replaces, only when it
 -- replaces them alone (so a field never comes from a different call)
@@ -129,14 +140,35 @@ donors AS (
     FROM judged j JOIN base b ON b.rid = j.rid
     GROUP BY 1
 ),
--- the tree: every span once, with whether it is a step
+-- a dropped duplicate whose only replacement is its direct child (OpenInference's AGENT
+-- or TOOL span around AutoGen's own): the pair is one step, so in the tree the outer span
+-- stands for the kept one. The kept step sits where the outer span is, and the outer
+-- span's other children (an LLM call under OpenInference's AGENT span) are children of
+-- the kept step rather than of whatever step is above the pair
+aliases AS (
+    SELECT jd.rid AS d_rid, mk.rid AS k_rid, ck.span_id AS k_span_id, ck.agent_here AS k_agent
+    FROM judged jd
+    JOIN merged mk ON mk.cluster_key = (jd.tk, jd.step_kind, jd.identity, jd.cluster)
+    JOIN core ck ON ck.rid = mk.rid
+    WHERE jd.duplicate AND ck.pk = jd.sk
+),
+-- the tree: every span once, with whether it is a step (out_rid: the step an aliased
+-- duplicate stands for)
 nodes AS MATERIALIZED (
-    SELECT c.rid, c.tk, c.sk, c.pk, c.span_id,
-        c.step_kind <> 'structural' AND NOT coalesce(m.duplicate, false) AS is_step,
-        coalesce(c.agent_here, CASE WHEN c.step_kind = 'agent' THEN d.agent_name END) AS agent_here
+    SELECT c.rid, c.tk, c.sk, c.pk,
+        coalesce(a.k_span_id, c.span_id) AS span_id,
+        CASE WHEN a.d_rid IS NOT NULL THEN true
+             -- placed through the duplicate it replaces
+             WHEN ak.k_rid IS NOT NULL THEN false
+             ELSE c.step_kind <> 'structural' AND NOT coalesce(m.duplicate, false) END AS is_step,
+        CASE WHEN a.d_rid IS NOT NULL THEN coalesce(a.k_agent, c.agent_here)
+             ELSE coalesce(c.agent_here, CASE WHEN c.step_kind = 'agent' THEN d.agent_name END) END AS agent_here,
+        a.k_rid AS out_rid
     FROM core c
     LEFT JOIN merged m ON m.rid = c.rid
     LEFT JOIN donors d ON d.cluster_key = m.cluster_key
+    LEFT JOIN aliases a ON a.d_rid = c.rid
+    LEFT JOIN aliases ak ON ak.k_rid = c.rid
 ),
 roots AS (
     SELECT n.* FROM nodes n WHERE n.pk IS NULL OR n.pk = n.sk
@@ -155,10 +187,10 @@ walk(rid, tk, sk, span_id, is_step, agent_here, step_parent_id, step_ancestors, 
 ),
 -- the steps, narrow: placement in the tree and order in the trial
 placed AS (
-    SELECT n.rid, n.tk, n.sk, c.step_kind, c.start_time_unix_nano,
+    SELECT c.rid, n.tk, c.sk, c.step_kind, c.start_time_unix_nano,
         w.step_parent_id, coalesce(w.step_ancestors, 0) + 1 AS depth, w.inherited_agent
     FROM nodes n
-    JOIN core c ON c.rid = n.rid
+    JOIN core c ON c.rid = coalesce(n.out_rid, n.rid)
     LEFT JOIN walk w ON w.rid = n.rid
     WHERE n.is_step
 ),

@@ -7,7 +7,9 @@
 -- each value comes from the newest label file that gives it (NULL = not given), so a file
 -- with only outcomes keeps the scenarios labelled before. A file holds one row per key
 -- (analyze/labels.py refuses conflicting rows), so (time, file name) orders labels fully.
--- A trace matched by several keys takes its trace_id label first. The conversation /
+-- A trace matched by several keys takes each value from its trace_id label first, then its
+-- conversation label, then its session label (column by column too: outcomes labelled by
+-- trace id keep the scenario and version labelled by conversation). The conversation /
 -- session lookups read span attributes, so they only run when such labels exist.
 CREATE OR REPLACE VIEW trial_labels AS
 WITH ranked AS (
@@ -42,6 +44,11 @@ matched AS (
     SELECT b.trace_id, CASE l.key_kind WHEN 'conversation_id' THEN 2 ELSE 3 END, l.* EXCLUDE (key_kind, key)
     FROM by_attribute b JOIN latest l USING (key_kind, key)
 )
-SELECT trace_id, scenario, version, outcome, run_id, score
+SELECT trace_id,
+    arg_min(scenario, (preference, -labelled_at_unix_nano)) FILTER (WHERE scenario IS NOT NULL) AS scenario,
+    arg_min(version, (preference, -labelled_at_unix_nano)) FILTER (WHERE version IS NOT NULL) AS version,
+    arg_min(outcome, (preference, -labelled_at_unix_nano)) FILTER (WHERE outcome IS NOT NULL) AS outcome,
+    arg_min(run_id, (preference, -labelled_at_unix_nano)) FILTER (WHERE run_id IS NOT NULL) AS run_id,
+    arg_min(score, (preference, -labelled_at_unix_nano)) FILTER (WHERE score IS NOT NULL) AS score
 FROM matched
-QUALIFY row_number() OVER (PARTITION BY trace_id ORDER BY preference, labelled_at_unix_nano DESC) = 1;
+GROUP BY trace_id;

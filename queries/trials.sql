@@ -35,13 +35,20 @@ WITH span_facts AS (
         min(start_time_unix_nano) AS start_time_unix_nano,
         max(start_time_unix_nano + duration_ns) AS end_time_unix_nano,
         count(*) AS n_spans,
-        arg_min(scenario, start_time_unix_nano) FILTER (WHERE scenario IS NOT NULL) AS scenario,
-        arg_min(version, start_time_unix_nano) FILTER (WHERE version IS NOT NULL) AS version,
-        arg_min(run_id, start_time_unix_nano) FILTER (WHERE run_id IS NOT NULL) AS run_id,
-        arg_min(trial_index, start_time_unix_nano) FILTER (WHERE trial_index IS NOT NULL) AS trial_index,
-        arg_min(outcome, start_time_unix_nano) FILTER (WHERE outcome IS NOT NULL) AS outcome,
-        arg_min(score, start_time_unix_nano) FILTER (WHERE score IS NOT NULL) AS score,
-        arg_min(error_class, start_time_unix_nano) FILTER (WHERE error_class IS NOT NULL) AS error_class,
+        coalesce(arg_min(scenario, start_time_unix_nano) FILTER (WHERE scenario IS NOT NULL),
+                 arg_min(m_scenario, start_time_unix_nano) FILTER (WHERE m_scenario IS NOT NULL)) AS scenario,
+        coalesce(arg_min(version, start_time_unix_nano) FILTER (WHERE version IS NOT NULL),
+                 arg_min(m_version, start_time_unix_nano) FILTER (WHERE m_version IS NOT NULL)) AS version,
+        coalesce(arg_min(run_id, start_time_unix_nano) FILTER (WHERE run_id IS NOT NULL),
+                 arg_min(m_run_id, start_time_unix_nano) FILTER (WHERE m_run_id IS NOT NULL)) AS run_id,
+        coalesce(arg_min(trial_index, start_time_unix_nano) FILTER (WHERE trial_index IS NOT NULL),
+                 arg_min(m_trial_index, start_time_unix_nano) FILTER (WHERE m_trial_index IS NOT NULL)) AS trial_index,
+        coalesce(arg_min(outcome, start_time_unix_nano) FILTER (WHERE outcome IS NOT NULL),
+                 arg_min(m_outcome, start_time_unix_nano) FILTER (WHERE m_outcome IS NOT NULL)) AS outcome,
+        coalesce(arg_min(score, start_time_unix_nano) FILTER (WHERE score IS NOT NULL),
+                 arg_min(m_score, start_time_unix_nano) FILTER (WHERE m_score IS NOT NULL)) AS score,
+        coalesce(arg_min(error_class, start_time_unix_nano) FILTER (WHERE error_class IS NOT NULL),
+                 arg_min(m_error_class, start_time_unix_nano) FILTER (WHERE m_error_class IS NOT NULL)) AS error_class,
         arg_min(resource_attributes['service.version'], start_time_unix_nano)
             FILTER (WHERE parent_span_id IS NULL) AS service_version,
         bool_or(parent_span_id IS NULL AND status_code = 2
@@ -50,7 +57,24 @@ WITH span_facts AS (
             FILTER (WHERE parent_span_id IS NULL) AS root_end_time_unix_nano,
         -- the gate's own verdicts written back into the lake (gate --emit-otel lake)
         bool_and(scope_name IS NOT DISTINCT FROM 'otel_assay.gate') AS gate_record
-    FROM spans
+    FROM (
+        -- an assay.* value of another type than the typed column's (version=2 or score=1 as
+        -- integers, trial index as a string, as otel_assay.trial(version=2) records them) is
+        -- kept in the attributes map, not in the typed column: read it from there, on the
+        -- root spans only (the trial span, which always has them), so that other spans
+        -- pay no map lookups
+        SELECT *,
+            CASE WHEN parent_span_id IS NULL AND scenario IS NULL THEN attributes['assay.scenario'] END AS m_scenario,
+            CASE WHEN parent_span_id IS NULL AND version IS NULL THEN attributes['assay.agent.version'] END AS m_version,
+            CASE WHEN parent_span_id IS NULL AND run_id IS NULL THEN attributes['assay.run.id'] END AS m_run_id,
+            CASE WHEN parent_span_id IS NULL AND trial_index IS NULL
+                 THEN TRY_CAST(attributes['assay.trial.index'] AS BIGINT) END AS m_trial_index,
+            CASE WHEN parent_span_id IS NULL AND outcome IS NULL THEN attributes['assay.trial.outcome'] END AS m_outcome,
+            CASE WHEN parent_span_id IS NULL AND score IS NULL
+                 THEN TRY_CAST(attributes['assay.trial.score'] AS DOUBLE) END AS m_score,
+            CASE WHEN parent_span_id IS NULL AND error_class IS NULL THEN attributes['assay.error.class'] END AS m_error_class
+        FROM spans
+    )
     -- spans without a trace id (a foreign file's) are no trial: grouped together they made
     -- one fake trial, without steps, that pass rates counted as an empty run of its scenario
     WHERE trace_id IS NOT NULL

@@ -59,6 +59,8 @@ def _open(lake: str, selectors, prices):
     try:
         eng.materialize()
         select_trials(eng, selection)
+        # aggregates (pass rates, stability across trials) over the selected trials only
+        eng.restrict_trials("selected_trials")
         yield eng
     except NoTrialsError as e:
         raise DataError(str(e)) from None
@@ -103,10 +105,8 @@ def pass_rates(lake, selectors, fmt, prices):
     per-protocol rate; a timeout after a tool call counts as a failure.
     """
     with _open(lake, selectors, prices) as eng:
-        write_table(eng.query(
-            "SELECT p.* FROM pass_rates p WHERE EXISTS (SELECT 1 FROM trials t SEMI JOIN selected_trials "
-            "USING (trace_id) WHERE t.scenario IS NOT DISTINCT FROM p.scenario AND t.version IS NOT DISTINCT "
-            "FROM p.version) ORDER BY scenario, version"), fmt)
+        # `trials` holds the selected trials only (_open), so the rates are theirs
+        write_table(eng.query("SELECT * FROM pass_rates ORDER BY scenario, version"), fmt)
 
 
 def fingerprint(lake, selectors, fmt, prices, tools):
@@ -191,10 +191,8 @@ def stability(lake, selectors, fmt, prices, floors, per_trial):
     with _open(lake, selectors, prices) as eng:
         scored = "{}" if per_trial else "mean_{}"
         flags = ", ".join(f"CASE WHEN {scored.format(n)} < ? THEN '{n}' END" for n in STABILITY_SCORES)
-        source = ("SELECT * FROM stability SEMI JOIN selected_trials USING (trace_id)" if per_trial else
-                  "SELECT * FROM stability_summary s WHERE EXISTS (SELECT 1 FROM trials t SEMI JOIN selected_trials "
-                  "USING (trace_id) WHERE t.scenario IS NOT DISTINCT FROM s.scenario "
-                  "AND t.version IS NOT DISTINCT FROM s.version)")
+        # `trials` holds the selected trials only (_open): the summary aggregates those
+        source = "SELECT * FROM stability" if per_trial else "SELECT * FROM stability_summary"
         table = eng.query(f"SELECT * REPLACE (list_filter([{flags}], lambda x: x IS NOT NULL) AS drift_flags) "
                           f"FROM ({source}) ORDER BY scenario, version{', trace_id' if per_trial else ''}",
                           [floor[n] for n in STABILITY_SCORES])

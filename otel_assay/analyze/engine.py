@@ -220,6 +220,16 @@ class Engine:
             else:
                 self._cache(view, f"SELECT * FROM {view}")
 
+    def restrict_trials(self, table: str) -> None:
+        """Make ``trials`` (and every view built on it: pass_rates, fingerprints, stability,
+        stability_summary, decision_paths) hold only the trials whose trace id is in temp
+        table ``table``. The aggregating views group by scenario and version; without this a
+        selector such as ``run=r1`` or ``outcome=pass`` would still be aggregated over every
+        trial of the selected trials' scenario and version."""
+        self.materialize(["trials"])
+        self.con.execute(f"CREATE OR REPLACE VIEW trials AS SELECT * FROM _cached_trials "
+                         f"SEMI JOIN {table} USING (trace_id)").fetchall()
+
     def _cache(self, view: str, query: str, params: Sequence[Any] = ()) -> None:
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE _cached_{view} AS {query}", list(params)).fetchall()
         self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _cached_{view}").fetchall()
