@@ -7,7 +7,8 @@
 --       service.version. A label (trial_labels) overrides them. Traces without assay.*
 --       and without a label are still trials, with these columns NULL.
 --   models          distinct models of the trial's LLM calls, sorted
---   outcome         'pass' / 'fail' / NULL (unknown), score (assay.trial.score)
+--   outcome         'pass' / 'fail' / NULL (unknown), score (assay.trial.score); a boolean
+--                   assay.trial.outcome (stored as 'true' / 'false') reads as pass / fail
 --   error_class     sprt-wilson-ci-blog error classes: the explicit assay.error.class
 --                   (normalised: infrastructure, pre-validation, empty-run, timeout), else
 --                   'timeout' when a root span failed with a timeout, else 'empty-run'
@@ -110,7 +111,9 @@ joined AS (
         coalesce(l.version, f.version, f.service_version) AS version,
         f.trial_index,
         coalesce(tm.models, []::VARCHAR[]) AS models,
-        lower(coalesce(l.outcome, f.outcome)) AS outcome,
+        CASE lower(coalesce(l.outcome, f.outcome))
+            WHEN 'true' THEN 'pass' WHEN 'false' THEN 'fail'
+            ELSE lower(coalesce(l.outcome, f.outcome)) END AS outcome,
         coalesce(l.score, f.score) AS score,
         CASE replace(lower(trim(f.error_class)), '_', '-')
             WHEN 'infra' THEN 'infrastructure'

@@ -109,6 +109,18 @@ def pass_rates(lake, selectors, fmt, prices):
         write_table(eng.query("SELECT * FROM pass_rates ORDER BY scenario, version"), fmt)
 
 
+def _names(value: str | None, option: str) -> list[str] | None:
+    """A comma-separated option's names; one that names nothing (``,,``) is a usage error
+    rather than a silent "no tools"."""
+    if value is None:
+        return None
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if not names:
+        raise UsageError(f"{option} {value!r} names nothing; give names separated by commas, "
+                         "or leave the option out")
+    return names
+
+
 def fingerprint(lake, selectors, fmt, prices, tools):
     """The behavioural fingerprint of each selected trial (paper Def. 7.1).
 
@@ -118,7 +130,7 @@ def fingerprint(lake, selectors, fmt, prices, tools):
     """
     from .fingerprint import fingerprint_matrix
 
-    vocabulary = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
+    vocabulary = _names(tools, "--tools")
     with _open(lake, selectors, prices) as eng:
         write_table(fingerprint_matrix(eng, "selected_trials", vocabulary), fmt)
 
@@ -134,8 +146,8 @@ def coverage(lake, selectors, fmt, prices, tools, models, state_lambda, show_set
 
     with _open(lake, selectors, prices) as eng:
         sets = coverage_sets(eng, "selected_trials")
-    available = [t.strip() for t in tools.split(",") if t.strip()] if tools else None
-    target = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    available = _names(tools, "--tools")
+    target = _names(models, "--models")
     if show_sets:
         rows = ([("tool_used", k, v) for k, v in sorted(sets.tools_used.items())]
                 + [("tool_available", k, None) for k in sorted(available or sets.tools_defined)]

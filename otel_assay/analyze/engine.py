@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ..collect.lake import Lake, LakeError, check_lake_file, duckdb_connect, missing_columns_sql, sql_list
 from ..collect.schema import TABLES
+from ..errors import UsageError
 from .canonical import canonical_json_arrow
 from .labels import LABELS_SCHEMA, label_files
 
@@ -193,7 +194,8 @@ class Engine:
             return
         p = Path(path)
         if not p.is_file():
-            raise LakeError(f"price table {p} does not exist (set by --prices or {PRICES_ENV})")
+            # a configuration error (exit 3), not a problem with the lake's data
+            raise UsageError(f"price table {p} does not exist (set by --prices or {PRICES_ENV})")
         try:
             self.con.execute(
                 "CREATE OR REPLACE TEMP TABLE _model_prices AS SELECT CAST(provider AS VARCHAR) AS provider, "
@@ -201,7 +203,7 @@ class Engine:
                 "CAST(output_usd_per_mtok AS DOUBLE) AS output_usd_per_mtok, NULL::VARCHAR AS vendor "
                 "FROM read_csv(?, header = true, all_varchar = true)", [str(p)])
         except duckdb.Error as e:
-            raise LakeError(f"price table {p} is not usable: {str(e).splitlines()[0]}; it needs a header "
+            raise UsageError(f"price table {p} is not usable: {str(e).splitlines()[0]}; it needs a header "
                             "provider,model,input_usd_per_mtok,output_usd_per_mtok (provider may be empty)") from None
         self.con.execute("CREATE OR REPLACE VIEW model_prices AS SELECT * FROM _model_prices")
 

@@ -206,6 +206,18 @@ def test_price_override(capsys, lake, tmp_path):
     assert [s["cost_usd"] for s in llm] == [10.0, 10.0]
 
 
+def test_a_price_table_or_name_list_that_cannot_be_used_is_a_usage_error(capsys, lake, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("model;price\ngpt-4o;1\n")
+    for args, needle in ((["--prices", str(tmp_path / "missing.csv")], "does not exist"),
+                         (["--prices", str(bad)], "it needs a header")):
+        code, _, err = run(capsys, "steps", str(lake), *args)
+        assert code == 3 and needle in err, err
+    for command, option in (("fingerprint", "--tools"), ("coverage", "--tools"), ("coverage", "--models")):
+        code, _, err = run(capsys, command, str(lake), option, ",,")
+        assert code == 3 and f"{option} ',,' names nothing" in err, err
+
+
 def test_sql_explain_analyze_cannot_write(capsys, lake):
     # EXPLAIN ANALYZE runs the statement it explains, and the locked-down engine may write
     # where it may read: a COPY under it put a file (a second copy of the spans) into the lake

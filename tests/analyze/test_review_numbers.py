@@ -86,6 +86,15 @@ def test_attributes_of_another_type_than_their_column_still_count(open_engine, t
     assert rows(eng, "SELECT trace_id FROM trials WHERE version = '2'") == [{"trace_id": tid(1)}]
 
 
+def test_a_boolean_outcome_reads_as_pass_or_fail(open_engine, tmp_path):
+    a = {"assay.scenario": "s", "assay.agent.version": "v1"}
+    spans = [span(i, 1, None, "assay.trial s", 0, 100, {**a, "assay.trial.outcome": v})
+             for i, v in ((1, True), (2, False), (3, "PASS"), (4, "maybe"))]
+    eng = open_engine(write_lake(tmp_path, spans))
+    got = [(r["outcome"], r["passed"]) for r in rows(eng, "SELECT * FROM trials ORDER BY trace_id")]
+    assert got == [("pass", True), ("fail", False), ("pass", True), ("maybe", None)]
+
+
 def test_calls_without_recorded_arguments_are_not_counted_as_repeats(open_engine, tmp_path):
     a = {"assay.scenario": "s", "assay.agent.version": "v1"}
     tool = {**a, "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"}
