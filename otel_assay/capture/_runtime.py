@@ -294,6 +294,24 @@ def tracer(name: str = "otel_assay") -> trace.Tracer:
     return p.tracer(name) if p is not None else _NOOP_TRACER
 
 
+# callbacks run when a trial ends, before its root span does (trace_id, exception or None):
+# adapters end the steps of the trial still open (cut off without a callback)
+_TRIAL_END: list = []
+
+
+def add_trial_end(fn) -> None:
+    if fn not in _TRIAL_END:
+        _TRIAL_END.append(fn)
+
+
+def trial_ended(trace_id: int, exc: BaseException | None) -> None:
+    for fn in list(_TRIAL_END):
+        try:
+            fn(trace_id, exc)
+        except Exception:
+            log.exception("otel-assay: ending the open steps of a trial failed")
+
+
 # callbacks run before a flush (e.g. CrewAI's event bus must deliver pending events first)
 _PRE_FLUSH: list = []
 

@@ -20,6 +20,7 @@ coworker's agent execution nests under it when CrewAI links the events so.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import datetime
 from typing import Any
 
@@ -28,14 +29,16 @@ from opentelemetry import trace
 
 from .. import semconv
 from . import _runtime
-from ._spans import CLIENT, INTERNAL, args_json, clean, result_text, to_json
+from ._spans import CLIENT, INTERNAL, args_json, clean, result_text, to_json, tool_call_part
 
 FRAMEWORK = "crewai"
 
 STARTS = {"crew_kickoff_started": "workflow", "agent_execution_started": "agent", "llm_call_started": "llm",
-          "tool_usage_started": "tool", "task_started": "task", "agent_reasoning_started": "reason"}
+          "tool_usage_started": "tool", "task_started": "task", "agent_reasoning_started": "reason",
+          "lite_agent_execution_started": "agent"}  # Agent.kickoff() without a crew
 ENDS = {"crew_kickoff_completed": False, "crew_kickoff_failed": True, "agent_execution_completed": False,
-        "agent_execution_error": True, "llm_call_completed": False, "llm_call_failed": True,
+        "agent_execution_error": True, "lite_agent_execution_completed": False, "lite_agent_execution_error": True,
+        "llm_call_completed": False, "llm_call_failed": True,
         "tool_usage_finished": False, "tool_usage_error": True, "task_completed": False, "task_failed": True,
         "agent_reasoning_completed": False, "agent_reasoning_failed": True}
 
@@ -52,13 +55,19 @@ def _model_of(ev) -> str | None:
 
 
 class _Node:
-    __slots__ = ("event_id", "kind", "span", "ctx", "parent_id", "alias")
+    __slots__ = ("event_id", "kind", "span", "ctx", "parent_id", "alias", "ended")
 
     def __init__(self, event_id, kind, parent_id):
         self.event_id, self.kind, self.parent_id = event_id, kind, parent_id
         self.span = None   # our span (None for plumbing)
         self.ctx = None    # context children attach to
         self.alias = False
+        self.ended = None  # time.monotonic() of its end event
+
+
+# Ended nodes stay for late children (handlers run out of order, but within moments): a
+# process that never calls flush() (a service) forgets them this long after their end.
+_KEEP_ENDED_S = 60.0
 
 
 class CrewAIListener:
@@ -68,6 +77,7 @@ class CrewAIListener:
         self._waiting_start: dict[str, list] = {}   # parent event id -> [start events]
         self._waiting_end: dict[str, Any] = {}      # start event id -> end event
         self._tasks: dict[str, str] = {}            # task id -> task name
+        self._swept = time.monotonic()
         self.enabled = True
 
     # --------------------------------------------------------------- events
@@ -81,10 +91,15 @@ class CrewAIListener:
                     self._start(event, STARTS[t])
                 elif t in ENDS:
                     self._end(event, ENDS[t])
-                elif t.endswith("_started"):  # flows, executor logs...: plumbing, but children link to it
-                    self._start(event, "task")
+                elif t.endswith("_started") and (_SCOPES is None or t in _SCOPES):
+                    self._start(event, "task")  # flows, memory...: plumbing, but children link to it
                 elif t.endswith(_END_SUFFIXES):
                     self._end(event, t.endswith(("_failed", "_error")))
+                now = time.monotonic()
+                if now - self._swept > _KEEP_ENDED_S / 4:
+                    self._swept = now
+                    for k in [k for k, n in self._nodes.items() if n.ended is not None and now - n.ended > _KEEP_ENDED_S]:
+                        del self._nodes[k]
         except Exception:  # never break the crew
             _runtime.log.exception("otel-assay: CrewAI event %s", t)
 
@@ -130,11 +145,13 @@ class CrewAIListener:
                                                 semconv.GEN_AI_WORKFLOW_NAME: name, semconv.ASSAY_STEP_KIND: "workflow"},
                     INTERNAL)
         if kind == "agent":
-            role = getattr(ev, "agent_role", None) or getattr(getattr(ev, "agent", None), "role", None) or "agent"
+            info = getattr(ev, "agent_info", None) or {}  # Agent.kickoff(): the agent as a dict
+            role = (getattr(ev, "agent_role", None) or getattr(getattr(ev, "agent", None), "role", None)
+                    or info.get("role") or "agent")
             task = getattr(ev, "task", None)
             return (f"invoke_agent {role}", {
                 semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT, semconv.GEN_AI_AGENT_NAME: role,
-                semconv.GEN_AI_AGENT_ID: str(getattr(ev, "agent_id", None) or "") or None,
+                semconv.GEN_AI_AGENT_ID: str(getattr(ev, "agent_id", None) or info.get("id") or "") or None,
                 "assay.crewai.task": getattr(task, "name", None) or getattr(task, "description", None)
                 if task is not None else self._tasks.get(str(getattr(ev, "task_id", None))),
                 semconv.ASSAY_STEP_KIND: "agent"}, INTERNAL)
@@ -172,6 +189,8 @@ class CrewAIListener:
             if sid:
                 self._waiting_end[sid] = ev
             return
+        if node.ended is None:
+            node.ended = time.monotonic()
         span = node.span  # the node stays: late children (handlers run out of order) still find it
         if span is None or node.alias:
             return
@@ -188,12 +207,12 @@ class CrewAIListener:
                 attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = [str(fr)]
             model = _model_of(ev)
             attrs[semconv.GEN_AI_RESPONSE_MODEL] = model
-            if model and span.name == "chat":
+            if model and getattr(span, "name", None) == "chat":  # an unsampled span has no name
                 span.update_name(f"chat {model}")
                 attrs[semconv.GEN_AI_REQUEST_MODEL] = model
             if _runtime.capture_content() and getattr(ev, "response", None) is not None:
-                attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json(
-                    [{"role": "assistant", "parts": [{"type": "text", "content": result_text(ev.response)}]}])
+                parts = _tool_call_parts(ev.response) or [{"type": "text", "content": result_text(ev.response)}]
+                attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json([{"role": "assistant", "parts": parts}])
         elif node.kind == "tool":
             if _runtime.capture_content() and getattr(ev, "output", None) is not None:
                 attrs[semconv.GEN_AI_TOOL_CALL_RESULT] = result_text(ev.output)
@@ -203,10 +222,19 @@ class CrewAIListener:
                 attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json(
                     [{"role": "assistant", "parts": [{"type": "text", "content": result_text(getattr(out, "raw", out))}]}])
         span.set_attributes(clean(attrs))
-        if failed:
+        # a tool that ran but did not succeed (it returned a ToolFailure, an MCP error, an unknown
+        # tool or a spent usage limit) finishes normally with the failure on the event
+        failure = getattr(ev, "failure", None) if node.kind == "tool" and not failed else None
+        if failure is not None:
+            reason = getattr(failure, "reason", None)
+            et = f"ToolFailure.{getattr(reason, 'value', reason)}" if reason is not None else "ToolFailure"
+            msg = str(getattr(failure, "message", None) or failure)
+            failed = True
+        elif failed:
             err = getattr(ev, "error", None)
             et = type(err).__name__ if isinstance(err, BaseException) else _error_type(err)
             msg = str(err) if err is not None else ""
+        if failed:
             span.set_attribute(semconv.ERROR_TYPE, et)
             span.add_event("exception", {"exception.type": et, "exception.message": msg}, timestamp=end)
             span.set_status(trace.Status(trace.StatusCode.ERROR, msg[:1024]))
@@ -218,12 +246,47 @@ class CrewAIListener:
             crewai_event_bus.flush(timeout=timeout_s)
         except Exception:
             pass
-        with self._lock:  # every handler has run: forget finished nodes
-            for k in [k for k, n in self._nodes.items() if n.alias or n.span is None]:
+        with self._lock:  # every handler has run: forget ended nodes (not a running crew's: a flush
+            # from another thread, or a periodic one, must not orphan the events still to come)
+            for k in [k for k, n in self._nodes.items() if n.ended is not None]:
                 del self._nodes[k]
 
 
-_END_SUFFIXES = ("_completed", "_finished", "_failed", "_error")
+# (not "_paused": a paused flow resumes later under the same events)
+_END_SUFFIXES = ("_completed", "_finished", "_failed", "_error", "_canceled")
+# the event types other events can have as parent (CrewAI's scope-starting events); None
+# (an older CrewAI): every *_started event. Others (agent_logs_started, whose end is
+# agent_logs_execution) would be kept waiting for an end that never comes
+_SCOPES: frozenset | None = None
+
+
+def _field(obj, key):
+    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+
+def _tool_call_parts(response) -> list | None:
+    """With native function calling an LLM call's response is the list of tool calls the
+    model asked for, in the provider's shape (OpenAI ``function`` calls, objects or dicts;
+    Anthropic ``tool_use`` blocks; Gemini ``function_call`` parts): GenAI ``tool_call``
+    parts, or None when the response is not such a list."""
+    if not isinstance(response, (list, tuple)) or not response:
+        return None
+    parts = []
+    for c in response:
+        fn = _field(c, "function") or _field(c, "function_call")
+        if fn is not None:
+            name, args = _field(fn, "name"), _field(fn, "arguments")
+            if args is None:
+                args = _field(fn, "args")
+            call_id = _field(c, "id") or _field(fn, "id")
+        elif _field(c, "type") == "tool_use":
+            name, args, call_id = _field(c, "name"), _field(c, "input"), _field(c, "id")
+        else:
+            return None
+        if not name:
+            return None
+        parts.append(tool_call_part(call_id, str(name), args))
+    return parts
 
 
 def _error_type(err) -> str:
@@ -274,8 +337,13 @@ def _event_classes() -> list:
 
 
 def instrument(module=None) -> bool:
-    global _LISTENER
+    global _LISTENER, _SCOPES
     from crewai.events import crewai_event_bus
+    try:
+        from crewai.events.event_context import SCOPE_STARTING_EVENTS
+        _SCOPES = frozenset(SCOPE_STARTING_EVENTS)
+    except ImportError:  # pragma: no cover - depends on the CrewAI version
+        _SCOPES = None
     if _LISTENER is None:
         _LISTENER = CrewAIListener()
         _runtime.add_pre_flush(_LISTENER.flush)

@@ -92,7 +92,7 @@ _CACHE_MAX = 4096  # cached message / tool-definition JSON strings (entries hold
 
 
 class _Run:
-    __slots__ = ("span", "parent", "trial", "kind", "node", "root", "token")
+    __slots__ = ("span", "parent", "trial", "kind", "node", "root", "token", "call_id")
 
     def __init__(self, span, parent, trial=None, kind="", node=None, root=None):
         self.span = span        # our span for this run, or None for plumbing
@@ -103,6 +103,7 @@ class _Run:
         self.node = node
         self.root = root        # run id of the graph invocation this run belongs to
         self.token = None       # context token while the run's span is the current span
+        self.call_id = None     # a tool run's call id, when LangChain gave one
 
 
 class _LLMRun(_Run):
@@ -123,18 +124,65 @@ class _LLMRun(_Run):
     first token or its end (``live``): after that, the consumer of a stream runs between
     chunks, and its calls are not part of the streamed one."""
 
-    __slots__ = ("name", "attrs", "start", "delegated", "live", "prev")
+    __slots__ = ("name", "attrs", "start", "delegated", "live", "prev", "outer", "open_inner")
 
     def __init__(self, name, attrs, parent, kind, root=None):
         self.span, self.parent, self.trial, self.kind, self.node, self.root = None, parent, None, kind, None, root
         self.name, self.attrs, self.start = name, attrs, time.time_ns()
         self.delegated, self.live, self.prev = False, True, None
+        self.outer, self.open_inner = None, 0  # the run this one was reached from; runs it reached still open
 
 
 def _live(r):
     while r is not None and not r.live:
         r = r.prev
     return r
+
+
+def _tool_message_of_command(output: Any, call_id: Any) -> Any:
+    """A LangGraph tool may return ``Command(update={"messages": [ToolMessage(...)]})`` (handoffs,
+    tools that update the state): its result is the ToolMessage answering this call, not the
+    Command. Anything else is returned as it is."""
+    if type(output).__name__ != "Command":
+        return output
+    update = getattr(output, "update", None)
+    if isinstance(update, (list, tuple)):  # [(key, value), ...]
+        update = dict(kv for kv in update if isinstance(kv, (list, tuple)) and len(kv) == 2)
+    msgs = update.get("messages") if isinstance(update, dict) else None
+    if not isinstance(msgs, (list, tuple)):
+        msgs = [msgs] if msgs is not None else []
+    tool_msgs = [m for m in msgs if getattr(m, "type", None) == "tool"]
+    for m in tool_msgs:
+        if call_id is None or getattr(m, "tool_call_id", None) == call_id:
+            return m
+    return tool_msgs[0] if tool_msgs else output
+
+
+def _mapping(obj: Any) -> dict:
+    """A provider's metadata as a dict: usage may come as an object (pydantic or plain), and
+    a step must not be lost for the shape of an optional field."""
+    if obj is None or isinstance(obj, dict):
+        return obj or {}
+    for attr in ("model_dump", "dict"):
+        fn = getattr(obj, attr, None)
+        if callable(fn):
+            try:
+                d = fn()
+            except Exception:
+                continue
+            if isinstance(d, dict):
+                return d
+    keys = ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens", "total_tokens")
+    return {k: getattr(obj, k) for k in keys if hasattr(obj, k)}
+
+
+def _trace_id(r) -> int | None:
+    """The trace a run's step belongs to (None for plumbing that attaches nowhere)."""
+    holder = r.span if r.span is not None else r.parent
+    if holder is None:
+        return None
+    span = holder if isinstance(holder, trace.Span) else trace.get_current_span(holder)
+    return span.get_span_context().trace_id
 
 
 def _detach(r) -> None:
@@ -144,6 +192,12 @@ def _detach(r) -> None:
             otel_context.detach(token)
         except Exception:  # ended in another context (a cancelled task): nothing to restore there
             pass
+
+
+def _ended(r) -> None:
+    _release(r)
+    if r.outer is not None:
+        r.outer.open_inner -= 1
 
 
 def _release(r) -> None:
@@ -239,14 +293,32 @@ class AssayCallbackHandler(_Base):
         a task that is itself cancelled. Its tool or model call did happen, so it is
         recorded, as failed, rather than lost (which would also hide the work from the
         timeout-with-work error class)."""
-        stale = [rid for rid, r in self._runs.items() if r.root == root_id]
+        # a copy: other threads' runs come and go meanwhile
+        stale = [rid for rid, r in list(self._runs.items()) if r.root == root_id]
+        self._abandon(stale, "the graph run ended", error)
+
+    def end_trial(self, trace_id: int, error: BaseException | None) -> None:
+        """End the steps of a trial still open when the trial ends: a model or tool called on
+        its own (not inside a graph or chain, whose end does this) and cut off by a timeout or
+        a cancellation gets no callback either."""
+        stale = [rid for rid, r in list(self._runs.items()) if _trace_id(r) == trace_id]
+        self._abandon(stale, "the trial ended", error)
+
+    def _abandon(self, stale, what: str, error: BaseException | None) -> None:
         # cancelled, not failed by itself: the run's own error is on the run's span
-        ended = f"the graph run ended ({type(error).__name__})" if error is not None else "the graph run ended"
+        ended = f"{what} ({type(error).__name__})" if error is not None else what
+        # a model call that reached another records only if that one is over: a call cut off
+        # with no callback is still "in progress" in its context, so the next call made there
+        # (a retry after a timeout) took it for a model calling a model
+        records = {rid: not r.delegated or r.open_inner == 0 for rid in stale
+                   if isinstance(r := self._runs.get(rid), _LLMRun)}
         for rid in stale:
-            r = self._runs.pop(rid)
+            r = self._runs.pop(rid, None)
+            if r is None:  # ended meanwhile
+                continue
             if isinstance(r, _LLMRun):
-                _release(r)
-                if not r.delegated:
+                _ended(r)
+                if records.get(rid):
                     fail(start_span(r.name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start),
                          type_name="CancelledError", message=f"{ended} before this model call finished")
             elif r.span is not None and r.kind == "tool":
@@ -319,6 +391,8 @@ class AssayCallbackHandler(_Base):
         outer = parent_run if isinstance(parent_run, _LLMRun) else _live(current)
         if outer is not None:
             outer.delegated = True
+            outer.open_inner += 1
+            run.outer = outer
         # one generate() with several prompts starts all its runs before running any
         if kw.get("batch_size", 1) == 1:
             run.prev = current
@@ -351,7 +425,7 @@ class AssayCallbackHandler(_Base):
         r = self._runs.pop(run_id, None)
         if r is None:
             return
-        _release(r)
+        _ended(r)
         if r.delegated:
             return
         name = r.name
@@ -361,11 +435,11 @@ class AssayCallbackHandler(_Base):
         except (IndexError, AttributeError, TypeError):
             pass
         msg = getattr(gen, "message", None)
-        usage = getattr(msg, "usage_metadata", None) or {}
-        llm_out = getattr(response, "llm_output", None) or {}
-        tu = llm_out.get("token_usage") or llm_out.get("usage") or {}
-        rmeta = getattr(msg, "response_metadata", None) or {}
-        ginfo = getattr(gen, "generation_info", None) or {}
+        usage = _mapping(getattr(msg, "usage_metadata", None))
+        llm_out = _mapping(getattr(response, "llm_output", None))
+        tu = _mapping(llm_out.get("token_usage") or llm_out.get("usage"))
+        rmeta = _mapping(getattr(msg, "response_metadata", None))
+        ginfo = _mapping(getattr(gen, "generation_info", None))
         in_tok = usage.get("input_tokens", tu.get("prompt_tokens", tu.get("input_tokens")))
         out_tok = usage.get("output_tokens", tu.get("completion_tokens", tu.get("output_tokens")))
         resp_model = rmeta.get("model_name") or rmeta.get("model") or llm_out.get("model_name")
@@ -397,9 +471,13 @@ class AssayCallbackHandler(_Base):
     def on_llm_error(self, error, *, run_id, **kw):
         r = self._runs.pop(run_id, None)
         if r is not None:
-            _release(r)
+            _ended(r)
             if not r.delegated:
-                fail(start_span(r.name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start), error)
+                span = start_span(r.name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start)
+                if isinstance(error, GeneratorExit):  # the caller stopped reading the stream: not a failure
+                    span.end()
+                else:
+                    fail(span, error)
 
     # ---------------------------------------------------------------- tools
     def on_tool_start(self, serialized, input_str, *, run_id, parent_run_id=None, tags=None, metadata=None,
@@ -416,6 +494,7 @@ class AssayCallbackHandler(_Base):
         span = start_span(f"execute_tool {name}", attrs, parent=self._parent(parent_run_id))
         parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
         run = _Run(span, span, kind="tool", root=parent_run.root if parent_run is not None else None)
+        run.call_id = kw.get("tool_call_id")
         # the tool's body runs between this callback and its end, in this context (LangChain
         # copies it for the body after on_tool_start; the handler runs inline): spans the
         # tool makes (other instrumentation, @otel_assay.step) become its children
@@ -428,8 +507,9 @@ class AssayCallbackHandler(_Base):
             return
         _detach(r)
         span = r.span
+        output = _tool_message_of_command(output, r.call_id)
         content = getattr(output, "content", output)
-        if getattr(output, "tool_call_id", None) and not span.attributes.get(semconv.GEN_AI_TOOL_CALL_ID):
+        if getattr(output, "tool_call_id", None) and not r.call_id:  # no call id at the start
             span.set_attribute(semconv.GEN_AI_TOOL_CALL_ID, output.tool_call_id)
         if _runtime.capture_content():
             span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, result_text(content))
@@ -442,7 +522,10 @@ class AssayCallbackHandler(_Base):
         r = self._runs.pop(run_id, None)
         if r is not None:
             _detach(r)
-            fail(r.span, error)
+            if type(error).__name__ in _CONTROL_FLOW:  # interrupt() in the tool (a human asked): not a failure
+                r.span.end()
+            else:
+                fail(r.span, error)
 
 
 # ---------------------------------------------------------------- instrument
@@ -463,6 +546,7 @@ def instrument(module=None) -> bool:
         return True
     _VAR = ContextVar("otel_assay_langchain", default=handler())
     lc_context.register_configure_hook(_VAR, inheritable=True)
+    _runtime.add_trial_end(handler().end_trial)
     _HOOK_ENTRY = lc_context._configure_hooks[-1]
     return True
 

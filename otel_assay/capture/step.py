@@ -108,13 +108,58 @@ class Step:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
-            if exc is not None:
-                fail(self.span, exc)
-            else:
-                self.span.end()
+            self._end(exc)
         finally:
             otel_context.detach(self._token)
         return False
+
+    def _end(self, exc: BaseException | None) -> None:
+        if exc is not None and not isinstance(exc, GeneratorExit):  # GeneratorExit: the consumer stopped
+            fail(self.span, exc)
+        else:
+            self.span.end()
+
+    # a generator step: the span covers the whole iteration, and is the current span only
+    # while the generator's own code runs (between two items the consumer's code runs, in the
+    # consumer's context), so nothing stays attached across a yield
+    def _current(self, fn, *a):
+        token = otel_context.attach(trace.set_span_in_context(self.span))
+        try:
+            return fn(*a)
+        finally:
+            otel_context.detach(token)
+
+    async def _acurrent(self, awaitable):
+        token = otel_context.attach(trace.set_span_in_context(self.span))
+        try:
+            return await awaitable
+        finally:
+            otel_context.detach(token)
+
+    def _open_detached(self) -> None:
+        self.__enter__()
+        otel_context.detach(self._token)
+
+    def _iterate(self, gen):
+        self._open_detached()
+        try:
+            item = self._current(next, gen)
+            while True:
+                try:
+                    sent = yield item
+                except GeneratorExit:
+                    self._current(gen.close)
+                    raise
+                except BaseException as e:  # thrown in by the consumer
+                    item = self._current(gen.throw, e)
+                else:
+                    item = self._current(gen.send, sent)
+        except StopIteration as e:
+            self._end(None)
+            return e.value
+        except BaseException as e:
+            self._end(e)
+            raise
 
     async def __aenter__(self) -> "Step":
         return self.__enter__()
@@ -126,17 +171,18 @@ class Step:
 class step:
     """Decorator / context manager factory; see the module docstring."""
 
+    def __new__(cls, name: str | Callable | None = None, **kw):
+        if callable(name):  # bare @otel_assay.step: the wrapped function itself, as with arguments
+            return cls(**kw)(name)
+        return super().__new__(cls)
+
     def __init__(self, name: str | Callable | None = None, *, kind: str = "other", model: str | None = None,
                  provider: str | None = None, agent: str | None = None, call_id: str | None = None,
                  arguments: Any = None, attributes: dict[str, Any] | None = None):
-        self._fn = None
-        if callable(name):  # bare @otel_assay.step
-            self._fn, name = name, None
         self.name, self.kind = name, kind
         self.kw = dict(model=model, provider=provider, agent=agent, call_id=call_id, arguments=arguments,
                        attributes=attributes)
-        if self._fn is not None:
-            self._wrapped = self(self._fn)
+        self._open: list[Step] = []  # entered and not exited (one factory may be in use in several threads)
 
     def _make(self, name: str, arguments: Any = None) -> Step:
         kw = dict(self.kw)
@@ -148,11 +194,16 @@ class step:
     def __enter__(self) -> Step:
         if self.name is None:
             raise TypeError("otel_assay.step used as a context manager needs a name")
-        self._cm = self._make(self.name)
-        return self._cm.__enter__()
+        s = self._make(self.name).__enter__()
+        self._open.append(s)
+        return s
 
     def __exit__(self, *exc) -> bool:
-        return self._cm.__exit__(*exc)
+        # this context's step is the innermost one open here: the current span
+        current = trace.get_current_span()
+        s = next((s for s in reversed(self._open) if s.span is current), None) or self._open[-1]
+        self._open.remove(s)
+        return s.__exit__(*exc)
 
     async def __aenter__(self) -> Step:
         return self.__enter__()
@@ -161,10 +212,7 @@ class step:
         return self.__exit__(*exc)
 
     # decorator
-    def __call__(self, *args, **kwargs):
-        if self._fn is not None:
-            return self._wrapped(*args, **kwargs)
-        (fn,) = args
+    def __call__(self, fn):
         name = self.name or getattr(fn, "__name__", type(fn).__name__)
         try:
             sig = inspect.signature(fn)
@@ -181,6 +229,37 @@ class step:
                 return {kk: v for kk, v in b.arguments.items() if kk not in ("self", "cls")}
             except TypeError:
                 return None
+
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gwrapper(*a, **k):
+                return (yield from self._make(name, bound_args(a, k))._iterate(fn(*a, **k)))
+            return gwrapper
+
+        if inspect.isasyncgenfunction(fn):
+            @functools.wraps(fn)
+            async def agwrapper(*a, **k):  # as Step._iterate (an async generator cannot delegate)
+                s = self._make(name, bound_args(a, k))
+                s._open_detached()
+                agen = fn(*a, **k)
+                try:
+                    item = await s._acurrent(agen.__anext__())
+                    while True:
+                        try:
+                            sent = yield item
+                        except GeneratorExit:
+                            await s._acurrent(agen.aclose())
+                            raise
+                        except BaseException as e:
+                            item = await s._acurrent(agen.athrow(e))
+                        else:
+                            item = await s._acurrent(agen.asend(sent))
+                except StopAsyncIteration:
+                    s._end(None)
+                except BaseException as e:
+                    s._end(e)
+                    raise
+            return agwrapper
 
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)

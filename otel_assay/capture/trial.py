@@ -13,6 +13,8 @@ span processor looks the trace up; baggage carries them across process boundarie
 from __future__ import annotations
 
 import contextvars
+import math
+import operator
 import os
 import sys
 import threading
@@ -95,6 +97,23 @@ def current_trial() -> "Trial | None":
 
 
 _BY_TRACE: dict[int, "Trial"] = {}
+_WARNED_NOT_SAMPLED = False
+
+
+def _warn_not_sampled(scenario: str) -> None:
+    """A trial the tracer provider's sampler drops is not recorded at all (none of its spans
+    are exported): say so once, instead of a lake silently missing trials."""
+    global _WARNED_NOT_SAMPLED
+    if _WARNED_NOT_SAMPLED:
+        return
+    _WARNED_NOT_SAMPLED = True
+    p = _runtime.pipeline()
+    sampler = getattr(p.provider, "sampler", None) if p is not None else None
+    _runtime.log.warning(
+        "otel-assay: trial %r is not recorded: the tracer provider's sampler (%s) did not sample it, so none "
+        "of its spans reach the lake; trials dropped this way are missing from every pass rate. Sample every "
+        "trial (e.g. OTEL_TRACES_SAMPLER=parentbased_always_on). Further unsampled trials are not reported.",
+        scenario, getattr(sampler, "get_description", lambda: type(sampler).__name__)())
 
 
 class Trial:
@@ -105,9 +124,15 @@ class Trial:
                  implicit: bool = False):
         if not isinstance(scenario, str) or not scenario:
             raise ValueError("otel_assay.trial: scenario must be a non-empty string")
+        if index is not None:
+            if isinstance(index, bool) or not hasattr(index, "__index__") or operator.index(index) < 0:
+                raise ValueError(f"otel_assay.trial: index must be a non-negative int, not {index!r}")
+            index = operator.index(index)
         self.scenario = scenario
-        self.version = version if version is not None else (os.environ.get("OTEL_ASSAY_VERSION") or None)
-        self.run_id = run_id or _runtime.run_id()
+        # the lake's version and run id columns are strings: version=2 is version "2" (an int
+        # attribute would leave the trial without a version)
+        self.version = str(version) if version is not None else (os.environ.get("OTEL_ASSAY_VERSION") or None)
+        self.run_id = str(run_id) if run_id else _runtime.run_id()
         self._explicit_index = index
         self.index: int | None = None
         self.extra = dict(attributes or {})
@@ -137,11 +162,15 @@ class Trial:
             raise RuntimeError(f"otel_assay: outcome() called after trial {self.scenario!r} ended; "
                                f"call t.outcome(...) inside the `with otel_assay.trial(...)` block")
         if passed is not None:
+            # a bool (numpy's too) or 0/1: any other value's truth is no verdict ("false" is truthy)
+            if not (type(passed).__name__ in ("bool", "bool_")  # numpy 2 / numpy 1
+                    or (isinstance(passed, int) and passed in (0, 1))):
+                raise TypeError(f"otel_assay: outcome(passed=...) takes True or False, not {passed!r}")
             self.passed = bool(passed)
         if score is not None:
             score = float(score)
-            if score != score:
-                raise ValueError("otel_assay: trial score must not be NaN")
+            if not math.isfinite(score):  # an infinite score would swamp every mean it enters
+                raise ValueError(f"otel_assay: trial score must be a finite number, not {score!r}")
             self.score = score
         if error_class is not None:
             self.error_class = str(error_class)
@@ -178,6 +207,8 @@ class Trial:
         self.span = _runtime.tracer().start_span(
             f"assay.trial {self.scenario}", context=otel_context.Context(), attributes=span_attrs, links=links)
         sc = self.span.get_span_context()
+        if sc.is_valid and not sc.trace_flags.sampled:
+            _warn_not_sampled(self.scenario)
         if sc.is_valid:
             self.trace_id = format(sc.trace_id, "032x")
             _runtime.register_trace(sc.trace_id, attrs)
@@ -197,6 +228,9 @@ class Trial:
         span = self.span
         try:
             if span is not None:
+                sc = span.get_span_context()
+                if sc.is_valid:
+                    _runtime.trial_ended(sc.trace_id, exc)
                 if exc is not None:
                     self.passed = False
                     if self.error_class is None:

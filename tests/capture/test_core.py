@@ -173,3 +173,54 @@ def test_otlp_exporter_to_a_collector(tmp_path):
     assert names["assay.trial otlp"]["assay.trial.outcome"].string_value == "pass"
     # and the parquet run wrote the lake
     assert [s["name"] for s in trial_spans(lake, "otlp")[0]] == ["assay.trial otlp", "execute_tool send"]
+
+
+def test_trial_and_step_api_edges(tmp_path):
+    lake = tmp_path / "lake"
+    p = run_script("core_run.py", lake, "api-edges")
+    # an infinite score would swamp every mean it enters, as NaN would poison it; passed="false"
+    # would be a pass; an index that is not a non-negative int would not pair trials: all refused
+    assert p.stdout.count("REFUSED") == 10, p.stdout
+    (tr,) = trial_spans(lake, "bare-step")
+    # a bare @otel_assay.step records a step of kind "other" named after the function
+    assert steps(tr) == [("normalise", "assay.trial bare-step"), ("fetch", "assay.trial bare-step")]
+    assert [s["attributes"]["assay.step.kind"] for s in tr[1:]] == ["other", "other"]
+    assert (root(tr)["outcome"], root(tr)["score"]) == ("pass", None)
+    # version=2 and a numeric run id are the strings "2" and "20260101" in the lake's columns
+    (row,) = query(lake, "SELECT version, run_id FROM trials WHERE scenario = 'bare-step'")
+    assert row == {"version": "2", "run_id": "20260101"}
+    assert {(s["version"], s["run_id"]) for s in tr} == {("2", "20260101")}
+
+
+def test_trial_the_sampler_drops_is_reported(tmp_path):
+    lake = tmp_path / "lake"
+    p = run_script("core_run.py", lake, "unsampled", env={"OTEL_TRACES_SAMPLER": "always_off"})
+    # nothing reaches the lake, and that is said once, with the way out
+    assert p.stderr.count("is not recorded") == 1, p.stderr
+    assert "AlwaysOffSampler" in p.stderr and "OTEL_TRACES_SAMPLER" in p.stderr
+    assert json.loads(p.stdout.strip().splitlines()[-1])["spans_produced"] == 0
+
+
+def test_generator_steps_and_a_step_factory_shared_by_threads(tmp_path):
+    lake = tmp_path / "lake"
+    p = run_script("core_run.py", lake, "step-shapes")
+    assert "Failed to detach context" not in p.stderr and "ended span" not in p.stderr, p.stderr
+    (tr,) = trial_spans(lake, "step-shapes")
+    ms = {s["name"]: s for s in tr}
+    assert steps(tr) == [
+        ("chat gpt-test", "assay.trial step-shapes"),
+        ("token 0", "chat gpt-test"),          # the generator's own work is inside its step
+        ("show t0", "assay.trial step-shapes"),  # the consumer's work between items is not
+        ("token 1", "chat gpt-test"),
+        ("show t1", "assay.trial step-shapes"),
+        ("execute_tool search", "assay.trial step-shapes"),
+        ("execute_tool pages", "assay.trial step-shapes"),
+        ("execute_tool db", "assay.trial step-shapes"),
+        ("execute_tool db", "assay.trial step-shapes"),
+    ]
+    # the steps last as long as their iteration, and record how it ended
+    dur = {n: query(lake, "SELECT max(duration_ns) AS d FROM spans WHERE name = ?", [n])[0]["d"]
+           for n in ("chat gpt-test", "execute_tool search", "execute_tool db")}
+    assert dur["chat gpt-test"] > 50e6 and dur["execute_tool search"] > 80e6 and dur["execute_tool db"] > 150e6
+    assert (ms["execute_tool pages"]["status_code"], ms["execute_tool pages"]["error_type"]) == (2, "ValueError")
+    assert ms["execute_tool search"]["status_code"] == 0

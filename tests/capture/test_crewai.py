@@ -10,10 +10,13 @@ need("crewai")
 from ._helpers import jload, root, run_script, spans, steps, trial_spans  # noqa: E402
 
 
+RUN = {}
+
+
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory):
     lake = tmp_path_factory.mktemp("crew") / "lake"
-    run_script("crewai_run.py", lake, "auto-first")
+    RUN["stdout"] = run_script("crewai_run.py", lake, "auto-first").stdout
     return lake
 
 
@@ -67,6 +70,52 @@ def test_delegation_nests_the_coworker(lake):
     d = tr[4]
     assert jload(d["attributes"]["gen_ai.tool.call.arguments"])["coworker"] == "researcher"
     assert spans(lake, "scenario IS NULL") == []
+
+
+def test_native_tool_calls_are_tool_call_parts(lake):
+    tr = one(lake, "native-tools")
+    chats = [s for s in tr if s["op"] == "chat"]
+    assert len(chats) == 4
+    # the model's tool calls are recorded as tool calls, not as their JSON text
+    assert jload(chats[0]["attributes"]["gen_ai.output.messages"]) == [{"role": "assistant", "parts": [
+        {"type": "tool_call", "id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3}}]}]
+    assert jload(chats[-1]["attributes"]["gen_ai.output.messages"])[0]["parts"] == [{"type": "text", "content": "5"}]
+
+
+def test_tool_reporting_failure_is_a_failed_step(lake):
+    tr = one(lake, "native-tools")
+    # a tool that ran but reported failure (returned a ToolFailure; an unknown tool) is a failed step
+    tools = [(s["tool_name"], s["status_code"] == 2, s["error_type"]) for s in tr if s["op"] == "execute_tool"]
+    assert tools == [("add", False, None), ("post", True, "ToolFailure.tool_reported"),
+                     ("nosuch", True, "ToolFailure.unknown_tool")]
+    post = next(s for s in tr if s["tool_name"] == "post")
+    assert post["status_message"] == "channel_not_found"
+
+
+def test_agent_kicked_off_without_a_crew_is_an_agent_step(lake):
+    tr = one(lake, "agent-kickoff")
+    assert steps(tr) == [("invoke_agent solo", "assay.trial agent-kickoff")] + [
+        (n, "invoke_agent solo") for n in ("chat scripted-1", "execute_tool add", "chat scripted-1")]
+
+
+def test_ended_events_are_forgotten_without_a_flush(lake):
+    # the events of the first crew were forgotten while the second ran: the listener holds
+    # one crew's events, not one more crew's for every kickoff of the process
+    held = next(line for line in RUN["stdout"].splitlines() if line.startswith("HELD"))
+    first, second = eval(held[5:])
+    assert 0 < second <= first, held
+    traces = trial_spans(lake, "long-running")
+    assert [[s["name"] for s in tr] for tr in traces] == [
+        ["assay.trial long-running", "invoke_workflow echo_crew", "invoke_agent echo", "chat scripted-1"]] * 2
+
+
+def test_flush_while_a_crew_runs_loses_nothing(lake):
+    tr = one(lake, "flush-while-running")
+    assert [n for n, _ in steps(tr)] == ["invoke_workflow slow_crew", "invoke_agent slow", "chat scripted-1",
+                                         "execute_tool slow_add", "chat scripted-1"]
+    # and once everything has run, a flush leaves nothing behind
+    left = next(line for line in RUN["stdout"].splitlines() if line.startswith("LEFT"))
+    assert left == "LEFT 0 0 0"
 
 
 def test_import_after_framework(tmp_path):

@@ -53,3 +53,13 @@ def test_message_content_can_be_turned_off(tmp_path):
             assert "ann" not in v
     # structure, ids and usage are still there
     assert tr[3]["tool_call_id"] == "x1" and tr[2]["input_tokens"] == 3
+
+
+def test_unsampled_trial_is_reported_and_the_handler_stays_quiet(tmp_path):
+    # an application sampler that drops the trial: its spans are non-recording, which the
+    # callback handler must take in its stride (LangChain logs each handler exception)
+    lake = tmp_path / "lake"
+    p = run_script("langgraph_small.py", lake, "auto-first", env={"OTEL_TRACES_SAMPLER": "always_off"})
+    assert "Error in AssayCallbackHandler" not in p.stderr, p.stderr
+    assert p.stderr.count("is not recorded") == 1, p.stderr
+    assert not lake.exists() or spans(lake) == []

@@ -231,3 +231,43 @@ def test_calls_that_are_not_nested_each_get_their_chat(lake):
     # the streamed call; nor are calls of a batch, or of one generate with two prompts
     assert chats(one(lake, "stream-interleaved")) == [("streaming", 20, 5), ("scripted", 4, 1)]
     assert sorted(chats(one(lake, "batch"))) == [("scripted", n, 1) for n in (1, 2, 3, 4)]
+
+
+def test_tool_returning_a_command_records_the_tool_message_it_carries(lake):
+    tr = one(lake, "command-tool")
+    (tool,) = [s for s in tr if s["op"] == "execute_tool"]
+    assert (tool["tool_name"], tool["tool_call_id"], tool["status_code"]) == ("set_priority", "cmd1", 0)
+    assert tool["attributes"]["gen_ai.tool.call.result"] == "priority set to high"
+
+
+def test_direct_calls_cut_off_are_recorded_failed_when_the_trial_ends(lake):
+    tr = one(lake, "cut-off-direct")
+    # the call retried after a timeout in the same task is not taken for a model calling a model
+    assert steps(tr) == [("execute_tool slow_lookup", "assay.trial cut-off-direct"),
+                         ("chat", "assay.trial cut-off-direct"), ("chat", "assay.trial cut-off-direct"),
+                         ("chat scripted-1", "assay.trial cut-off-direct")]
+    assert all((s["status_code"], s["error_type"]) == (2, "CancelledError") for s in tr[1:4])
+    assert "the trial ended" in tr[1]["status_message"]
+    assert (tr[4]["status_code"], tr[4]["input_tokens"]) == (0, 4)
+    from ._helpers import query
+    (row,) = query(lake, "SELECT n_tool, n_llm FROM trials WHERE scenario = 'cut-off-direct'")
+    assert (row["n_tool"], row["n_llm"]) == (1, 3)
+
+
+def test_stream_the_caller_stops_reading_is_not_a_failed_step(lake):
+    tr = one(lake, "stream-stopped")
+    (chat,) = [s for s in tr if s["op"] == "chat"]
+    assert (chat["status_code"], chat["error_type"]) == (0, None)
+
+
+def test_tool_interrupted_for_a_human_is_not_a_failed_step(lake):
+    tr = one(lake, "interrupt-in-tool")
+    tools = [s for s in tr if s["op"] == "execute_tool"]
+    # the call that asked, and the call resumed with the answer: neither failed
+    assert [(s["tool_call_id"], s["status_code"], s["error_type"]) for s in tools] == [("h1", 0, None), ("h1", 0, None)]
+    assert tools[1]["attributes"]["gen_ai.tool.call.result"] == "refunded H1"
+
+
+def test_usage_given_as_an_object_is_read(lake):
+    tr = one(lake, "usage-object")
+    assert [(s["name"], s["input_tokens"], s["output_tokens"]) for s in tr[1:]] == [("chat object-1", 6, 2)]

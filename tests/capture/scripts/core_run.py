@@ -1,9 +1,11 @@
 """Framework-free capture scenarios, one per mode (argv[1]); each runs in a fresh process."""
 
 import asyncio
+import contextvars
 import json
 import sys
 import threading
+import time
 
 MODE = sys.argv[1]
 
@@ -149,5 +151,95 @@ elif MODE == "uninstrument":
     with otel_assay.trial("after-uninstrument"):
         pass
     otel_assay.flush()
+elif MODE == "api-edges":
+    import otel_assay
+
+    @otel_assay.step  # no arguments: kind "other", named after the function
+    def normalise(text):
+        return text.strip()
+
+    @otel_assay.step
+    async def fetch(url):
+        return "200"
+
+    with otel_assay.trial("bare-step", version=2, run_id=20260101) as t:  # numbers, as users write them
+        assert normalise.__name__ == "normalise" and normalise(" x ") == "x"
+        assert asyncio.run(fetch("/")) == "200"
+        for bad in (float("inf"), float("-inf"), float("nan")):
+            try:
+                t.outcome(passed=True, score=bad)
+            except ValueError as e:
+                print("REFUSED", e)
+        for bad in ("false", "no", [], 2):
+            try:
+                t.outcome(passed=bad)
+            except TypeError as e:
+                print("REFUSED", e)
+        import numpy
+        t.outcome(passed=numpy.float64(0.2) > 0.5)  # a numpy bool is a bool
+        assert t.passed is False
+        t.outcome(passed=True)
+    for bad in ("3", True, -1):
+        try:
+            otel_assay.trial("bad-index", index=bad)
+        except ValueError as e:
+            print("REFUSED", e)
+    otel_assay.flush()
+
+elif MODE == "step-shapes":
+    import otel_assay
+    from opentelemetry import trace
+
+    @otel_assay.step(kind="llm", model="gpt-test")
+    def stream_tokens(n):  # a generator: the step lasts as long as its iteration
+        for i in range(n):
+            with trace.get_tracer("inner").start_as_current_span(f"token {i}"):
+                pass
+            yield f"t{i}"
+
+    @otel_assay.step(kind="tool")
+    async def search(q):  # an async generator
+        for i in range(2):
+            await asyncio.sleep(0.05)
+            yield f"{q}-{i}"
+
+    @otel_assay.step(kind="tool")
+    def pages():
+        yield 1
+        raise ValueError("page 2 is gone")
+
+    db = otel_assay.step("db", kind="tool")  # one factory, entered by two threads at once
+
+    def query():
+        with db:
+            time.sleep(0.2)
+
+    async def read_search():
+        return [x async for x in search("q")]
+
+    with otel_assay.trial("step-shapes") as t:
+        for tok in stream_tokens(2):
+            with trace.get_tracer("consumer").start_as_current_span(f"show {tok}"):
+                time.sleep(0.05)
+        assert asyncio.run(read_search()) == ["q-0", "q-1"]
+        try:
+            list(pages())
+        except ValueError:
+            pass
+        ctx = contextvars.copy_context()
+        threads = [threading.Thread(target=ctx.copy().run, args=(query,)) for _ in range(2)]
+        [th.start() for th in threads]
+        [th.join() for th in threads]
+        t.outcome(passed=True)
+    otel_assay.flush()
+
+elif MODE == "unsampled":  # the tracer provider's sampler drops every trace (OTEL_TRACES_SAMPLER=always_off)
+    import otel_assay
+    for i in range(3):
+        with otel_assay.trial("unsampled") as t:
+            with otel_assay.step("lookup", kind="tool"):
+                pass
+            t.outcome(passed=True)
+    print(json.dumps(otel_assay.capture._runtime.stats()))
 else:
     raise SystemExit(f"unknown mode {MODE}")

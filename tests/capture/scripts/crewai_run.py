@@ -101,5 +101,86 @@ c = crew([manager, researcher], [Task(description="what is 20+22?", expected_out
 with otel_assay.trial("delegation", version="v1") as t:
     t.outcome(passed=c.kickoff().raw == "42")
 
+# 4. native function calling through CrewAI's real OpenAI provider (a scripted server on
+#    loopback): the model's tool calls are tool_call parts of its output, and tools that ran
+#    but did not succeed (a ToolFailure returned, an unknown tool) are failed steps
+from crewai import LLM  # noqa: E402
+from crewai.tools.tool_failure import ToolFailure  # noqa: E402
+
+from examples._fake_openai import FakeOpenAI, text_turn, tool_call_turn  # noqa: E402
+
+
+@tool("post")
+def post(channel: str) -> str:
+    """Post to a channel."""
+    return ToolFailure(message="channel_not_found", code="channel_not_found")
+
+
+fake = FakeOpenAI([tool_call_turn("add", {"a": 2, "b": 3}, "call_1"), tool_call_turn("post", {"channel": "x"}, "call_2"),
+                   tool_call_turn("nosuch", {"q": 1}, "call_3"), text_turn("5")], model="gpt-4o-mini")
+poster = Agent(role="poster", goal="post", backstory="b", tools=[add, post], allow_delegation=False,
+               llm=LLM(model="openai/gpt-4o-mini", base_url=fake.base_url, api_key="x"))
+c = crew([poster], [Task(description="add 2 and 3, then post it", expected_output="a number", agent=poster)],
+         "native_crew")
+with otel_assay.trial("native-tools", version="v1") as t:
+    t.outcome(passed=c.kickoff().raw == "5")
+
+# 5. an agent kicked off on its own, without a crew (Agent.kickoff)
+solo = Agent(role="solo", goal="add numbers", backstory="math", tools=[add], allow_delegation=False,
+             llm=ScriptedLLM([act("add", {"a": 1, "b": 2}), final("3")]))
+with otel_assay.trial("agent-kickoff", version="v1") as t:
+    t.outcome(passed="3" in str(solo.kickoff("what is 1+2?")))
+
+# 6. a process that never calls flush() (a service) does not keep every event it has seen:
+#    ended ones are forgotten a while after their end (here 0.2 s instead of a minute)
+import time  # noqa: E402
+
+from crewai.events import crewai_event_bus  # noqa: E402
+
+from otel_assay.capture import crewai as adapter  # noqa: E402
+
+adapter._KEEP_ENDED_S = 0.2
+echo = Agent(role="echo", goal="echo", backstory="b", allow_delegation=False, llm=ScriptedLLM([final("ok")]))
+c = crew([echo], [Task(description="say ok", expected_output="ok", agent=echo)], "echo_crew")
+held = []
+for i in range(2):
+    with otel_assay.trial("long-running", version="v1", index=i) as t:
+        t.outcome(passed=c.kickoff().raw == "ok")
+    crewai_event_bus.flush()
+    held.append(len(adapter._LISTENER._nodes))
+    time.sleep(0.5)
+print("HELD", held)
+adapter._KEEP_ENDED_S = 60.0
+
+# 7. otel_assay.flush() while a crew runs (another thread; a service flushing periodically):
+#    the events still to come find their parents, and nothing waits forever afterwards
+import threading  # noqa: E402
+
+
+@tool("slow_add")
+def slow_add(a: int, b: int) -> int:
+    """Add two ints, slowly."""
+    time.sleep(1.5)
+    return a + b
+
+
+slow = Agent(role="slow", goal="add", backstory="b", tools=[slow_add], allow_delegation=False,
+             llm=ScriptedLLM([act("slow_add", {"a": 1, "b": 1}), final("2")]))
+c = crew([slow], [Task(description="add 1 and 1", expected_output="2", agent=slow)], "slow_crew")
+
+
+def run_slow():
+    with otel_assay.trial("flush-while-running", version="v1") as t:
+        t.outcome(passed=c.kickoff().raw == "2")
+
+
+th = threading.Thread(target=run_slow)
+th.start()
+time.sleep(0.7)  # inside the tool call
+otel_assay.flush()
+th.join()
+assert otel_assay.flush()
+print("LEFT", len(adapter._LISTENER._nodes), len(adapter._LISTENER._waiting_start), len(adapter._LISTENER._waiting_end))
+
 assert otel_assay.flush()
 print("done")

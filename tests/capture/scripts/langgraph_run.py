@@ -406,6 +406,91 @@ def batch_and_generate(s):
 
 run("batch", one_node_graph(batch_and_generate, "batched"))
 
+# 10. a tool returning a Command (a handoff, a state update): its result is the ToolMessage it carries
+from typing import Annotated  # noqa: E402
+
+from langchain_core.messages import ToolMessage  # noqa: E402
+from langchain_core.tools import InjectedToolCallId  # noqa: E402
+from langgraph.types import Command  # noqa: E402
+
+
+@tool
+def set_priority(level: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command:
+    """Set the ticket priority."""
+    return Command(update={"messages": [ToolMessage(f"priority set to {level}", tool_call_id=tool_call_id)]})
+
+
+app = react_graph([call("set_priority", {"level": "high"}, "cmd1"), text("done")], [set_priority], "triage")
+with otel_assay.trial("command-tool", version="v1") as t:
+    t.outcome(passed=app.invoke(q("urgent!"))["messages"][-1].content == "done")
+
+
+# 11. a tool and a model called on their own (no graph) and cut off by a timeout get no callback:
+#     the end of the trial records them, failed; a stream the caller stops reading is no failure
+async def cut_off_direct():
+    async with otel_assay.trial("cut-off-direct", version="v1") as t:
+        for aw in (slow_lookup.ainvoke({"order_id": "D1"}), SlowChat(messages=iter([text("x")])).ainvoke("hi")):
+            try:
+                await asyncio.wait_for(aw, 0.5)
+            except asyncio.TimeoutError:
+                pass
+        try:  # cut off in the trial's own task, then asked again there
+            async with asyncio.timeout(0.5):
+                await SlowChat(messages=iter([text("x")])).ainvoke("hi")
+        except TimeoutError:
+            pass
+        await ScriptedChat(messages=iter([text("retried", 4, 1)])).ainvoke("hi again")
+        t.outcome(passed=False)
+
+
+asyncio.run(cut_off_direct())
+with otel_assay.trial("stream-stopped", version="v1") as t:
+    for chunk in StreamingChat(messages=iter([text("hello world")])).stream("hi"):
+        break
+    t.outcome(passed=True)
+
+# 12. a tool asking a human (interrupt()) and resumed: the interrupted call is no failure
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langgraph.types import interrupt  # noqa: E402
+
+
+@tool
+def approved_refund(order_id: str) -> str:
+    """Refund an order once a human approves."""
+    return f"refunded {order_id}" if interrupt(f"refund {order_id}?") == "yes" else "declined"
+
+
+hitl_model = ScriptedChat(messages=iter([call("approved_refund", {"order_id": "H1"}, "h1"), text("done")]))
+g = StateGraph(MessagesState)
+g.add_node("agent", lambda s: {"messages": [hitl_model.bind_tools([approved_refund]).invoke(s["messages"])]})
+g.add_node("tools", ToolNode([approved_refund]))
+g.add_edge(START, "agent")
+g.add_conditional_edges("agent", tools_condition)
+g.add_edge("tools", "agent")
+hitl = g.compile(name="hitl", checkpointer=InMemorySaver())
+with otel_assay.trial("interrupt-in-tool", version="v1") as t:
+    hitl.invoke(q("refund H1"), {"configurable": {"thread_id": "h"}})
+    out = hitl.invoke(Command(resume="yes"), {"configurable": {"thread_id": "h"}})
+    t.outcome(passed=out["messages"][-1].content == "done")
+
+# 13. a model whose llm_output carries its usage as an object, not a dict: still its step
+class UsageObject:
+    prompt_tokens, completion_tokens = 6, 2
+
+
+class ObjectUsageChat(BaseChatModel):
+    @property
+    def _llm_type(self):
+        return "object-usage"
+
+    def _generate(self, messages, stop=None, run_manager=None, **kw):
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("ok"))],
+                          llm_output={"token_usage": UsageObject(), "model_name": "object-1"})
+
+
+with otel_assay.trial("usage-object", version="v1") as t:
+    t.outcome(passed=ObjectUsageChat().invoke("hi").content == "ok")
+
 print("stats", otel_assay.capture._runtime.stats() if hasattr(otel_assay, "capture") else None)
 assert otel_assay.flush()
 print("done")
