@@ -449,54 +449,61 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.split("?")[0] != "/v1/traces":
             self.close_connection = True
             return self._error(404, 5, f"no such path {self.path!r}; OTLP traces are POSTed to /v1/traces", is_json)
-        if self.token is not None:
-            if not _bearer_ok(self.headers.get("Authorization"), self.token):
-                self.close_connection = True
-                return self._error(401, 16, "missing or wrong bearer token (Authorization: Bearer ...)", is_json,
-                                   {"WWW-Authenticate": "Bearer"})
-        if ctype not in ("application/x-protobuf", "application/json"):
-            self.close_connection = True
-            return self._error(415, 3, f"unsupported Content-Type {ctype!r}; use application/x-protobuf or application/json", True)
-        if self.headers.get("Transfer-Encoding") is not None:
+        chunked = self.headers.get("Transfer-Encoding") is not None
+        try:
+            length = None if chunked or length_header is None else int(length_header)
+        except ValueError:
+            length = -1
+        if self.token is not None and not _bearer_ok(self.headers.get("Authorization"), self.token):
+            # before any other answer: nothing about the request is told to a client without the token
+            return self._refuse(length if length is not None and length >= 0 else 0, 401, 16,
+                                "missing or wrong bearer token (Authorization: Bearer ...)", is_json,
+                                {"WWW-Authenticate": "Bearer"})
+        if chunked:
             # not read here; with a Content-Length as well, reading by the length would take the
             # rest of a chunked body for a second request (request smuggling behind a proxy)
             self.close_connection = True
             return self._error(411, 3, "Transfer-Encoding is not supported; send the body with a Content-Length",
                                is_json)
-        if length_header is None:
+        if length is None:
             self.close_connection = True
             return self._error(411, 3, "Content-Length required", is_json)
-        try:
-            length = int(length_header)
-            if length < 0:
-                raise ValueError
-        except ValueError:
+        if length < 0:
             self.close_connection = True
             return self._error(400, 3, "invalid Content-Length", is_json)
+        if ctype not in ("application/x-protobuf", "application/json"):
+            return self._refuse(length, 415, 3, f"unsupported Content-Type {ctype!r}; use application/x-protobuf "
+                                "or application/json", True)
         if length > self.max_body:
-            # Read and discard the body (up to a cap) so the client gets the 413 instead of a
-            # broken pipe while it is still sending; beyond the cap, just close.
-            self.close_connection = True
-            remaining = length if length <= DRAIN_LIMIT else 0
-            while remaining > 0:
-                chunk = self.rfile.read(min(remaining, 1 << 20))
-                if not chunk:
-                    return
-                remaining -= len(chunk)
-            return self._error(413, 8, f"request body of {length} bytes exceeds the {self.max_body}-byte limit", is_json)
+            return self._refuse(length, 413, 8, f"request body of {length} bytes exceeds the {self.max_body}-byte "
+                                "limit", is_json, drain_limit=DRAIN_LIMIT)
         try:
             self.collector.check_capacity()
         except Overloaded as e:
-            self.close_connection = True
-            return self._error(503, 14, str(e), is_json, {"Retry-After": str(e.retry_after)})
+            return self._refuse(length, 503, 14, str(e), is_json, {"Retry-After": str(e.retry_after)})
         if not self.slots.acquire(timeout=1.0):
-            self.close_connection = True
             self.collector.note_throttled()
-            return self._error(503, 14, "too many requests in flight; retry shortly", is_json, {"Retry-After": "1"})
+            return self._refuse(length, 503, 14, "too many requests in flight; retry shortly", is_json,
+                                {"Retry-After": "1"})
         try:
             self._ingest(length, is_json)
         finally:
             self.slots.release()
+
+    def _refuse(self, length: int, status: int, grpc_code: int, message: str, is_json: bool,
+                headers: dict | None = None, *, drain_limit: int | None = None) -> None:
+        """Answer ``status`` without taking the request, and close the connection. The body
+        (up to a cap: the size limit, or more for the 413 itself) is read and discarded first,
+        so that a client that sends all of it before reading the reply (urllib, for one) gets
+        the status instead of a broken pipe; beyond the cap the connection is just closed."""
+        self.close_connection = True
+        remaining = length if length <= (drain_limit or self.max_body) else 0
+        while remaining > 0:
+            chunk = self.rfile.read(min(remaining, 1 << 20))
+            if not chunk:
+                return None
+            remaining -= len(chunk)
+        return self._error(status, grpc_code, message, is_json, headers)
 
     def _ingest(self, length: int, is_json: bool) -> None:
         body = self.rfile.read(length)

@@ -287,6 +287,19 @@ def test_a_closing_response_says_connection_close(tmp_path, collector_factory):
     conn.close()
 
 
+def test_a_client_that_sends_its_whole_body_first_gets_the_refusal_not_a_broken_pipe(tmp_path, collector_factory):
+    """urllib writes the whole body before reading the reply: a 401 or 415 answered before
+    the body was read reached it as a broken pipe or a reset, not as the status."""
+    c = collector_factory(tmp_path / "lake", "--token", "s3cret", grpc=False)
+    body = b"\x0a" * (8 << 20)  # far beyond the socket buffers
+    for headers, ctype, status in (({}, "application/x-protobuf", 401),
+                                   ({"Authorization": "Bearer s3cret"}, "text/plain", 415)):
+        code, resp_headers, _ = post(c.http_url, body, ctype, headers)
+        assert code == status and resp_headers.get("Connection") == "close"
+    assert post(c.http_url, encode_proto(recorded_trials(1)).SerializeToString(),
+                headers={"Authorization": "Bearer s3cret"})[0] == 200
+
+
 def test_transfer_encoding_is_refused_and_the_connection_closed(tmp_path, collector_factory):
     """Chunked with a Content-Length too: reading by the length would take the rest as a second request."""
     import socket
