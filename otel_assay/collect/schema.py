@@ -168,6 +168,12 @@ def stringify(value: Any) -> str | None:
 _HEX_RE = re.compile(r"[0-9a-fA-F]+")
 
 
+def _is_hex_id(value: Any, length: int) -> bool:
+    """A valid (non-zero, hex, right-length) id, for links: a bad one drops the link only."""
+    return (isinstance(value, str) and len(value) == length and _HEX_RE.fullmatch(value) is not None
+            and value.strip("0") != "")
+
+
 class SpanRejected(ValueError):
     """A span that cannot be stored; the message says why (it goes to partial success)."""
 
@@ -456,6 +462,11 @@ class SpanBatch:
                             *(("link traceState", l[2]) for l in links)):
                 if v is not None and not isinstance(v, str):
                     raise SpanRejected(f"{what} must be a string, got {type(v).__name__}")
+            # a link to a malformed span context links to nothing: dropped and counted, the
+            # span itself is fine
+            good = [l for l in links if _is_hex_id(l[0], 32) and _is_hex_id(l[1], 16)]
+            dropped_links_count += len(links) - len(good)
+            links = good
         except SpanRejected as e:
             self.reject(str(e))
             return False
@@ -802,6 +813,9 @@ class SpanBatch:
                 ln = self._ln_cols
                 ln_rows, row = self._ln_span_row, len(cols["trace_id"]) - 1
                 for l in links:
+                    if len(l.trace_id) != 16 or len(l.span_id) != 8 or not any(l.trace_id) or not any(l.span_id):
+                        dropped_links += 1  # a link to a malformed span context links to nothing
+                        continue
                     l_dropped = l.dropped_attributes_count + self._pb_attrs_into(self._ln_attrs, l.attributes, None)
                     ln["trace_id"].append(trace_hex)
                     ln["span_id"].append(span_hex)

@@ -186,3 +186,25 @@ def test_null_strings_are_empty_not_the_text_none():
     row = t["spans"].to_pylist()[0]
     assert row["name"] == "" and dict(row["attributes"]) == {"s": "", "": "1"}
     assert t["span_events"]["name"].to_pylist() == [""]
+
+
+def test_a_link_to_a_malformed_span_context_is_dropped_and_counted():
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
+
+    from otel_assay.collect.otlp import add_protobuf, parse_protobuf
+
+    good = {"traceId": TRACE, "spanId": SPAN}
+    bad = [{"traceId": TRACE[:-2], "spanId": SPAN}, {"traceId": TRACE, "spanId": "zz" + SPAN[2:]},
+           {"traceId": "0" * 32, "spanId": SPAN}]
+    b = SpanBatch()
+    add_json(doc([], links=[good, *bad], droppedLinksCount=1), b)
+    req = pb.ExportTraceServiceRequest()
+    s = req.resource_spans.add().scope_spans.add().spans.add(
+        trace_id=bytes.fromhex(TRACE), span_id=b"\x01" * 8, name="p", start_time_unix_nano=1, end_time_unix_nano=2)
+    s.links.add(trace_id=bytes.fromhex(TRACE), span_id=bytes.fromhex(SPAN))
+    s.links.add(trace_id=b"\x01" * 15, span_id=bytes.fromhex(SPAN))
+    s.links.add(trace_id=bytes.fromhex(TRACE), span_id=b"\x00" * 8)
+    add_protobuf(parse_protobuf(req.SerializeToString()), b)
+    t = b.tables()
+    assert b.rejected == 0 and t["spans"]["dropped_links_count"].to_pylist() == [4, 2]
+    assert t["span_links"]["linked_span_id"].to_pylist() == [SPAN.lower()] * 2
