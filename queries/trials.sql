@@ -36,20 +36,21 @@ WITH span_facts AS (
         min(start_time_unix_nano) AS start_time_unix_nano,
         max(start_time_unix_nano + duration_ns) AS end_time_unix_nano,
         count(*) AS n_spans,
-        coalesce(arg_min(scenario, start_time_unix_nano) FILTER (WHERE scenario IS NOT NULL),
-                 arg_min(m_scenario, start_time_unix_nano) FILTER (WHERE m_scenario IS NOT NULL)) AS scenario,
-        coalesce(arg_min(version, start_time_unix_nano) FILTER (WHERE version IS NOT NULL),
-                 arg_min(m_version, start_time_unix_nano) FILTER (WHERE m_version IS NOT NULL)) AS version,
-        coalesce(arg_min(run_id, start_time_unix_nano) FILTER (WHERE run_id IS NOT NULL),
-                 arg_min(m_run_id, start_time_unix_nano) FILTER (WHERE m_run_id IS NOT NULL)) AS run_id,
-        coalesce(arg_min(trial_index, start_time_unix_nano) FILTER (WHERE trial_index IS NOT NULL),
-                 arg_min(m_trial_index, start_time_unix_nano) FILTER (WHERE m_trial_index IS NOT NULL)) AS trial_index,
-        coalesce(arg_min(outcome, start_time_unix_nano) FILTER (WHERE outcome IS NOT NULL),
-                 arg_min(m_outcome, start_time_unix_nano) FILTER (WHERE m_outcome IS NOT NULL)) AS outcome,
-        coalesce(arg_min(score, start_time_unix_nano) FILTER (WHERE score IS NOT NULL),
-                 arg_min(m_score, start_time_unix_nano) FILTER (WHERE m_score IS NOT NULL)) AS score,
-        coalesce(arg_min(error_class, start_time_unix_nano) FILTER (WHERE error_class IS NOT NULL),
-                 arg_min(m_error_class, start_time_unix_nano) FILTER (WHERE m_error_class IS NOT NULL)) AS error_class,
+        arg_min(scenario, start_time_unix_nano) FILTER (WHERE scenario IS NOT NULL) AS scenario,
+        arg_min(version, start_time_unix_nano) FILTER (WHERE version IS NOT NULL) AS version,
+        arg_min(run_id, start_time_unix_nano) FILTER (WHERE run_id IS NOT NULL) AS run_id,
+        arg_min(trial_index, start_time_unix_nano) FILTER (WHERE trial_index IS NOT NULL) AS trial_index,
+        arg_min(outcome, start_time_unix_nano) FILTER (WHERE outcome IS NOT NULL) AS outcome,
+        arg_min(score, start_time_unix_nano) FILTER (WHERE score IS NOT NULL) AS score,
+        arg_min(error_class, start_time_unix_nano) FILTER (WHERE error_class IS NOT NULL) AS error_class,
+        -- an assay.* value of another type than the typed column's (version=2 or score=1 as
+        -- integers, a trial index as a string) is kept in the attributes map, not in the
+        -- typed column: the root span's map (the trial span has every assay.* key) is kept
+        -- for the trials whose root lacks a typed value, and read in `joined`. One aggregate
+        -- over the roots only, not a map lookup and an aggregate per key over every span
+        arg_min(attributes, start_time_unix_nano) FILTER (
+            WHERE parent_span_id IS NULL AND (scenario IS NULL OR version IS NULL OR run_id IS NULL
+                OR trial_index IS NULL OR outcome IS NULL OR score IS NULL OR error_class IS NULL)) AS root_attributes,
         arg_min(resource_attributes['service.version'], start_time_unix_nano)
             FILTER (WHERE parent_span_id IS NULL) AS service_version,
         bool_or(parent_span_id IS NULL AND status_code = 2
@@ -58,24 +59,7 @@ WITH span_facts AS (
             FILTER (WHERE parent_span_id IS NULL) AS root_end_time_unix_nano,
         -- the gate's own verdicts written back into the lake (gate --emit-otel lake)
         bool_and(scope_name IS NOT DISTINCT FROM 'otel_assay.gate') AS gate_record
-    FROM (
-        -- an assay.* value of another type than the typed column's (version=2 or score=1 as
-        -- integers, trial index as a string, as otel_assay.trial(version=2) records them) is
-        -- kept in the attributes map, not in the typed column: read it from there, on the
-        -- root spans only (the trial span, which always has them), so that other spans
-        -- pay no map lookups
-        SELECT *,
-            CASE WHEN parent_span_id IS NULL AND scenario IS NULL THEN attributes['assay.scenario'] END AS m_scenario,
-            CASE WHEN parent_span_id IS NULL AND version IS NULL THEN attributes['assay.agent.version'] END AS m_version,
-            CASE WHEN parent_span_id IS NULL AND run_id IS NULL THEN attributes['assay.run.id'] END AS m_run_id,
-            CASE WHEN parent_span_id IS NULL AND trial_index IS NULL
-                 THEN TRY_CAST(attributes['assay.trial.index'] AS BIGINT) END AS m_trial_index,
-            CASE WHEN parent_span_id IS NULL AND outcome IS NULL THEN attributes['assay.trial.outcome'] END AS m_outcome,
-            CASE WHEN parent_span_id IS NULL AND score IS NULL
-                 THEN TRY_CAST(attributes['assay.trial.score'] AS DOUBLE) END AS m_score,
-            CASE WHEN parent_span_id IS NULL AND error_class IS NULL THEN attributes['assay.error.class'] END AS m_error_class
-        FROM spans
-    )
+    FROM spans
     -- spans without a trace id (a foreign file's) are no trial: grouped together they made
     -- one fake trial, without steps, that pass rates counted as an empty run of its scenario
     WHERE trace_id IS NOT NULL
@@ -106,20 +90,21 @@ trial_models AS (
 joined AS (
     SELECT
         f.trace_id,
-        coalesce(l.run_id, f.run_id) AS run_id,
-        coalesce(l.scenario, f.scenario) AS scenario,
-        coalesce(l.version, f.version, f.service_version) AS version,
-        f.trial_index,
+        coalesce(l.run_id, f.run_id, f.root_attributes['assay.run.id']) AS run_id,
+        coalesce(l.scenario, f.scenario, f.root_attributes['assay.scenario']) AS scenario,
+        coalesce(l.version, f.version, f.root_attributes['assay.agent.version'], f.service_version) AS version,
+        coalesce(f.trial_index, TRY_CAST(f.root_attributes['assay.trial.index'] AS BIGINT)) AS trial_index,
         coalesce(tm.models, []::VARCHAR[]) AS models,
-        CASE lower(coalesce(l.outcome, f.outcome))
+        CASE lower(coalesce(l.outcome, f.outcome, f.root_attributes['assay.trial.outcome']))
             WHEN 'true' THEN 'pass' WHEN 'false' THEN 'fail'
-            ELSE lower(coalesce(l.outcome, f.outcome)) END AS outcome,
-        coalesce(l.score, f.score) AS score,
-        CASE replace(lower(trim(f.error_class)), '_', '-')
+            ELSE lower(coalesce(l.outcome, f.outcome, f.root_attributes['assay.trial.outcome'])) END AS outcome,
+        coalesce(l.score, f.score, TRY_CAST(f.root_attributes['assay.trial.score'] AS DOUBLE)) AS score,
+        CASE replace(lower(trim(coalesce(f.error_class, f.root_attributes['assay.error.class']))), '_', '-')
             WHEN 'infra' THEN 'infrastructure'
             WHEN 'prevalidation' THEN 'pre-validation'
             WHEN 'empty' THEN 'empty-run'
-            ELSE replace(lower(trim(f.error_class)), '_', '-') END AS explicit_class,
+            ELSE replace(lower(trim(coalesce(f.error_class, f.root_attributes['assay.error.class']))), '_', '-')
+            END AS explicit_class,
         f.root_timed_out,
         st.first_tool_end_unix_nano <= coalesce(f.root_end_time_unix_nano, st.first_tool_end_unix_nano)
             AS tool_before_end,
