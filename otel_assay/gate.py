@@ -590,9 +590,14 @@ def _select(eng, selector: str | None, table: str, lake_name: str) -> int:
 
 
 def _versions(eng) -> list[tuple[str, int]]:
-    return [(v, n) for v, n in eng.rows(
-        "SELECT version, count(*) FROM trials WHERE scenario IS NOT NULL GROUP BY version "
-        "ORDER BY min(start_time_unix_nano), version")]
+    """The lake's versions with their trial counts, oldest first. Two versions whose trials
+    interleave in time (run side by side, as the demo runs them) have no older one: which
+    trial happened to start first would pick the baseline, so they go in name order."""
+    rows = eng.rows("SELECT version, count(*), min(start_time_unix_nano), max(start_time_unix_nano) FROM trials "
+                    "WHERE scenario IS NOT NULL GROUP BY version ORDER BY min(start_time_unix_nano), version")
+    if len(rows) == 2 and rows[0][0] is not None and rows[1][0] is not None and rows[1][2] <= rows[0][3]:
+        rows.sort(key=lambda r: r[0])
+    return [(v, n) for v, n, _, _ in rows]
 
 
 def _default_selectors(eng, baseline, candidate, separate_baseline: bool) -> tuple[str | None, str | None]:

@@ -42,7 +42,8 @@ def _common_options(f):
         click.option("--candidate", metavar="SEL", multiple=True, callback=_selector,
                      help="Candidate trials (same form). With neither selector, a "
                                                         "lake with exactly two versions compares the older "
-                                                        "(baseline) with the newer."),
+                                                        "(baseline) with the newer (two that ran at the same "
+                                                        "time: in name order)."),
         click.option("--baseline-lake", type=click.Path(), metavar="DIR",
                      help="Take the baseline from this lake (a stored baseline reused across CI runs, so "
                           "only the candidate needs new trials). Selectors then default to all trials of "

@@ -99,6 +99,18 @@ def test_junit_suite_names_are_unique_whatever_the_scenarios_are_called(tmp_path
     assert len(names) == len(set(names)) == 3, names
 
 
+def test_two_versions_that_ran_at_the_same_time_compare_in_name_order(tmp_path):
+    # as the demo runs them: which trial happened to start first picked the baseline
+    trials = [{"scenario": "s", "version": v, "outcome": "pass", "tools": ["lookup"], "index": i}
+              for i in range(12) for v in ("v2", "v1")]
+    r = run_gate(write_trials(tmp_path / "lake", trials))
+    assert (r.baseline["selection"], r.candidate["selection"]) == ("version=v1", "version=v2")
+    later = [{"scenario": "s", "version": v, "outcome": "pass", "tools": ["lookup"], "index": i}
+             for v in ("v2", "v1") for i in range(12)]  # v2 ran first, then v1: v2 is the older
+    r = run_gate(write_trials(tmp_path / "later", later))
+    assert (r.baseline["selection"], r.candidate["selection"]) == ("version=v2", "version=v1")
+
+
 def test_junit_schema_rejects_a_malformed_report(tmp_path):
     import xmlschema
 
