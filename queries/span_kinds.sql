@@ -105,6 +105,9 @@ SELECT
     duration_ns,
     step_kind,
     source_convention,
+    -- the graph a Traceloop task span runs: a subgraph's `invoke_agent <graph>` span is a
+    -- sibling of its `execute_task <graph>` span, not its parent (steps.sql re-parents)
+    CASE WHEN tl_kind = 'task' THEN attributes['traceloop.entity.name'] END AS tl_task_name,
     CASE WHEN step_kind <> 'structural' THEN
         coalesce(
             -- CrewAI native puts a key hash in gen_ai.agent.name; the role is the name people know
@@ -137,13 +140,16 @@ SELECT
             attributes['traceloop.entity.input'],
             CASE WHEN ls_kind = 'tool' OR source_convention = 'langsmith' THEN attributes['gen_ai.prompt'] END)
     END AS tool_args_raw,
+    -- OpenLLMetry writes the model as 'unknown' when the LangChain model does not name it
+    -- (no model_name / ls_model_name): that is no model, and no price table entry
     CASE WHEN step_kind = 'llm' THEN
-        coalesce(model, attributes['gen_ai.request.model'], attributes['llm.request.model_name'], attributes['llm.model_name'],
-                 attributes['langsmith.metadata.ls_model_name'], attributes['gen_ai.response.model'],
+        coalesce(nullif(model, 'unknown'), nullif(attributes['gen_ai.request.model'], 'unknown'),
+                 attributes['llm.request.model_name'], attributes['llm.model_name'],
+                 attributes['langsmith.metadata.ls_model_name'], nullif(attributes['gen_ai.response.model'], 'unknown'),
                  attributes['llm.response.model_name'])
     END AS model,
     CASE WHEN step_kind = 'llm' THEN
-        coalesce(attributes['gen_ai.response.model'], attributes['llm.response.model_name'])
+        coalesce(nullif(attributes['gen_ai.response.model'], 'unknown'), attributes['llm.response.model_name'])
     END AS response_model,
     -- the framework name (autogen, langchain, ...) shows up in gen_ai.system on framework
     -- spans; it is not a model provider
@@ -167,7 +173,15 @@ SELECT
                  TRY_CAST(attributes['llm.cost.prompt'] AS DOUBLE) + TRY_CAST(attributes['llm.cost.completion'] AS DOUBLE))
     END AS cost_attr_usd,
     CASE WHEN status_code = 2 OR attributes['gen_ai.task.status'] = 'failure' THEN 'error' ELSE 'ok' END AS status,
-    coalesce(error_type, CASE WHEN status_code = 2 THEN coalesce(attributes['error.type'], nullif(status_message, '')) END)
+    -- LangChain callback tracers (OpenInference) write the status message as
+    -- "ValueError('boom')Traceback (most recent call last): ...": the class name is the
+    -- error type, not the whole repr plus stack (which differs per line number)
+    coalesce(error_type, CASE WHEN status_code = 2 THEN coalesce(
+        attributes['error.type'],
+        CASE WHEN status_message LIKE '%Traceback (most recent call last)%' THEN coalesce(
+            nullif(regexp_extract(status_message, '^\s*([A-Za-z_][A-Za-z0-9_.]*)\(', 1), ''),
+            nullif(trim(split_part(status_message, 'Traceback (most recent call last)', 1)), '')) END,
+        nullif(status_message, '')) END)
         AS error_type,
     CASE WHEN step_kind = 'llm' THEN
         coalesce(attributes['gen_ai.response.finish_reasons'], attributes['llm.finish_reason'],
@@ -196,6 +210,12 @@ SELECT
         CASE WHEN json_valid(attributes['gen_ai.output.messages']) THEN
             len(list_filter(CAST(json_extract(attributes['gen_ai.output.messages'], '$[*].parts[*]') AS JSON[]),
                             lambda p: p->>'type' = 'tool_call')) > 0 END,
+        -- LangSmith: the LLMResult as JSON; the AIMessage is serialised as a LangChain
+        -- constructor (kwargs) or as plain fields. Without this a turn that asked for
+        -- tools and was interrupted before them (interrupt_before=["tools"]) read as respond
+        CASE WHEN source_convention = 'langsmith' AND json_valid(attributes['gen_ai.completion']) THEN
+            coalesce(json_array_length(attributes['gen_ai.completion'], '$.generations[0][0].message.kwargs.tool_calls'),
+                     json_array_length(attributes['gen_ai.completion'], '$.generations[0][0].message.tool_calls')) > 0 END,
         CASE WHEN attributes['gen_ai.completion.0.tool_calls.0.name'] IS NOT NULL
                OR attributes['llm.output_messages.0.message.tool_calls.0.tool_call.function.name'] IS NOT NULL
              THEN true END,

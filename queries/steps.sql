@@ -70,11 +70,25 @@ dropped_copies AS (
     QUALIFY row_number() OVER (PARTITION BY tk, sk
                                ORDER BY start_time_unix_nano, duration_ns DESC, name, parent_span_id) > 1
 ),
+-- Traceloop runs a LangGraph subgraph as `execute_task <node>` with two children, the
+-- subgraph's `invoke_agent <graph>` span and an `execute_task <graph>` span that holds
+-- the subgraph's nodes (and so its LLM and tool calls): the agent span has no children.
+-- The task span is placed under its sibling agent of the same name whose run encloses it,
+-- so that the subgraph's steps are the agent's children, as every other dialect has them
+tl_adopted AS (
+    SELECT t.rid, arg_min(a.sk, a.start_time_unix_nano) AS agent_sk
+    FROM (SELECT * FROM base WHERE tl_task_name IS NOT NULL AND pk IS NOT NULL) t
+    JOIN (SELECT * FROM base WHERE step_kind = 'agent' AND source_convention = 'openllmetry' AND pk IS NOT NULL) a
+      ON a.tk = t.tk AND a.pk = t.pk AND a.agent_name = t.tl_task_name AND a.sk <> t.sk
+     AND a.start_time_unix_nano <= t.start_time_unix_nano
+     AND a.start_time_unix_nano + a.duration_ns >= t.start_time_unix_nano + t.duration_ns
+    GROUP BY t.rid
+),
 core AS MATERIALIZED (
-    SELECT rid, tk, sk, pk, span_id, start_time_unix_nano, duration_ns, step_kind, priority, tool_call_id,
+    SELECT rid, tk, sk, coalesce(ad.agent_sk, pk) AS pk, span_id, start_time_unix_nano, duration_ns, step_kind, priority, tool_call_id,
         CASE WHEN step_kind = 'tool' THEN lower(coalesce(tool_name, '')) ELSE '' END AS identity,
         CASE WHEN step_kind = 'agent' THEN agent_name END AS agent_here
-    FROM base ANTI JOIN dropped_copies USING (rid)
+    FROM base ANTI JOIN dropped_copies USING (rid) LEFT JOIN tl_adopted ad USING (rid)
 ),
 -- rule (2): only trials with steps from two or more conventions can hold duplicates
 mixed AS (

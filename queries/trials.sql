@@ -54,7 +54,10 @@ WITH span_facts AS (
         arg_min(resource_attributes['service.version'], start_time_unix_nano)
             FILTER (WHERE parent_span_id IS NULL) AS service_version,
         bool_or(parent_span_id IS NULL AND status_code = 2
-                AND (error_type ILIKE '%timeout%' OR status_message ILIKE '%timeout%')) AS root_timed_out,
+                -- the message, not a stack trace appended to it (OpenInference and LangSmith
+                -- append one; langgraph's own frames mention step_timeout)
+                AND (error_type ILIKE '%timeout%'
+                     OR split_part(status_message, 'Traceback (most recent call last)', 1) ILIKE '%timeout%')) AS root_timed_out,
         arg_min(start_time_unix_nano + duration_ns, start_time_unix_nano)
             FILTER (WHERE parent_span_id IS NULL) AS root_end_time_unix_nano,
         -- the gate's own verdicts written back into the lake (gate --emit-otel lake)

@@ -112,3 +112,63 @@ def test_live_emitter(name, tmp_path, open_engine):
     subprocess.run([sys.executable, str(RECORDER), name], check=True, env=env, stdin=subprocess.DEVNULL,
                    capture_output=True, timeout=300)
     check(write_otlp_json(tmp_path / "lake", tmp_path / f"{name}.json"), name, open_engine)
+
+
+# ----------------------------------------------------------------------------- harder runs
+# Recorded by record.py like the fixtures above; each test also re-runs its emitter when
+# it is installed.
+HARDER = {
+    "langgraph_subgraph_traceloop": ["langgraph", "opentelemetry.instrumentation.langchain"],
+    "langgraph_tool_error_openinference": ["langgraph", "openinference.instrumentation.langchain"],
+    "langgraph_interrupt_langsmith": ["langgraph", "langsmith"],
+}
+
+
+def _lake(name, tmp_path, live):
+    if not live:
+        return write_otlp_json(tmp_path / "lake", FIXTURES / f"{name}.json")
+    for module in HARDER[name]:
+        pytest.importorskip(module)
+    env = {**os.environ, "OTEL_ASSAY_FIXTURE_DIR": str(tmp_path)}
+    # record.py (not --child=) sets the emitter's environment (LangSmith's OTel mode, offline)
+    subprocess.run([sys.executable, str(RECORDER), name], check=True, env=env, stdin=subprocess.DEVNULL,
+                   capture_output=True, timeout=300)
+    return write_otlp_json(tmp_path / "lake", tmp_path / f"{name}.json")
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["recorded", "live"])
+def test_traceloop_subgraph_steps_are_children_of_the_subgraph_agent(live, tmp_path, open_engine):
+    # Traceloop's `invoke_agent inner_graph` is a sibling of the `execute_task inner_graph`
+    # span that holds the subgraph's LLM and tool calls: they were the outer graph's steps
+    eng, st = _steps(_lake("langgraph_subgraph_traceloop", tmp_path, live), open_engine)
+    assert [(s["step_kind"], s["tool_name"], s["depth"]) for s in st] == [
+        ("agent", None, 1), ("workflow", None, 2), ("agent", None, 3),
+        ("llm", None, 4), ("tool", "add", 4), ("respond", None, 4)]
+    inner = st[2]
+    assert inner["agent_name"] == "inner_graph"
+    assert all(s["step_parent_id"] == inner["span_id"] and s["agent_name"] == "inner_graph" for s in st[3:])
+    assert [(s["input_tokens"], s["output_tokens"]) for s in st if s["llm_call"]] == [(11, 7), (20, 5)]
+    # the scripted model has no name: Traceloop's placeholder 'unknown' is no model
+    assert [s["model"] for s in st if s["llm_call"]] == [None, None]
+    assert rows(eng, "SELECT models FROM trials WHERE trace_id = ?", [st[0]["trace_id"]])[0]["models"] == []
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["recorded", "live"])
+def test_openinference_error_type_is_the_exception_class(live, tmp_path, open_engine):
+    # OpenInference's status message is "ValueError('boom failed')Traceback ...": the error
+    # type is the class, and langgraph's frames in the stack (step_timeout) are no timeout
+    eng, st = _steps(_lake("langgraph_tool_error_openinference", tmp_path, live), open_engine)
+    assert [(s["step_kind"], s["tool_name"], s["status"], s["error_type"]) for s in st] == [
+        ("workflow", None, "error", "ValueError"), ("agent", None, "ok", None),
+        ("llm", None, "ok", None), ("tool", "boom", "error", "ValueError")]
+    trial = rows(eng, "SELECT * FROM trials WHERE trace_id = ?", [st[0]["trace_id"]])[0]
+    assert trial["error_class"] is None and trial["n_errors"] == 2
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["recorded", "live"])
+def test_langsmith_turn_that_asked_for_tools_is_no_respond(live, tmp_path, open_engine):
+    # interrupt_before=["tools"] ends the run right after the model asked for add(2, 3):
+    # no tool step follows, so only the tool call in LangSmith's gen_ai.completion (the
+    # serialised LLMResult) says the turn was not an answer
+    eng, st = _steps(_lake("langgraph_interrupt_langsmith", tmp_path, live), open_engine)
+    assert [(s["step_kind"], s["requested_tools"]) for s in st] == [("workflow", None), ("llm", True)]
