@@ -133,6 +133,26 @@ class _LLMRun(_Run):
         self.outer, self.open_inner = None, 0  # the run this one was reached from; runs it reached still open
 
 
+class _MaybeGraph(_Run):
+    """A run inside a LangGraph node that may be a subgraph: it records an agent step
+    (``_open_subgraph``, from its start) only once a node of its own starts."""
+
+    __slots__ = ("name", "start", "ns")
+
+    def __init__(self, parent, root, name, ns, node):
+        super().__init__(None, parent, node=node, root=root)
+        self.name, self.start, self.ns = name, time.time_ns(), ns
+
+
+def _open_subgraph(r: _MaybeGraph) -> None:
+    span = start_span(f"invoke_agent {r.name}", {
+        semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT, semconv.GEN_AI_AGENT_NAME: r.name,
+        semconv.ASSAY_STEP_KIND: "agent", semconv.ASSAY_FRAMEWORK: FRAMEWORK,
+        semconv.ASSAY_GRAPH_NODE: r.node}, parent=r.parent, start_time=r.start)
+    r.span = r.parent = span
+    r.kind = "agent"
+
+
 def _live(r):
     while r is not None and not r.live:
         r = r.prev
@@ -258,13 +278,16 @@ class AssayCallbackHandler(_Base):
         md = metadata or {}
         if parent_run is not None:
             ns = md.get("checkpoint_ns")
-            if ns and md.get("langgraph_checkpoint_ns") == ns:  # a subgraph run
-                name = kw.get("name") or "subgraph"
-                span = start_span(f"invoke_agent {name}", {
-                    semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT, semconv.GEN_AI_AGENT_NAME: name,
-                    semconv.ASSAY_STEP_KIND: "agent", semconv.ASSAY_FRAMEWORK: FRAMEWORK,
-                    semconv.ASSAY_GRAPH_NODE: md.get("langgraph_node")}, parent=parent_run.parent)
-                self._runs[run_id] = _Run(span, span, kind="agent", root=parent_run.root)
+            lg_ns = md.get("langgraph_checkpoint_ns")
+            if (isinstance(parent_run, _MaybeGraph) and parent_run.span is None
+                    and isinstance(lg_ns, str) and lg_ns.startswith(parent_run.ns + "|")):
+                _open_subgraph(parent_run)  # a node of its own: the parent run is a (sub)graph
+            if ns and lg_ns == ns:
+                # a graph run inside a node, or any runnable a node runs (prompt | model |
+                # parser, a model's retry wrapper): their metadata are the same. Only a graph
+                # runs nodes of its own, so its agent step opens when its first node starts
+                self._runs[run_id] = _MaybeGraph(parent_run.parent, parent_run.root, kw.get("name") or "subgraph",
+                                                 ns, md.get("langgraph_node"))
             else:
                 self._runs[run_id] = _Run(None, parent_run.parent, root=parent_run.root)
             return

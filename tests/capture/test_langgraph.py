@@ -271,3 +271,18 @@ def test_tool_interrupted_for_a_human_is_not_a_failed_step(lake):
 def test_usage_given_as_an_object_is_read(lake):
     tr = one(lake, "usage-object")
     assert [(s["name"], s["input_tokens"], s["output_tokens"]) for s in tr[1:]] == [("chat object-1", 6, 2)]
+
+
+def test_runnables_inside_a_node_are_no_agent_steps_but_a_graph_is(lake):
+    # prompt | model | parser in a node used to make invoke_agent ChatPromptTemplate,
+    # RunnableSequence, StrOutputParser and (for with_retry) one for the model
+    tr = one(lake, "lcel-in-node")
+    assert steps(tr) == [
+        ("invoke_agent outer_graph", "assay.trial lcel-in-node"),
+        ("chat scripted-1", "invoke_agent outer_graph"),
+        ("invoke_agent inner_graph", "invoke_agent outer_graph"),
+        ("chat scripted-1", "invoke_agent inner_graph"),
+    ]
+    sub = next(s for s in tr if s["name"] == "invoke_agent inner_graph")
+    chat = next(s for s in tr if s["name"] == "chat scripted-1" and parent_of(tr, s)["span_id"] == sub["span_id"])
+    assert sub["start_time_unix_nano"] <= chat["start_time_unix_nano"]  # opened from the graph run's start

@@ -491,6 +491,24 @@ class ObjectUsageChat(BaseChatModel):
 with otel_assay.trial("usage-object", version="v1") as t:
     t.outcome(passed=ObjectUsageChat().invoke("hi").content == "ok")
 
+# 14. runnables inside a node (prompt | model | parser, a retry wrapper) are no agent steps;
+# a graph invoked inside a node is one
+from langchain_core.output_parsers import StrOutputParser  # noqa: E402
+from langchain_core.prompts import ChatPromptTemplate  # noqa: E402
+
+lcel = (ChatPromptTemplate.from_messages([("human", "{q}")])
+        | ScriptedChat(messages=iter([text("first")])).with_retry() | StrOutputParser())
+inner = StateGraph(MessagesState)
+inner.add_node("inner_node", lambda s: {"messages": [ScriptedChat(messages=iter([text("5")])).invoke(s["messages"])]})
+inner.add_edge(START, "inner_node")
+inner_app = inner.compile(name="inner_graph")
+g = StateGraph(MessagesState)
+g.add_node("agent", lambda s: {"messages": [AIMessage(lcel.invoke({"q": "x"}))]})
+g.add_node("delegate", lambda s: {"messages": inner_app.invoke(s)["messages"][-1:]})
+g.add_edge(START, "agent")
+g.add_edge("agent", "delegate")
+run("lcel-in-node", g.compile(name="outer_graph"))
+
 print("stats", otel_assay.capture._runtime.stats() if hasattr(otel_assay, "capture") else None)
 assert otel_assay.flush()
 print("done")
