@@ -127,6 +127,39 @@ def remove_stale_reports(*paths) -> None:
                 p.unlink(missing_ok=True)
 
 
+def _report_paths_in(args: list[str]) -> list[str]:
+    """The --json/--junit/--html files named in a command line click could not parse (never
+    a file that is also the --config)."""
+    flags, found, config = ("--json", "--junit", "--html"), [], set()
+    for i, a in enumerate(args):
+        for flag in (*flags, "--config"):
+            value = None
+            if a == flag and i + 1 < len(args):
+                value = args[i + 1]
+            elif a.startswith(flag + "="):
+                value = a[len(flag) + 1:]
+            if value is not None and flag == "--config":
+                config.add(value)
+            elif value is not None:
+                found.append(value)
+    config = {Path(c).resolve() for c in config}
+    return [f for f in found if f and not f.startswith("-") and Path(f).resolve() not in config]
+
+
+class _ReportsCommand(click.Command):
+    """A command that writes reports: a command line that does not parse (exit 3: a flag
+    misspelt, a value out of range) still removes the reports an earlier run left at the
+    paths it names, as every other error does; CI would publish them as this run's."""
+
+    def parse_args(self, ctx, args):
+        given = list(args)  # click consumes ``args`` as it parses
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError:
+            remove_stale_reports(*_report_paths_in(given))
+            raise
+
+
 def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, quiet: bool,
                    exit_with_decision: bool = True) -> None:
     from .report.terminal import render
@@ -189,9 +222,11 @@ def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, thres
          junit_path, html_path, emit_otel, quiet, *, exit_with_decision=True):
     from .gate import run_gate
 
-    _check_emit_target(emit_otel, lake)
     check_output_paths(json=json_path, junit=junit_path, html=html_path, config=config_path)
+    # before any other check that can stop the run with exit 3: the reports of an earlier run
+    # must not stay behind to be uploaded as this run's
     remove_stale_reports(json_path, junit_path, html_path)
+    _check_emit_target(emit_otel, lake)
     cfg = _config(config_path, threshold, alpha, delta)
     with _progress() as say:
         result = run_gate(lake, cfg, baseline=baseline, candidate=candidate, baseline_lake=baseline_lake,
@@ -200,7 +235,7 @@ def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, thres
     ctx.exit(result.exit_code if exit_with_decision else 0)
 
 
-@click.command()
+@click.command(cls=_ReportsCommand)
 @_lake_argument
 @_common_options
 @click.pass_context
@@ -225,7 +260,7 @@ def gate(ctx, lake, **kw):
     _run(ctx, "gate", lake, **kw)
 
 
-@click.command()
+@click.command(cls=_ReportsCommand)
 @_lake_argument
 @_common_options
 @click.pass_context
@@ -238,7 +273,7 @@ def regress(ctx, lake, **kw):
     _run(ctx, "regress", lake, **kw)
 
 
-@click.command()
+@click.command(cls=_ReportsCommand)
 @_lake_argument
 @_common_options
 @click.pass_context
@@ -254,7 +289,7 @@ def report(ctx, lake, json_path, junit_path, html_path, **kw):
          exit_with_decision=False, **kw)
 
 
-@click.command()
+@click.command(cls=_ReportsCommand)
 @_lake_argument
 @click.option("--select", "select", metavar="SEL", multiple=True, callback=_selector,
               help=f"The trials to judge. {SEL_HELP}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+import unicodedata
 from pathlib import Path
 
 from .output import feature_shift
@@ -24,7 +25,7 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bott
 h3{font-size:15px;margin:16px 0 6px}
 table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}
 th,td{border-bottom:1px solid #eee;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#f6f6f6}td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f6f6f6}td.name,td.why,h3,li,.plot figcaption{overflow-wrap:anywhere}td.name{min-width:8em}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .v{font-weight:600}.muted{color:#666}.decision{font-size:20px;font-weight:700;padding:10px 14px;border-radius:6px;
 display:inline-block;margin:8px 0}
 .deploy{background:#e8f5e9;color:#1b5e20}.block{background:#ffebee;color:#b71c1c}.manual{background:#fff8e1;color:#8d5a00}
@@ -54,6 +55,27 @@ def _verdict(v: str, gating: bool = True) -> str:
     return f'<span class="v" style="color:{VERDICT_COLOR.get(v, "#333")}">{_e(label)}</span>'
 
 
+def _text_width(s: str) -> float:
+    """Rough width in pixels of ``s`` in the plots' 11px sans-serif: wide (CJK, emoji)
+    characters count double. SVG text does not wrap, so labels are fitted by this."""
+    return sum(11.0 if unicodedata.east_asian_width(ch) in "WF" else 7.0 for ch in str(s))
+
+
+def _fit(s, px: float) -> str:
+    """``s`` escaped for SVG text, cut with an ellipsis to about ``px`` pixels; a cut label
+    carries the whole name as its tooltip."""
+    s = str(s)
+    if _text_width(s) <= px:
+        return _e(s)
+    out, w = "", _text_width("…")
+    for ch in s:
+        w += _text_width(ch)
+        if w > px:
+            break
+        out += ch
+    return f"<title>{_e(s)}</title>{_e(out)}…"
+
+
 def _svg(width: int, height: int, body: str, label: str, plot_id: str) -> str:
     return (f'<svg id="{_e(plot_id)}" class="plot-svg" xmlns="http://www.w3.org/2000/svg" width="{width}" '
             f'height="{height}" viewBox="0 0 {width} {height}" role="img" aria-label="{_e(label)}">{body}</svg>')
@@ -70,21 +92,33 @@ def pass_rate_plot(result) -> str:
         for name, arm, color in (("baseline", r.baseline, BASE), ("candidate", r.candidate, CAND)):
             if arm is not None and arm.rate is not None:
                 rows.append((r.scenario, name, arm, color))
-    left, right, row_h = 190, 30, 18
-    width, height = 560, 40 + row_h * max(len(rows), 1) + 20
+    right, row_h, max_label = 30, 18, 300
+    left = max(120, min(max_label, max((_text_width(f"{s} · {n}") for s, n, _, _ in rows), default=0) + 12))
+    width, height = left + 370, 40 + row_h * max(len(rows), 1) + 20
     x = lambda v: left + v * (width - left - right)  # noqa: E731
     parts = []
     for t in range(0, 11, 2):
         v = t / 10
         parts.append(f'<line x1="{x(v):.1f}" y1="20" x2="{x(v):.1f}" y2="{height - 20}" stroke="#eee"/>'
                      f'<text x="{x(v):.1f}" y="{height - 6}" text-anchor="middle">{v:.1f}</text>')
-    thresholds = {r.settings.threshold for r in result.scenarios if r.settings.threshold is not None}
-    for th in thresholds:
+    thresholds = {r.settings.threshold for r in result.scenarios}
+    per_scenario = len(thresholds) > 1 and thresholds != {None}
+    if len(thresholds) == 1 and None not in thresholds:
+        th = next(iter(thresholds))  # one θ for every scenario: one line across the plot
         parts.append(f'<line x1="{x(th):.1f}" y1="20" x2="{x(th):.1f}" y2="{height - 20}" stroke="#888" '
                      f'stroke-dasharray="4 3"/><text x="{x(th):.1f}" y="14" text-anchor="middle">θ={th}</text>')
+    elif per_scenario:
+        # θ differs between scenarios: each scenario's own θ, on its own rows only
+        for scenario in dict.fromkeys(s for s, _, _, _ in rows):
+            th = next(r.settings.threshold for r in result.scenarios if r.scenario == scenario)
+            ys = [30 + i * row_h for i, row in enumerate(rows) if row[0] == scenario]
+            if th is not None:
+                parts.append(f'<line x1="{x(th):.1f}" y1="{ys[0] - 8}" x2="{x(th):.1f}" y2="{ys[-1] + 8}" '
+                             f'stroke="#888" stroke-dasharray="4 3"><title>{_e(scenario)}: θ={th}</title></line>')
     for i, (scenario, name, arm, color) in enumerate(rows):
         y = 30 + i * row_h
-        parts.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end">{_e(scenario)} · {name}</text>'
+        parts.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end">'
+                     f'{_fit(scenario, left - 12 - _text_width(f" · {name}"))} · {name}</text>'
                      f'<line x1="{x(arm.ci_low):.1f}" y1="{y}" x2="{x(arm.ci_high):.1f}" y2="{y}" stroke="{color}" '
                      f'stroke-width="3"/><circle cx="{x(arm.rate):.1f}" cy="{y}" r="4.5" fill="{color}">'
                      f'<title>{_e(scenario)} {name}: {arm.passes}/{arm.with_outcome} = {arm.rate:.3f} '
@@ -94,7 +128,8 @@ def pass_rate_plot(result) -> str:
     conf = f"{1 - result.config.alpha:.0%}"
     return _figure(_svg(width, height, "".join(parts), "pass rates", "plot-pass-rates"),
                    f"Pass rate per scenario and version with its {conf} Wilson interval "
-                   f"(<span style='color:{BASE}'>baseline</span>, <span style='color:{CAND}'>candidate</span>).")
+                   f"(<span style='color:{BASE}'>baseline</span>, <span style='color:{CAND}'>candidate</span>)."
+                   + (" Dashed: each scenario's own threshold θ." if per_scenario else ""))
 
 
 def sprt_plot(result) -> str:
@@ -104,17 +139,22 @@ def sprt_plot(result) -> str:
         body = f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">no sequential data (no outcomes)</text>'
         return _figure(_svg(width, 80, body.replace(str(height / 2), "40"), "SPRT paths", "plot-sprt"),
                        "SPRT paths: none.")
+    # the legend goes under the plot, one line per scenario: over the plot it covers the
+    # paths, and with many scenarios it ran past the bottom of the picture
+    legend_top = height
+    height += 14 * len(paths) + 4
     n_max = max(max(len(p["path"]), 1) for p in paths.values())
     lo = min(min([p["lower"]] + p["path"]) for p in paths.values())
     hi = max(max([p["upper"]] + p["path"]) for p in paths.values())
     pad = 0.1 * (hi - lo or 1)
     lo, hi = lo - pad, hi + pad
     x = lambda i: left + i / n_max * (width - left - right)  # noqa: E731
-    y = lambda v: top + (hi - v) / (hi - lo) * (height - top - bottom)  # noqa: E731
-    parts = [f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#999"/>',
+    y = lambda v: top + (hi - v) / (hi - lo) * (legend_top - top - bottom)  # noqa: E731
+    mid = (top + legend_top - bottom) / 2
+    parts = [f'<line x1="{left}" y1="{top}" x2="{left}" y2="{legend_top - bottom}" stroke="#999"/>',
              f'<line x1="{left}" y1="{y(0):.1f}" x2="{width - right}" y2="{y(0):.1f}" stroke="#ddd"/>',
-             f'<text x="{width / 2}" y="{height - 6}" text-anchor="middle">trials (candidate, in run order)</text>',
-             f'<text x="12" y="{height / 2}" transform="rotate(-90 12 {height / 2})" text-anchor="middle">LLR</text>']
+             f'<text x="{width / 2}" y="{legend_top - 6}" text-anchor="middle">trials (candidate, in run order)</text>',
+             f'<text x="12" y="{mid}" transform="rotate(-90 12 {mid})" text-anchor="middle">LLR</text>']
     palette = ["#E45756", "#4C78A8", "#54A24B", "#B279A2", "#F58518", "#72B7B2", "#9D755D", "#FF9DA6"]
     for i, (scenario, p) in enumerate(sorted(paths.items())):
         color = palette[i % len(palette)]
@@ -124,15 +164,19 @@ def sprt_plot(result) -> str:
             if i == 0:
                 parts.append(f'<text x="{width - right - 2}" y="{y(bound) - 3:.1f}" text-anchor="end">{label}</text>')
         pts = " ".join(f"{x(j + 1):.1f},{y(v):.1f}" for j, v in enumerate(p["path"]))
+        outcome = f": {p['decision']} after {len(p['path'])} trials"
         parts.append(f'<polyline points="{x(0):.1f},{y(0):.1f} {pts}" fill="none" stroke="{color}" stroke-width="1.8">'
                      f'<title>{_e(scenario)}: {p["decision"]} after {len(p["path"])} trials '
                      f'(θ={p["theta"]:.3f}{" = baseline rate" if p.get("theta_from_baseline") else ""})</title>'
-                     f'</polyline><text x="{left + 6}" y="{top + 12 + 13 * i}" fill="{color}" '
-                     f'style="fill:{color}">{_e(scenario)}: {_e(p["decision"])}</text>')
+                     f'</polyline><line x1="{left}" y1="{legend_top + 14 * i + 6}" x2="{left + 16}" '
+                     f'y2="{legend_top + 14 * i + 6}" stroke="{color}" stroke-width="2"/>'
+                     f'<text x="{left + 22}" y="{legend_top + 14 * i + 10}" fill="{color}" style="fill:{color}">'
+                     f'{_fit(scenario, width - right - left - 22 - _text_width(outcome))}{outcome}</text>')
     return _figure(_svg(width, height, "".join(parts), "SPRT paths", "plot-sprt"),
                    "Wald SPRT log-likelihood ratio of the candidate's trials (H0: p = θ vs H1: p = θ − δ; "
                    "θ is the threshold, or the baseline's pass rate when none is set). Crossing the upper "
-                   "line favours a drop, the lower one no drop.")
+                   "line favours a drop, the lower one no drop. Drawn for reading: the SPRT is not one of "
+                   "the gate's checks, its decisions are not the verdicts above.")
 
 
 def coverage_radar(result) -> str:
@@ -191,7 +235,7 @@ def pca_plot(scenario: str, data: dict, index: int) -> str:
     ex = data.get("explained", [0, 0])
     parts.append(f'<text x="{size / 2}" y="{size - 6}" text-anchor="middle">PC1 ({ex[0]:.0%})</text>'
                  f'<text x="10" y="{size / 2}" transform="rotate(-90 10 {size / 2})" text-anchor="middle">'
-                 f'PC2 ({ex[1]:.0%})</text><text x="{pad}" y="16">{_e(scenario)}</text>')
+                 f'PC2 ({ex[1]:.0%})</text><text x="{pad}" y="16">{_fit(scenario, size - pad - 4)}</text>')
     return _figure(_svg(size, size, "".join(parts), f"fingerprint PCA {scenario}", f"plot-pca-{index}"),
                    f"{_e(scenario)}: fingerprints on their first two principal components "
                    f"(<span style='color:{BASE}'>baseline</span>, <span style='color:{CAND}'>candidate</span>).")
@@ -202,11 +246,13 @@ def t2_plot(result) -> str:
     if not data:
         return ""
     items = sorted(data.items())
-    left, right, row_h = 170, 60, 22
-    width, height = 560, 30 + row_h * len(items) + 24
+    right, row_h = 60, 22
+    left = max(100, min(300, max(_text_width(s) for s, _ in items) + 12))
+    width, height = left + 390, 30 + row_h * len(items) + 24
     vals = [v for _, d in items for v in (d["t2"], d["critical"]) if v is not None and v > 0]
     hi = math.log10(max(vals) * 1.5) if vals else 1.0
-    lo = min(0.0, math.log10(min(vals))) if vals else 0.0
+    # down to a power of ten below the smallest value, so that its bar has a length
+    lo = min(0.0, math.floor(math.log10(min(vals)) - 1e-9)) if vals else 0.0
     x = lambda v: left + (math.log10(max(v, 10 ** lo)) - lo) / ((hi - lo) or 1) * (width - left - right)  # noqa: E731
     parts = []
     for e in range(math.floor(lo), math.ceil(hi) + 1):
@@ -218,7 +264,7 @@ def t2_plot(result) -> str:
         t2 = d["t2"]
         color = VERDICT_COLOR.get(d["verdict"], "#555")
         bar = x(t2) if t2 is not None else width - right
-        parts.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end">{_e(scenario)}</text>'
+        parts.append(f'<text x="{left - 8}" y="{y + 4}" text-anchor="end">{_fit(scenario, left - 12)}</text>'
                      f'<rect x="{left}" y="{y - 6}" width="{max(bar - left, 1):.1f}" height="12" fill="{color}" '
                      f'fill-opacity="0.7"><title>T²={_fmt(t2)} critical={_fmt(d["critical"])}</title></rect>'
                      f'<text x="{bar + 4:.1f}" y="{y + 4}">{_fmt(t2, 3) if t2 is not None else "∞"}</text>')
@@ -227,8 +273,10 @@ def t2_plot(result) -> str:
             parts.append(f'<line x1="{xc:.1f}" y1="{y - 9}" x2="{xc:.1f}" y2="{y + 9}" stroke="#111" '
                          f'stroke-width="2"/>')
     return _figure(_svg(width, height, "".join(parts), "Hotelling T2", "plot-t2"),
-                   "Hotelling T² per scenario (bar, log scale) against its critical value at α (black tick, "
-                   "from the F reference); a bar past the tick is a shift.")
+                   "Hotelling T² per scenario (bar, log scale; its colour is the fingerprint verdict) against "
+                   "its critical value at α before the correction across scenarios (black tick, from the F "
+                   "reference). The verdict uses the corrected p-value (on few trials a permutation p-value), "
+                   "so a bar past the tick can still PASS.")
 
 
 # ------------------------------------------------------------------ tables
@@ -244,7 +292,7 @@ def _scenario_table(result) -> str:
             return (f"{a.passes}/{a.with_outcome} = <b>{a.rate:.3f}</b><br>"
                     f"<span class='muted'>[{a.ci_low:.3f}, {a.ci_high:.3f}], {a.trials} trials</span>")
         checks = "<br>".join(f"{_e(c.name)}: {_verdict(c.verdict, c.gating)}" for c in r.checks)
-        rows.append(f"<tr><td>{_e(r.scenario)}</td><td>{arm(r.baseline)}</td><td>{arm(r.candidate)}</td>"
+        rows.append(f"<tr><td class='name'>{_e(r.scenario)}</td><td>{arm(r.baseline)}</td><td>{arm(r.candidate)}</td>"
                     f"<td>{checks}</td><td>{_verdict(r.verdict)}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
 
@@ -259,7 +307,7 @@ def _checks_table(r) -> str:
             extra = "<br>moved most: " + ", ".join(
                 f"{_e(f['name'])} ({_e(feature_shift(f, ' SD'))})"
                 for f in c.stats["top_features"])
-        rows.append(f"<tr><td>{_e(c.name)}</td><td>{_verdict(c.verdict, c.gating)}</td><td>{_e(c.reason)}{extra}"
+        rows.append(f"<tr><td>{_e(c.name)}</td><td>{_verdict(c.verdict, c.gating)}</td><td class='why'>{_e(c.reason)}{extra}"
                     f"<br><span class='muted'>{stats}</span></td></tr>")
     return f"<table><tr><th>check</th><th>verdict</th><th>why</th></tr>{''.join(rows)}</table>"
 

@@ -101,6 +101,33 @@ def test_a_gate_that_stops_with_an_error_leaves_no_earlier_report_behind(tmp_pat
     assert not any(r.exists() for r in reports)
 
 
+def test_a_bad_emit_target_leaves_no_earlier_report_behind(small_lake, tmp_path):
+    # --emit-otel was checked before the earlier run's reports were removed: exit 3 with
+    # those reports still there for the CI step to upload
+    reports = [tmp_path / "report.json", tmp_path / "junit.xml", tmp_path / "report.html"]
+    for r in reports:
+        r.write_text("from an earlier run")
+    _check(cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2", "--emit-otel", "otlp://x",
+               "--json", reports[0], "--junit", reports[1], "--html", reports[2]), 3, "--emit-otel")
+    assert not any(r.exists() for r in reports)
+
+
+@pytest.mark.parametrize("command", ["gate", "regress", "report", "verdict"])
+@pytest.mark.parametrize("bad", [["--alpha", "2"], ["--bogus"], ["--quiet=yes"]])
+def test_a_command_line_that_does_not_parse_leaves_no_earlier_report_behind(small_lake, tmp_path, command, bad):
+    # click refuses these before the command runs: the earlier run's reports stayed, exit 3
+    reports = [tmp_path / "report.json", tmp_path / "junit.xml", tmp_path / "report.html"]
+    config = tmp_path / "assay.yaml"
+    for r in (*reports, config):
+        r.write_text("from an earlier run")
+    _check(cli(command, small_lake, f"--json={reports[0]}", "--junit", reports[1], "--html", reports[2],
+               "--config", config, *bad), 3)
+    assert not any(r.exists() for r in reports)
+    # a report path that is the config, however it is spelt, is never removed
+    _check(cli(command, small_lake, "--json", f"{tmp_path}/./assay.yaml", "--config", config, *bad), 3)
+    assert config.read_text() == "from an earlier run"
+
+
 def test_selector_matching_nothing_lists_what_is_there(small_lake):
     _check(cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v9"), 4,
            "no trials match version=v9", "v1 (10)", "v2 (10)")

@@ -272,3 +272,91 @@ def test_more_verdicts_than_a_lake_keeps_on_one_span_go_to_child_spans(results, 
         # the decision is on the root span
         assert eng.rows("SELECT s.parent_span_id IS NULL FROM span_events e JOIN spans s USING (trace_id, span_id) "
                         "WHERE e.attributes['gen_ai.evaluation.name'] = 'otel-assay.decision'") == [(True,)]
+
+
+def _renamed(result, names: dict[str, str], thresholds: dict[str, float | None] | None = None):
+    """A copy of ``result`` with its scenarios renamed (and their thresholds set)."""
+    import copy
+    import dataclasses
+
+    r = copy.deepcopy(result)
+    for s in r.scenarios:
+        th = (thresholds or {}).get(s.scenario, s.settings.threshold)
+        s.settings = dataclasses.replace(s.settings, threshold=th)
+        s.scenario = names.get(s.scenario, s.scenario)
+    r.plots = {k: {names.get(s, s): v for s, v in d.items()} if isinstance(d, dict) else d for k, d in r.plots.items()}
+    return r
+
+
+def _svg_labels(svg: str) -> list[tuple[float, str, str]]:
+    """(x, shown text, tooltip) of the right-aligned labels of a plot."""
+    import html
+    import re
+
+    out = []
+    for m in re.finditer(r'<text x="([\d.]+)" y="[\d.]+" text-anchor="end">(.*?)</text>', svg):
+        title = re.search(r"<title>(.*?)</title>", m.group(2))
+        shown = re.sub(r"<title>.*?</title>", "", m.group(2))
+        out.append((float(m.group(1)), html.unescape(shown), html.unescape(title.group(1)) if title else ""))
+    return out
+
+
+def test_html_plot_labels_fit_long_and_wide_scenario_names(results):
+    """A long scenario name ran off the left edge of the pass-rate and T² plots (SVG text does
+    not wrap), and a long unbroken one made the scenario table wider than the page."""
+    from otel_assay.report.html import _text_width, html_report, pass_rate_plot, t2_plot
+
+    long = "a" * 120 + " very long scenario name"
+    r = _renamed(results["blocked"], {"refund": long, "status": "払い戻し" * 12})
+    for svg in (pass_rate_plot(r), t2_plot(r)):
+        labels = _svg_labels(svg)
+        assert labels
+        for x, shown, title in labels:
+            assert _text_width(shown) <= x, (shown, x)
+        # a cut name keeps the whole name as its tooltip, and the row its version
+        assert any(title.startswith(long) for _, _, title in labels)
+    assert {shown.rsplit(" · ", 1)[-1] for _, shown, _ in _svg_labels(pass_rate_plot(r))} == {"baseline", "candidate"}
+    assert f"<td class='name'>{long}</td>" in html_report(r) and "td.name,td.why" in html_report(r)
+
+
+def test_html_sprt_legend_stays_inside_the_plot_with_many_scenarios(results):
+    """With 25 scenarios the legend (13 px a line, over the plot) ran past the bottom of the
+    picture and over the axis label."""
+    import re
+
+    from otel_assay.report.html import sprt_plot
+
+    r = _renamed(results["blocked"], {})
+    one = next(iter(r.plots["sprt"].values()))
+    r.plots["sprt"] = {f"scenario-{i:02d}": dict(one) for i in range(25)}
+    svg = sprt_plot(r)
+    height = float(re.search(r'<svg[^>]* height="(\d+)"', svg).group(1))
+    legend = re.findall(r'<text x="[\d.]+" y="([\d.]+)" fill="#', svg)
+    assert len(legend) == 25 and max(float(y) for y in legend) <= height - 2
+    axis = float(re.search(r'y="([\d.]+)" text-anchor="middle">trials \(candidate', svg).group(1))
+    assert min(float(y) for y in legend) > axis
+
+
+def test_html_t2_plot_draws_the_smallest_statistic_with_a_length(results):
+    """The log axis began at the smallest T², so that scenario's bar had no length at all."""
+    import re
+
+    from otel_assay.report.html import t2_plot
+
+    r = _renamed(results["blocked"], {})
+    r.plots["t2"] = {"a": {"t2": 0.632, "critical": 6.7, "verdict": "PASS"},
+                     "b": {"t2": 0.698, "critical": 6.7, "verdict": "PASS"}}
+    widths = [float(w) for w in re.findall(r'<rect x="[\d.]+" y="[\d.]+" width="([\d.]+)"', t2_plot(r))]
+    assert len(widths) == 2 and min(widths) > 20
+    assert "a bar past the tick can still PASS" in t2_plot(r)
+
+
+def test_html_pass_rate_plot_draws_a_per_scenario_threshold_on_its_own_rows(results):
+    """θ=0.6 for one scenario and 0.8 for the other were both drawn across every row, as if
+    each scenario were judged against both."""
+    from otel_assay.report.html import pass_rate_plot
+
+    svg = pass_rate_plot(_renamed(results["blocked"], {}, {"refund": 0.6, "status": 0.8}))
+    assert ">θ=0.6</text>" not in svg and ">θ=0.8</text>" not in svg
+    assert "<title>refund: θ=0.6</title>" in svg and "<title>status: θ=0.8</title>" in svg
+    assert ">θ=0.8</text>" in pass_rate_plot(_renamed(results["blocked"], {}, {"refund": 0.8, "status": 0.8}))
