@@ -177,6 +177,10 @@ def _create_stream(wrapped, instance, args, kwargs):
                     _CALL.reset(token)
                 last = item
                 yield item
+        except GeneratorExit:
+            # the consumer stopped reading (aclose() after a break): not a failed call
+            call.end()
+            raise
         except BaseException as e:
             call.end(exc=e)
             raise

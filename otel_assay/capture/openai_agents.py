@@ -17,7 +17,13 @@ to OpenAI, stay). Mapping (reference/instrumentation.md §7.2):
 * ``guardrail`` -> ``guardrail {name}`` (``assay.guardrail.triggered``);
 * ``task`` / ``turn`` (plumbing) get no span; other types keep their type as name.
 
-SDK span errors become status ERROR + ``error.type`` + an exception event.
+SDK span errors become status ERROR + ``error.type`` + an exception event. A run fails its
+workflow span (and an implicit trial) when it raises, also when a streamed run raises only to
+the reader of its events (max turns; see ``_streamed_error``); a tool or model call cut off
+by a cancellation is failed (``CancelledError``); a streamed run the caller stops with
+``cancel()`` is not a failure. A span whose SDK trace was opened outside the trial it starts
+in belongs to that trial (see ``_parent``). With the SDK's tracing disabled nothing starts
+here: a warning says so (see ``_warn_tracing_disabled``).
 
 While a tool runs, its ``execute_tool`` span is the current OTel span, so the spans made in
 the tool's code (``otel_assay.step``, another framework, other instrumentation) nest under
@@ -27,8 +33,10 @@ it rather than under the trial.
 from __future__ import annotations
 
 import contextvars
+import os
 import sys
 import threading
+import weakref
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -37,7 +45,7 @@ from opentelemetry import trace
 from .. import semconv
 from . import _runtime
 from ._spans import CLIENT, args_json, clean, fail, result_text, start_span, to_json, tool_call_part
-from .trial import implicit_trial
+from .trial import current_trial, implicit_trial
 
 FRAMEWORK = "openai_agents"
 _STRUCTURAL = {"task", "turn"}
@@ -138,6 +146,8 @@ class AssayTracingProcessor:
         self._owned: set[str] = set()          # sdk span ids that own their otel span
         self._calls: dict[str, dict] = {}      # sdk trace id -> {(name, args json): [call ids]}
         self._attached: dict[str, tuple] = {}  # sdk span id -> tokens of the context it attached
+        self._streamed: dict[str, Any] = {}    # sdk trace id -> weakref to its RunResultStreaming
+        self._handled: dict[str, Any] = {}     # sdk span id -> exception being handled at its start
         self._lock = threading.Lock()
         self.enabled = True
 
@@ -160,6 +170,7 @@ class AssayTracingProcessor:
         with self._lock:
             root = self._roots.pop(tr.trace_id, None)
             self._calls.pop(tr.trace_id, None)
+            streamed = self._streamed.pop(tr.trace_id, None)
         if root is not None:
             span, t, handled_before = root
             # an SDK trace has no error of its own, but the runner finishes it while the run's
@@ -168,6 +179,11 @@ class AssayTracingProcessor:
             # handling when the run started is not the run's)
             exc = sys.exc_info()[1]
             if exc is handled_before or isinstance(exc, GeneratorExit):
+                exc = None
+            result = streamed() if streamed is not None else None
+            if exc is None:
+                exc = _streamed_error(result)
+            elif _cancelled_by_caller(result) and type(exc).__name__ == "CancelledError":
                 exc = None
             if exc is not None:
                 fail(span, exc)
@@ -180,9 +196,20 @@ class AssayTracingProcessor:
     def _parent(self, s):
         with self._lock:
             if s.parent_id and s.parent_id in self._spans:
-                return self._spans[s.parent_id]
-            root = self._roots.get(s.trace_id)
-        return root[0] if root else None
+                parent = self._spans[s.parent_id]
+            else:
+                root = self._roots.get(s.trace_id)
+                parent = root[0] if root else None
+        if parent is not None:
+            # an SDK trace opened outside the trial the span starts in (``with trace("eval"):``
+            # around a loop of trials, as the SDK suggests to group runs): the span belongs to
+            # the trial, a trace of its own, not to that outer trace, or every trial would be
+            # an empty run and one trace outside them would hold all their steps
+            t = current_trial()
+            if t is not None and t.span is not None and \
+                    parent.get_span_context().trace_id != t.span.get_span_context().trace_id:
+                return None  # the current context: the trial, or a step inside it
+        return parent
 
     def on_span_start(self, s) -> None:
         if not self.enabled:
@@ -226,6 +253,8 @@ class AssayTracingProcessor:
         with self._lock:
             self._spans[s.span_id] = span
             self._owned.add(s.span_id)
+            if kind in _CUT_OFF_KINDS:
+                self._handled[s.span_id] = sys.exc_info()[1]  # see on_span_end
         if kind == "function":
             self._attach(s.span_id, span)
 
@@ -254,6 +283,7 @@ class AssayTracingProcessor:
             span = self._spans.pop(s.span_id, None)
             owned = s.span_id in self._owned
             self._owned.discard(s.span_id)
+            handled_before = self._handled.pop(s.span_id, None)
         if span is None or not owned:
             return
         self._detach(s.span_id)
@@ -282,6 +312,10 @@ class AssayTracingProcessor:
             et = data.get("error_type") or data.get("type") or ("ToolError" if kind == "function" else "AgentsSDKError")
             fail(span, type_name=str(et), message=str(err.get("message", "")) +
                  (f": {data.get('error')}" if data.get("error") else ""))
+        elif kind in _CUT_OFF_KINDS and _cancelled(handled_before):
+            # a tool or model call cut off by a timeout or a cancelled run: the SDK ends its
+            # span (``with function_span``) without an error, as if it had completed
+            fail(span, sys.exc_info()[1])
         else:
             span.end()
 
@@ -335,11 +369,69 @@ class AssayTracingProcessor:
             attrs[semconv.GEN_AI_TOOL_CALL_RESULT] = result_text(d.get("output")) if d.get("output") is not None else None
         span.set_attributes(clean(attrs))
 
+    def streamed(self, result) -> None:
+        """``result`` (a ``RunResultStreaming``) runs the trace it carries: see on_trace_end."""
+        tr = getattr(result, "trace", None)
+        if self.enabled and tr is not None and getattr(tr, "trace_id", None) is not None:
+            with self._lock:
+                self._streamed[tr.trace_id] = weakref.ref(result)
+
     def shutdown(self) -> None:
         pass
 
     def force_flush(self) -> None:
         pass
+
+
+_CUT_OFF_KINDS = ("function", "generation", "response")
+
+
+def _cancelled(handled_before) -> bool:
+    """A cancellation propagates now (the span ends in the ``finally`` or ``with`` it cut
+    short), other than one the code was already handling when the span started."""
+    import asyncio
+    exc = sys.exc_info()[1]
+    return isinstance(exc, asyncio.CancelledError) and exc is not handled_before
+
+
+def _cancelled_by_caller(result) -> bool:
+    """The caller stopped a streamed run with ``RunResultStreaming.cancel()``: its run loop
+    ends by a CancelledError that is no failure of the run (as a stream the caller stops
+    reading in the other adapters)."""
+    return result is not None and getattr(result, "_cancel_mode", "none") not in (None, "none")
+
+
+def _streamed_error(result) -> BaseException | None:
+    """The error a streamed run ends with although its trace ends without one. A streamed run
+    that exceeds its max turns stops its loop normally (the trace ends cleanly, in the run's
+    task) and raises ``MaxTurnsExceeded`` only later, to the caller reading ``stream_events``;
+    without this its workflow span would be ok and an implicit trial passed. Read only, with
+    the SDK's own test (``RunResultStreaming._check_errors``): a max-turns error handler that
+    answered sets ``_max_turns_handled``."""
+    if result is None:
+        return None
+    try:
+        stored = getattr(result, "_stored_exception", None)
+        if isinstance(stored, Exception):
+            return stored
+        max_turns, turn = getattr(result, "max_turns", None), getattr(result, "current_turn", None)
+        if (isinstance(max_turns, int) and isinstance(turn, int) and turn > max_turns
+                and not getattr(result, "_max_turns_handled", False)):
+            from agents.exceptions import MaxTurnsExceeded
+            return MaxTurnsExceeded(f"Max turns ({max_turns}) exceeded")
+    except Exception:
+        pass
+    return None
+
+
+def _run_streamed(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    if _PROCESSOR is not None:
+        try:
+            _PROCESSOR.streamed(result)
+        except Exception:  # never let recording break the run
+            pass
+    return result
 
 
 _PROCESSOR: AssayTracingProcessor | None = None
@@ -355,6 +447,31 @@ def _set_processors(wrapped, instance, args, kwargs):
     return wrapped(procs)
 
 
+_WARNED_DISABLED = False
+
+
+def _warn_tracing_disabled(how: str) -> None:
+    """With the SDK's tracing disabled no SDK trace or span starts, so this processor sees
+    nothing: every trial would be an empty run (left out of pass rates), silently. The SDK's
+    docs suggest disabling it to stop the upload to OpenAI (with another model provider);
+    replacing the processors does that and keeps ours."""
+    global _WARNED_DISABLED
+    if _WARNED_DISABLED or _PROCESSOR is None or not _PROCESSOR.enabled:
+        return
+    _WARNED_DISABLED = True
+    _runtime.log.warning(
+        "otel-assay: OpenAI Agents SDK tracing is disabled (%s): Runner runs record no agent, LLM or tool "
+        "step, and their trials are empty runs. To stop only the upload of traces to OpenAI, keep tracing on "
+        "and call agents.set_trace_processors([]) (otel-assay's processor stays).", how)
+
+
+def _set_disabled(wrapped, instance, args, kwargs):
+    out = wrapped(*args, **kwargs)
+    if (args[0] if args else kwargs.get("disabled")):
+        _warn_tracing_disabled("set_tracing_disabled(True)")
+    return out
+
+
 def instrument(module=None) -> bool:
     global _PROCESSOR
     try:
@@ -367,7 +484,28 @@ def instrument(module=None) -> bool:
         _PROCESSOR = AssayTracingProcessor()
         add_trace_processor(_PROCESSOR)
         wrapt.wrap_function_wrapper(SynchronousMultiTracingProcessor, "set_processors", _set_processors)
+        try:
+            from agents.run import AgentRunner
+        except ImportError:  # pragma: no cover - older SDKs
+            AgentRunner = None
+        if AgentRunner is not None and callable(getattr(AgentRunner, "run_streamed", None)):
+            wrapt.wrap_function_wrapper(AgentRunner, "run_streamed", _run_streamed)
+        try:
+            from agents.tracing.provider import DefaultTraceProvider
+        except ImportError:  # pragma: no cover - older SDKs
+            DefaultTraceProvider = None
+        if DefaultTraceProvider is not None and callable(getattr(DefaultTraceProvider, "set_disabled", None)):
+            wrapt.wrap_function_wrapper(DefaultTraceProvider, "set_disabled", _set_disabled)
     _PROCESSOR.enabled = True
+    if os.environ.get("OPENAI_AGENTS_DISABLE_TRACING", "").strip().lower() in ("true", "1"):
+        _warn_tracing_disabled("OPENAI_AGENTS_DISABLE_TRACING")
+    else:
+        try:  # disabled before we were imported
+            from agents.tracing import get_trace_provider
+            if getattr(get_trace_provider(), "_manual_disabled", None) is True:
+                _warn_tracing_disabled("set_tracing_disabled(True)")
+        except Exception:
+            pass
     return True
 
 

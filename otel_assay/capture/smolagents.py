@@ -179,6 +179,11 @@ def _generate_stream(wrapped, instance, args, kwargs):
                 if getattr(delta, "content", None):
                     text.append(delta.content)
                 yield delta
+        except GeneratorExit:
+            # the consumer stopped reading (a break out of a streamed run): not a failed call;
+            # it records what was streamed so far
+            call.end(_stream_finish, (inp, out, "".join(text)))
+            raise
         except BaseException as e:
             call.fail(e)
             raise
@@ -320,6 +325,10 @@ def _plan(wrapped, instance, args, kwargs):
                     otel_context.detach(token)
                 last = item
                 yield item
+        except GeneratorExit:
+            # the consumer stopped reading (a break out of a streamed run): not a failed plan
+            on_end(last if type(last).__name__ == "PlanningStep" else None, None)
+            raise
         except BaseException as e:
             on_end(None, e)
             raise

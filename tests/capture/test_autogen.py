@@ -208,3 +208,9 @@ def test_concurrent_calls_each_get_their_chat(clients_lake):
                  for s in tr if s["op"] == "chat")
     assert got == [("assay.trial concurrent", 3, "x"), ("assay.trial concurrent", 4, "y"),
                    ("invoke_agent a", 1, "5"), ("invoke_agent b", 2, "5")]
+
+
+def test_a_client_stream_stopped_by_its_reader_is_not_a_failed_call(clients_lake):
+    tr = one(clients_lake, "stream-stopped")
+    (chat,) = [s for s in tr if s["op"] == "chat"]
+    assert (chat["name"], chat["status_code"], chat["error_type"]) == ("chat scripted-1", 0, None)

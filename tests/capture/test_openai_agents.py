@@ -75,7 +75,8 @@ def test_handoff(lake):
     h = tr[4]
     assert (h["attributes"]["assay.handoff.from_agent"], h["attributes"]["assay.handoff.to_agent"]) == ("triage", "calc")
     assert tr[3]["input_tokens"] == 15
-    assert spans(lake, "scenario IS NULL") == []
+    # (the SDK trace opened outside the in-sdk-trace trials is no trial's)
+    assert spans(lake, "scenario IS NULL AND name <> 'invoke_workflow Eval run'") == []
 
 
 @pytest.mark.parametrize("scenario", ["streamed", "responses", "responses-streamed"])
@@ -112,20 +113,54 @@ def test_spans_made_by_a_tool_nest_under_its_tool_call(lake):
     ]
 
 
+def test_a_tool_cut_off_by_a_timeout_is_a_failed_step(lake):
+    # the SDK ends the function span of a cancelled tool without an error
+    (tr,) = trial_spans(lake, "tool-timeout")
+    assert (root(tr)["outcome"], root(tr)["error_class"]) == ("fail", "timeout")
+    (tool,) = [s for s in tr if s["op"] == "execute_tool"]
+    assert (tool["tool_name"], tool["status_code"], tool["error_type"]) == (
+        "slow_refund", 2, "asyncio.exceptions.CancelledError")
+    assert [s["status_code"] for s in tr if s["op"] == "chat"] == [0]
+
+
+def test_trials_inside_an_sdk_trace_keep_their_steps(lake):
+    # `with agents.trace("Eval run"):` around the trials: each trial is its own trace holding
+    # its run's steps, not an empty run next to one outer trace holding every trial's steps
+    trials = trial_spans(lake, "in-sdk-trace")
+    assert len(trials) == 2
+    for i, tr in enumerate(trials):
+        assert root(tr)["outcome"] == "pass"
+        assert steps(tr) == [
+            ("invoke_agent calc", "assay.trial in-sdk-trace"),
+            ("chat fake-model-1", "invoke_agent calc"),
+            ("execute_tool add", "invoke_agent calc"),
+            ("chat fake-model-1", "invoke_agent calc"),
+        ]
+        (tool,) = [s for s in tr if s["op"] == "execute_tool"]
+        assert (tool["tool_call_id"], jload(tool["attributes"]["gen_ai.tool.call.arguments"])) == ("e1", {"a": i, "b": 1})
+    (outer,) = spans(lake, "name = 'invoke_workflow Eval run'")
+    assert spans(lake, "trace_id = ? AND span_id <> ?", [outer["trace_id"], outer["span_id"]]) == []
+
+
 def test_implicit_trial_fails_when_the_run_raises(tmp_path):
     # OTEL_ASSAY_SCENARIO without otel_assay.trial: the SDK trace has no error of its own, yet
     # a run that raised (max turns, a guardrail tripwire) is a failed trial, not a passed one
     lake = tmp_path / "lake"
-    run_script("openai_agents_implicit.py", lake, env={"OPENAI_API_KEY": None, "OTEL_ASSAY_SCENARIO": "calc-task"})
+    p = run_script("openai_agents_implicit.py", lake, env={"OPENAI_API_KEY": None, "OTEL_ASSAY_SCENARIO": "calc-task"})
+    # set_tracing_disabled(True) at the end: SDK runs would record no step, and a warning says so
+    assert p.stderr.count("OpenAI Agents SDK tracing is disabled (set_tracing_disabled(True))") == 1
     rows = spans(lake, "name = 'assay.trial calc-task'")
     assert [(r["outcome"], r["error_class"], r["error_type"]) for r in rows] == [
         ("pass", None, None),
         ("fail", "exception", "agents.exceptions.MaxTurnsExceeded"),
         ("fail", "exception", "agents.exceptions.InputGuardrailTripwireTriggered"),
         ("pass", None, None),
+        ("fail", "exception", "agents.exceptions.MaxTurnsExceeded"),  # streamed: raised to the reader only
+        ("pass", None, None),  # streamed, stopped by the caller (cancel())
         ("fail", "exception", "agents.exceptions.MaxTurnsExceeded"),
     ]
     failed = spans(lake, "name = 'invoke_workflow Agent workflow' AND status_code = 2")
     assert [r["error_type"] for r in failed] == ["agents.exceptions.MaxTurnsExceeded",
                                                  "agents.exceptions.InputGuardrailTripwireTriggered",
+                                                 "agents.exceptions.MaxTurnsExceeded",
                                                  "agents.exceptions.MaxTurnsExceeded"]

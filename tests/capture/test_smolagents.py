@@ -124,6 +124,16 @@ def test_stream_stopped_by_the_consumer_is_not_an_agent_error(lake):
     assert [(s["status_code"], s["error_type"]) for s in tr] == [(0, None)] * 4
 
 
+@pytest.mark.parametrize("scenario,stopped", [("stream-break-plan", "plan calc"),
+                                              ("stream-break-deltas", "chat scripted-1")])
+def test_a_stream_stopped_during_a_plan_or_model_stream_fails_no_step(lake, scenario, stopped):
+    # the consumer stops reading while the planning step or the model's stream is open: the
+    # step it cut short ends, without the GeneratorExit recorded as its error
+    tr = one(lake, scenario)
+    assert stopped in [n for n, _ in steps(tr)]
+    assert [(s["name"], s["status_code"], s["error_type"]) for s in tr if s["status_code"] != 0] == []
+
+
 def test_planning_is_a_reason_step(lake):
     tr = one(lake, "planning")
     assert steps(tr)[:3] == [("invoke_agent planner", "assay.trial planning"), ("plan planner", "invoke_agent planner"),

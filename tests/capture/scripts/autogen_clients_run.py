@@ -121,6 +121,14 @@ async def main():
         ra, rb, x, y = await asyncio.gather(a.run(task="1"), b.run(task="2"), direct.create(msgs), direct.create(msgs))
         t.outcome(passed=(ra.messages[-1].content, rb.messages[-1].content, x.content, y.content) == ("5", "5", "x", "y"))
 
+    # a stream the caller stops reading (aclose() after the first chunk): no failed call
+    streamer = ReplayChatCompletionClient(["one two three four"], model_info=INFO)  # streamed word by word
+    with otel_assay.trial("stream-stopped", version="v1") as t:
+        chunks = streamer.create_stream([UserMessage(content="count", source="user")])
+        first = await chunks.__anext__()
+        await chunks.aclose()
+        t.outcome(passed=isinstance(first, str))
+
 
 asyncio.run(main())
 assert otel_assay.flush()

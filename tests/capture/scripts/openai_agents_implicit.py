@@ -56,6 +56,21 @@ async def main():
     except KeyError:  # a run started while the caller handles an exception is not failed by it
         fake.script([text_turn("fine")])
         assert (await Runner.run(Agent(name="plain", instructions="x", model=model()), "hi")).final_output == "fine"
+    # a streamed run past its max turns ends its trace cleanly and raises to the reader only
+    fake.script([tool_call_turn("add", {"a": 1, "b": 1}, "call_1")])
+    try:
+        r = Runner.run_streamed(calc, "loop", max_turns=1)
+        async for _ in r.stream_events():
+            pass
+    except MaxTurnsExceeded:
+        pass
+    else:
+        raise SystemExit("max turns not exceeded (streamed)")
+    # a streamed run the caller stops (RunResultStreaming.cancel()) is no failure of the run
+    fake.script([tool_call_turn("add", {"a": 1, "b": 1}, "call_1"), text_turn("2")])
+    r = Runner.run_streamed(calc, "1+1")
+    async for _ in r.stream_events():
+        r.cancel()
 
 
 asyncio.run(main())
@@ -67,5 +82,10 @@ except MaxTurnsExceeded:
 else:
     raise SystemExit("max turns not exceeded")
 fake.close()
+# what the SDK's docs suggest with another model provider: nothing could be recorded after it, and
+# otel-assay says so rather than writing empty trials silently
+from agents import set_tracing_disabled  # noqa: E402
+
+set_tracing_disabled(True)
 assert otel_assay.flush()
 print("done")

@@ -6,7 +6,7 @@ import otel_assay.auto  # noqa: F401
 import asyncio  # noqa: E402
 
 from agents import (Agent, GuardrailFunctionOutput, OpenAIChatCompletionsModel, OpenAIResponsesModel,  # noqa: E402
-                    Runner, function_tool, input_guardrail, set_trace_processors)
+                    Runner, function_tool, input_guardrail, set_trace_processors, trace)
 from openai import AsyncOpenAI  # noqa: E402
 
 import otel_assay  # noqa: E402
@@ -44,6 +44,13 @@ def orders_db(order_id: str) -> str:
 def lookup_order(order_id: str) -> str:
     """Look an order up."""
     return orders_db(order_id)
+
+
+@function_tool
+async def slow_refund(order_id: str) -> str:
+    """Refund an order (slowly)."""
+    await asyncio.sleep(30)
+    return "refunded"
 
 
 @input_guardrail
@@ -99,6 +106,26 @@ async def main():
             else:
                 r = await Runner.run(agent, "what is 2+3?")
             t.outcome(passed=r.final_output == "5")
+
+    # 6. the run times out while a tool runs: the tool is cancelled
+    fake.script([tool_call_turn("slow_refund", {"order_id": "A1"}, "z1"), text_turn("done")])
+    sup = Agent(name="support", instructions="refunds", tools=[slow_refund], model=model())
+    try:
+        with otel_assay.trial("tool-timeout", version="v1"):
+            await asyncio.wait_for(Runner.run(sup, "refund A1"), 0.5)
+    except TimeoutError:
+        pass
+    else:
+        raise SystemExit("the run did not time out")
+
+    # 7. trials run inside an SDK trace opened around them (how the SDK groups several runs)
+    calc3 = Agent(name="calc", instructions="add numbers", tools=[add], model=model())
+    with trace("Eval run"):
+        for i in range(2):
+            fake.script([tool_call_turn("add", {"a": i, "b": 1}, "e1"), text_turn(str(i + 1))])
+            with otel_assay.trial("in-sdk-trace", version="v1") as t:
+                r = await Runner.run(calc3, "what is i+1?")
+                t.outcome(passed=r.final_output == str(i + 1))
 
 
 asyncio.run(main())

@@ -200,6 +200,17 @@ class CachingModel(Model):
 
 ADD_THEN_ANSWER = [("call", "add", {"a": 2, "b": 3}), ("call", "final_answer", {"answer": "5"})]
 
+# 4d. streamed runs whose consumer stops while the agent plans, and while the model streams
+for scenario, kw in (("stream-break-plan", dict(planning_interval=1)), ("stream-break-deltas", dict(stream_outputs=True))):
+    agent = ToolCallingAgent(tools=[add], model=NativeStreamModel([("text", "1. add\n<end_plan>")]),
+                             verbosity_level=0, name="calc", **kw)
+    with otel_assay.trial(scenario, version="v1") as t:
+        run_steps = agent.run("what is 2+3?", stream=True)
+        first = next(iter(run_steps))
+        run_steps.close()  # what a break does once the generator is dropped
+        t.outcome(passed=first is not None)
+
+
 
 def calc(model, **kw):
     return ToolCallingAgent(tools=[add], model=model, verbosity_level=0, name="calc", **kw)
