@@ -83,6 +83,8 @@ def test_junit_is_valid_against_the_junit_schema(results, which, tmp_path):
         assert by[("otel-assay", "decision")].find("failure") is not None
         props = {p.get("name") for p in root.iter("property")}
         assert {"regression.pvalue", "fingerprint.t2", "fingerprint.d_eff"} <= props
+        cov = by[("otel-assay", "coverage")].find("system-out").text
+        assert cov.startswith("PASS (reported only, not part of the decision): no coverage minimum"), cov
     else:
         skipped = by[("otel-assay.s", "regression")].find("skipped")
         assert skipped is not None and "no baseline trial has an outcome" in skipped.get("message")
