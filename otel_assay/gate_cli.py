@@ -146,7 +146,7 @@ def _report_paths_in(args: list[str]) -> list[str]:
     return [f for f in found if f and not f.startswith("-") and Path(f).resolve() not in config]
 
 
-class _ReportsCommand(click.Command):
+class ReportsCommand(click.Command):
     """A command that writes reports: a command line that does not parse (exit 3: a flag
     misspelt, a value out of range) still removes the reports an earlier run left at the
     paths it names, as every other error does; CI would publish them as this run's."""
@@ -235,7 +235,7 @@ def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, thres
     ctx.exit(result.exit_code if exit_with_decision else 0)
 
 
-@click.command(cls=_ReportsCommand)
+@click.command(cls=ReportsCommand)
 @_lake_argument
 @_common_options
 @click.pass_context
@@ -260,7 +260,7 @@ def gate(ctx, lake, **kw):
     _run(ctx, "gate", lake, **kw)
 
 
-@click.command(cls=_ReportsCommand)
+@click.command(cls=ReportsCommand)
 @_lake_argument
 @_common_options
 @click.pass_context
@@ -273,7 +273,7 @@ def regress(ctx, lake, **kw):
     _run(ctx, "regress", lake, **kw)
 
 
-@click.command(cls=_ReportsCommand)
+@click.command(cls=ReportsCommand)
 @_lake_argument
 @_common_options
 @click.pass_context
@@ -289,7 +289,7 @@ def report(ctx, lake, json_path, junit_path, html_path, **kw):
          exit_with_decision=False, **kw)
 
 
-@click.command(cls=_ReportsCommand)
+@click.command(cls=ReportsCommand)
 @_lake_argument
 @click.option("--select", "select", metavar="SEL", multiple=True, callback=_selector,
               help=f"The trials to judge. {SEL_HELP}")

@@ -129,7 +129,9 @@ def render_result(result) -> None:
 
 
 def register(cli: click.Group) -> None:
-    @cli.command("run")
+    from ..gate_cli import ReportsCommand
+
+    @cli.command("run", cls=ReportsCommand)
     @click.argument("scenarios_file", metavar="SCENARIOS.yaml", type=click.Path(dir_okay=False))
     @click.option("--agent", "agent_spec", default=None, metavar="MODULE:CALLABLE",
                   help="The agent: a callable (sync or async) taking the scenario input. Overrides `agent:` in the file.")

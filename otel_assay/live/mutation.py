@@ -495,7 +495,9 @@ def register_mutate(cli) -> None:
 
     import click
 
-    @cli.command("mutate")
+    from ..gate_cli import ReportsCommand
+
+    @cli.command("mutate", cls=ReportsCommand)
     @click.argument("scenarios_file", metavar="SCENARIOS.yaml", type=click.Path(dir_okay=False))
     @click.option("--factory", "factory_spec", required=True, metavar="MODULE:CALLABLE",
                   help="make_agent(config) -> agent callable; config is an "

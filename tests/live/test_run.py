@@ -469,3 +469,17 @@ def test_stochastic_message_names_the_level_of_its_interval(tmp_path, alpha, lab
     ci = wilson_interval(res.successes, res.n, alpha)
     assert (res.ci_low, res.ci_high) == (ci.low, ci.high)
     assert f"{label} [{ci.low:.3f}, {ci.high:.3f}]" in res.message()
+
+
+@pytest.mark.parametrize("command", ["run", "mutate"])
+def test_a_command_line_that_does_not_parse_leaves_no_earlier_report_behind(tmp_path, command):
+    # CI uploads whatever --json file is there: an earlier run's would pass for this one's
+    from otel_assay.cli import cli as root
+
+    report, config = tmp_path / "r.json", tmp_path / "agent.yaml"
+    for f in (report, config):
+        f.write_text("from an earlier run")
+    r = CliRunner().invoke(root, [command, str(tmp_path / "s.yaml"), "--json", str(report), "--config", str(config),
+                                  "--bogus"])
+    assert r.exit_code == 2, r.output  # click's usage error; `otel-assay` exits 3 for it
+    assert "--bogus" in r.output and not report.exists() and config.exists()
