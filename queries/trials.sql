@@ -30,7 +30,7 @@
 --   cost_usd        summed over LLM calls; NULL if any LLM call could not be priced, so
 --                   an unknown model never looks free
 CREATE OR REPLACE VIEW trials AS
-WITH span_facts AS (
+WITH span_aggregates AS (
     SELECT
         trace_id,
         min(start_time_unix_nano) AS start_time_unix_nano,
@@ -46,8 +46,9 @@ WITH span_facts AS (
         -- an assay.* value of another type than the typed column's (version=2 or score=1 as
         -- integers, a trial index as a string) is kept in the attributes map, not in the
         -- typed column: the root span's map (the trial span has every assay.* key) is kept
-        -- for the trials whose root lacks a typed value, and read in `joined`. One aggregate
-        -- over the roots only, not a map lookup and an aggregate per key over every span
+        -- for the trials whose root lacks a typed value, and read in span_facts. One
+        -- aggregate over the roots only, not a map lookup and an aggregate per key over
+        -- every span
         arg_min(attributes, start_time_unix_nano) FILTER (
             WHERE parent_span_id IS NULL AND (scenario IS NULL OR version IS NULL OR run_id IS NULL
                 OR trial_index IS NULL OR outcome IS NULL OR score IS NULL OR error_class IS NULL)) AS root_attributes,
@@ -67,6 +68,17 @@ WITH span_facts AS (
     -- one fake trial, without steps, that pass rates counted as an empty run of its scenario
     WHERE trace_id IS NOT NULL
     GROUP BY trace_id
+),
+span_facts AS (
+    SELECT * EXCLUDE (root_attributes) REPLACE (
+        coalesce(scenario, root_attributes['assay.scenario']) AS scenario,
+        coalesce(version, root_attributes['assay.agent.version']) AS version,
+        coalesce(run_id, root_attributes['assay.run.id']) AS run_id,
+        coalesce(trial_index, TRY_CAST(root_attributes['assay.trial.index'] AS BIGINT)) AS trial_index,
+        coalesce(outcome, root_attributes['assay.trial.outcome']) AS outcome,
+        coalesce(score, TRY_CAST(root_attributes['assay.trial.score'] AS DOUBLE)) AS score,
+        coalesce(error_class, root_attributes['assay.error.class']) AS error_class)
+    FROM span_aggregates
 ),
 step_facts AS (
     SELECT
@@ -93,21 +105,18 @@ trial_models AS (
 joined AS (
     SELECT
         f.trace_id,
-        coalesce(l.run_id, f.run_id, f.root_attributes['assay.run.id']) AS run_id,
-        coalesce(l.scenario, f.scenario, f.root_attributes['assay.scenario']) AS scenario,
-        coalesce(l.version, f.version, f.root_attributes['assay.agent.version'], f.service_version) AS version,
-        coalesce(f.trial_index, TRY_CAST(f.root_attributes['assay.trial.index'] AS BIGINT)) AS trial_index,
+        coalesce(l.run_id, f.run_id) AS run_id,
+        coalesce(l.scenario, f.scenario) AS scenario,
+        coalesce(l.version, f.version, f.service_version) AS version,
+        f.trial_index,
         coalesce(tm.models, []::VARCHAR[]) AS models,
-        CASE lower(coalesce(l.outcome, f.outcome, f.root_attributes['assay.trial.outcome']))
-            WHEN 'true' THEN 'pass' WHEN 'false' THEN 'fail'
-            ELSE lower(coalesce(l.outcome, f.outcome, f.root_attributes['assay.trial.outcome'])) END AS outcome,
-        coalesce(l.score, f.score, TRY_CAST(f.root_attributes['assay.trial.score'] AS DOUBLE)) AS score,
-        CASE replace(lower(trim(coalesce(f.error_class, f.root_attributes['assay.error.class']))), '_', '-')
+        lower(coalesce(l.outcome, f.outcome)) AS given_outcome,
+        coalesce(l.score, f.score) AS score,
+        CASE replace(lower(trim(f.error_class)), '_', '-')
             WHEN 'infra' THEN 'infrastructure'
             WHEN 'prevalidation' THEN 'pre-validation'
             WHEN 'empty' THEN 'empty-run'
-            ELSE replace(lower(trim(coalesce(f.error_class, f.root_attributes['assay.error.class']))), '_', '-')
-            END AS explicit_class,
+            ELSE replace(lower(trim(f.error_class)), '_', '-') END AS explicit_class,
         f.root_timed_out,
         st.first_tool_end_unix_nano <= coalesce(f.root_end_time_unix_nano, st.first_tool_end_unix_nano)
             AS tool_before_end,
@@ -131,6 +140,8 @@ joined AS (
 ),
 classified AS (
     SELECT *,
+        -- a boolean assay.trial.outcome is stored as 'true' / 'false'
+        CASE given_outcome WHEN 'true' THEN 'pass' WHEN 'false' THEN 'fail' ELSE given_outcome END AS outcome,
         coalesce(explicit_class,
                  CASE WHEN root_timed_out THEN 'timeout'
                       WHEN n_llm = 0 AND n_tool = 0 THEN 'empty-run' END) AS error_class
