@@ -72,6 +72,7 @@ class CollectorStats:
     malformed: int = 0
     files_written: int = 0
     flush_errors: int = 0
+    last_flush_error: str | None = None
     reject_reasons: dict[str, int] = field(default_factory=dict)
 
 
@@ -91,6 +92,9 @@ class _RecentKeys:
     def __len__(self) -> int:
         return len(self._set)
 
+    def __contains__(self, key: int) -> bool:
+        return key in self._set
+
     def add_new(self, keys: list[int]) -> list[bool]:
         """Mark which keys are new and remember them (a key repeated within ``keys`` counts once)."""
         s, fifo = self._set, self._fifo
@@ -109,6 +113,16 @@ class _RecentKeys:
     def forget(self, keys: list[int]) -> None:
         for k in keys:
             self._set.discard(k)
+
+
+class _Claim:
+    """The keys a commit took into the dedupe window, until its batch is in the log or failed."""
+
+    __slots__ = ("keys", "done")
+
+    def __init__(self):
+        self.keys: list[int] = []
+        self.done = threading.Event()
 
 
 def _span_keys(trace_ids: list[str], span_ids: list[str]) -> list[int]:
@@ -139,6 +153,7 @@ class Collector:
         self.stats = CollectorStats()
         self._recent = _RecentKeys(dedupe_window)
         self._dedupe_lock = threading.Lock()
+        self._claims: list[_Claim] = []  # commits whose new keys are not in the log yet
         self._stats_lock = threading.Lock()
         self._flushing_rows = 0
         self._flush_lock = threading.Lock()
@@ -247,21 +262,25 @@ class Collector:
     def _commit_locked(self, batch: SpanBatch, received: int) -> IngestResult:
         result = IngestResult(received=received, rejected=batch.rejected)
         keys = _span_keys(*batch.span_keys())
-        with self._dedupe_lock:
-            fresh = self._recent.add_new(keys)
-        new_keys = [k for k, f in zip(keys, fresh) if f]
-        result.duplicates = len(keys) - len(new_keys)
+        claim = _Claim()
+        stored = False
         try:
+            fresh = self._claim_keys(keys, claim)
+            result.duplicates = fresh.count(False)
             tables = batch.tables(keep=fresh if result.duplicates else None)
             result.accepted = tables["spans"].num_rows
             if result.accepted:
                 self.wal.append(tables, result.accepted)
-        except BaseException:
-            # not stored (the log failed, or building the tables did): a retry must not be
-            # taken for a duplicate and silently dropped
+            stored = True
+        finally:
             with self._dedupe_lock:
-                self._recent.forget(new_keys)
-            raise
+                if not stored:
+                    # not stored (the log failed, or building the tables did): a retry must
+                    # not be taken for a duplicate and silently dropped
+                    self._recent.forget(claim.keys)
+                if claim in self._claims:
+                    self._claims.remove(claim)
+            claim.done.set()
         if batch.rejected:
             reasons = sorted(batch.reject_reasons.items(), key=lambda kv: -kv[1])
             result.error_message = "; ".join(f"{n} span(s): {why}" for why, n in reasons[:5])
@@ -278,6 +297,46 @@ class Collector:
         if self.wal.buffered_rows >= self._flush_at:
             self._wake.set()
         return result
+
+    def _claim_keys(self, keys: list[int], claim: "_Claim") -> list[bool]:
+        """Which of ``keys`` are new; the new ones become ``claim``'s until its commit ends.
+
+        A key already in the window may belong to a commit still on its way to the log (a
+        client that timed out resends while the first attempt is being fsynced). If that
+        commit then fails, its keys leave the window, and the resend, taken for a duplicate,
+        would have been acknowledged and dropped: so a batch whose duplicates are in flight
+        waits for those commits and claims the keys they gave back.
+        """
+        with self._dedupe_lock:
+            fresh = self._recent.add_new(keys)
+            claim.keys = [k for k, f in zip(keys, fresh) if f]
+            self._claims.append(claim)
+            waiting = self._claims_holding([k for k, f in zip(keys, fresh) if not f], claim)
+        while waiting:
+            for other in waiting:
+                other.done.wait()
+            with self._dedupe_lock:
+                # keys a failed commit gave back are ours now; keys that reached the log are duplicates
+                for i, k in enumerate(keys):
+                    if not fresh[i] and k not in self._recent:
+                        self._recent.add_new([k])
+                        claim.keys.append(k)
+                        fresh[i] = True
+                waiting = self._claims_holding([k for k, f in zip(keys, fresh) if not f], claim)
+        return fresh
+
+    def _claims_holding(self, dup_keys: list[int], own: "_Claim") -> list["_Claim"]:
+        """The in-flight commits older than ``own`` that claimed any of ``dup_keys``.
+
+        Only older ones: waits then never form a cycle. A key a newer commit holds counts as
+        a duplicate (that commit stores it, or fails and its own client retries). Only
+        called with duplicates, which are rare, so the common path pays nothing for it.
+        """
+        if not dup_keys:
+            return []
+        dups = set(dup_keys)
+        older = self._claims[:self._claims.index(own)]
+        return [c for c in older if not c.done.is_set() and not dups.isdisjoint(c.keys)]
 
     def note_throttled(self) -> None:
         with self._stats_lock:
@@ -322,6 +381,7 @@ class Collector:
             # the segment stays on disk (replayed at the next start) and is retried at the next flush
             with self._stats_lock:
                 self.stats.flush_errors += 1
+                self.stats.last_flush_error = str(e)
             log.error("writing Parquet to %s failed: %s; the write-ahead log keeps the spans, retrying",
                       self.lake.root, e)
             return False

@@ -266,3 +266,60 @@ def test_a_new_log_segment_is_made_durable_by_name_too(tmp_path, monkeypatch):
     synced.clear()
     WriteAheadLog(tmp_path / "_wal2", fsync=False).close()
     assert not synced
+
+
+def test_a_resend_that_races_a_failing_first_attempt_is_stored(tmp_path, monkeypatch):
+    """A client that timed out resends while its first attempt is still being fsynced. The
+    first attempt then fails. The resend must not have been taken for a duplicate of spans
+    that never reached the log (acknowledged, and lost)."""
+    from otel_assay.collect.receiver import Collector
+    from otel_assay.collect.wal import WALError
+
+    c = Collector(tmp_path / "lake", flush_seconds=3600)
+    body = synthetic.request(3, rng=random.Random(9)).SerializeToString()
+    real_append = c.wal.append
+    first_in_log, release = threading.Event(), threading.Event()
+    calls = []
+
+    def append(tables, rows):
+        calls.append(rows)
+        if len(calls) == 1:  # the first attempt: stalls in fsync, then the disk fails
+            first_in_log.set()
+            release.wait(10)
+            raise WALError("I/O error")
+        return real_append(tables, rows)
+
+    monkeypatch.setattr(c.wal, "append", append)
+    outcome = {}
+
+    def first():
+        try:
+            c.submit_protobuf(body)
+        except WALError as e:
+            outcome["first"] = e
+
+    def resend():
+        outcome["resend"] = c.submit_protobuf(body)
+
+    try:
+        t1 = threading.Thread(target=first)
+        t1.start()
+        assert first_in_log.wait(10)
+        t2 = threading.Thread(target=resend)
+        t2.start()
+        time.sleep(0.3)  # the resend is waiting for the first attempt, not answered yet
+        assert "resend" not in outcome
+        release.set()
+        t1.join(10)
+        t2.join(10)
+        assert isinstance(outcome.get("first"), WALError)
+        r = outcome["resend"]
+        assert r.duplicates == 0 and r.accepted == 30
+        c.flush()
+        assert len(_stored_span_ids(tmp_path / "lake")) == 30
+        # and a third copy, after the resend is stored, is a duplicate as before
+        again = c.submit_protobuf(body)
+        assert again.duplicates == 30 and again.accepted == 0
+    finally:
+        release.set()
+        c.close()
