@@ -72,7 +72,8 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
     A batch is acknowledged only once it is in the write-ahead log (LAKE/_wal) and fsynced;
     a background flusher turns the log into Parquet. After a crash the log is replayed at
     the next start. Retransmitted spans (same trace_id and span_id) are stored once.
-    SIGTERM or SIGINT flushes and exits 0. Prints one line per listener when ready.
+    SIGTERM or SIGINT flushes and exits 0 (4 when that last Parquet write fails: the spans
+    stay in the log for the next start). Prints one line per listener when ready.
     """
     from .collect.lake import LakeError
     from .collect.receiver import Collector, Receiver, is_loopback, parse_hostport
@@ -130,6 +131,13 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
     st = collector.stats
     click.echo(f"otel-assay collect: stopped; {st.spans_accepted} spans accepted, {st.spans_written} written, "
                f"{st.spans_duplicate} duplicates dropped, {st.spans_rejected} rejected")
+    if collector.unwritten_spans:
+        # nothing is lost, but a supervisor that sees exit 0 would never tell anyone the
+        # lake is missing acknowledged spans until the next start
+        raise DataError(f"{collector.unwritten_spans} acknowledged spans could not be written to Parquet "
+                        f"({st.last_flush_error}); they are kept in the write-ahead log "
+                        f"{collector.lake.wal_dir} and are written when `otel-assay collect --dir {lake_dir}` "
+                        "next starts: free the space (or fix the permissions) and start it again")
 
 
 # ---------------------------------------------------------------------------- import

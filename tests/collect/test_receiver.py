@@ -390,3 +390,27 @@ def test_an_ipv6_grpc_listener_is_printed_in_brackets():
 
     assert Listener("grpc", "::1", 4317, False).describe() == "OTLP/gRPC listening on [::1]:4317"
     assert Listener("grpc", "127.0.0.1", 4317, True).describe() == "OTLP/gRPC listening on 127.0.0.1:4317 (TLS)"
+
+
+def test_a_last_parquet_write_that_fails_at_shutdown_exits_4_and_the_next_start_writes_it(tmp_path, collector_factory):
+    """The spans are safe in the log either way; a supervisor must still be told (not exit 0)."""
+    import shutil
+
+    spans = recorded_trials(2)
+    lake = tmp_path / "lake"
+    c = collector_factory(lake, "--flush-seconds", "3600", grpc=False)
+    assert post(c.http_url, encode_proto(spans).SerializeToString())[0] == 200
+    # the lake's spans directory becomes a file: every Parquet write fails, as on a full disk
+    if (lake / "spans").exists():
+        shutil.rmtree(lake / "spans")
+    (lake / "spans").write_text("not a directory")
+    code, out, err = c.terminate()
+    assert code == 4, (out, err)
+    assert f"{len(spans)} acknowledged spans could not be written" in err and "_wal" in err
+    assert "Traceback" not in err
+    (lake / "spans").unlink()
+    c2 = collector_factory(lake, grpc=False)
+    assert any(f"replayed {len(spans)} spans" in line for line in c2.lines)
+    code, _, _ = c2.terminate()
+    assert code == 0
+    assert lake_view(lake) == expected_view(spans)
