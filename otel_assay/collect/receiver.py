@@ -466,6 +466,11 @@ class _Handler(BaseHTTPRequestHandler):
     # the status line and headers, then the body, are two small writes: with Nagle on, a
     # kept-alive client's delayed ACK held the second back ~40 ms per export
     disable_nagle_algorithm = True
+    # once a request holds a slot its body must keep coming at least this fast: a client
+    # trickling bytes (slowloris) would otherwise pin one of the few slots for as long as it
+    # likes, 60 s per byte
+    body_grace_s = 10.0
+    min_body_rate = 64 << 10  # bytes per second
     collector: Collector
     token: str | None
     max_body: int
@@ -565,10 +570,36 @@ class _Handler(BaseHTTPRequestHandler):
             remaining -= len(chunk)
         return self._error(status, grpc_code, message, is_json, headers)
 
+    def _read_body(self, length: int) -> bytes | None:
+        """The request body, or None when the client closed or fell behind ``min_body_rate``."""
+        deadline = time.monotonic() + self.body_grace_s + length / self.min_body_rate
+        parts, got = [], 0
+        try:
+            while got < length:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self.connection.settimeout(left)
+                chunk = self.rfile.read1(min(length - got, 1 << 20))
+                if not chunk:
+                    return None
+                parts.append(chunk)
+                got += len(chunk)
+        except (TimeoutError, socket.timeout):
+            return None
+        finally:
+            self.connection.settimeout(self.timeout)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
     def _ingest(self, length: int, is_json: bool) -> None:
-        body = self.rfile.read(length)
-        if len(body) < length:
+        body = self._read_body(length)
+        if body is None:
             self.close_connection = True
+            try:
+                self._error(408, 4, f"the request body did not arrive in time (at least {self.min_body_rate} bytes/s)",
+                            is_json)
+            except OSError:
+                pass
             return
         encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
         try:

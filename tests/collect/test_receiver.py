@@ -414,3 +414,36 @@ def test_a_last_parquet_write_that_fails_at_shutdown_exits_4_and_the_next_start_
     code, _, _ = c2.terminate()
     assert code == 0
     assert lake_view(lake) == expected_view(spans)
+
+
+def test_a_client_that_trickles_its_body_loses_its_slot_and_others_get_in(tmp_path):
+    """Slowloris: a body sent a few bytes at a time held one of the few request slots for up
+    to 60 s per byte. Past the minimum upload rate it is answered 408 and the slot freed."""
+    import socket
+
+    from otel_assay.collect.receiver import Collector, Receiver
+
+    collector = Collector(tmp_path / "lake", flush_seconds=30)
+    receiver = Receiver(collector, grpc_addr=None, http_addr=("127.0.0.1", 0), max_concurrent_requests=1)
+    handler = receiver._http.RequestHandlerClass
+    handler.body_grace_s, handler.min_body_rate = 1.0, 1 << 30  # seconds, not minutes, for the test
+    receiver.start()
+    port = receiver.listeners[0].port
+    url = f"http://127.0.0.1:{port}/v1/traces"
+    one = encode_proto(recorded_trials(1)).SerializeToString()
+    slow = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        slow.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                     b"Content-Length: 1000\r\n\r\n" + b"\x0a" * 10)  # then nothing more
+        time.sleep(0.3)  # the slow request holds the only slot now
+        t = time.monotonic()
+        status = post(url, one)[0]
+        while status == 503 and time.monotonic() - t < 10:  # told to retry while the slot is held
+            time.sleep(0.2)
+            status = post(url, one)[0]
+        assert status == 200 and time.monotonic() - t < 5
+        answer = slow.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+    finally:
+        slow.close()
+        receiver.stop()
