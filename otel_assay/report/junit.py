@@ -9,9 +9,15 @@ Layout (valid against schemas/junit.xsd, the Jenkins JUnit format):
 - one ``<testcase>`` per check: FAIL is a ``<failure>``, INCONCLUSIVE (and a check that
   did not run) is ``<skipped>`` with the reason, PASS has no child; ``<system-out>`` holds
   the reason and the statistics as text;
-- a last suite ``otel-assay`` with the coverage and the decision (block = failure,
-  manual = skipped); without a scenario suffix, so that no scenario's suite (a scenario
-  may well be called "gate") takes its name.
+- a last suite ``otel-assay`` with the coverage and the decision (block = failure of type
+  ``FAIL``, manual = failure of type ``MANUAL``: the exit code is 2 and the job fails, so a
+  check-run built from this file must not show green); without a scenario suffix, so that
+  no scenario's suite (a scenario may well be called "gate") takes its name.
+
+Jenkins reads a classname as ``package.Class`` and splits it at the last dot: in the
+classname, a dot inside a scenario's name is written as "․" (one dot leader, which
+looks the same), so ``refund.v2`` stays one class. Suite names and properties keep the name
+as it is.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\u
 
 
 GATE_SUITE = "otel-assay"
+CLASSNAME_DOT = "\u2024"
 
 
 def _xml_text(s: str) -> str:
@@ -54,11 +61,12 @@ def _value(v: Any) -> str:
 
 
 def _case(suite: ET.Element, classname: str, name: str, verdict: str, reason: str, gating: bool,
-          stats: dict[str, Any]) -> None:
+          stats: dict[str, Any], *, fails: bool = False) -> None:
+    """One testcase; ``fails`` makes a verdict other than FAIL a failure too (the decision)."""
     case = ET.SubElement(suite, "testcase", name=name, classname=classname, time="0")
     label = verdict if gating else f"{verdict} (reported only, not part of the decision)"
-    if verdict == "FAIL" and gating:
-        ET.SubElement(case, "failure", message=reason, type="FAIL").text = f"{name}: FAIL\n{reason}"
+    if (verdict == "FAIL" or fails) and gating:
+        ET.SubElement(case, "failure", message=reason, type=verdict).text = f"{name}: {verdict}\n{reason}"
     elif verdict != "PASS":
         ET.SubElement(case, "skipped", message=f"{label}: {reason}")
     lines = [f"{label}: {reason}"] + [f"{k} = {_value(v)}" for k, v in stats.items()]
@@ -80,8 +88,8 @@ def junit_tree(result) -> ET.ElementTree:
     host = socket.gethostname() or "localhost"
     suites = []
     for i, r in enumerate(result.scenarios):
-        classname = f"otel-assay.{r.scenario}"
-        suite = ET.SubElement(root, "testsuite", name=classname, timestamp=stamp, hostname=host, id=str(i),
+        classname = f"otel-assay.{r.scenario.replace('.', CLASSNAME_DOT)}"
+        suite = ET.SubElement(root, "testsuite", name=f"otel-assay.{r.scenario}", timestamp=stamp, hostname=host, id=str(i),
                               package="otel-assay")
         props = ET.SubElement(suite, "properties")
         for arm_name, arm in (("baseline", r.baseline), ("candidate", r.candidate)):
@@ -116,9 +124,9 @@ def junit_tree(result) -> ET.ElementTree:
         judged = cov["verdict"] != "SKIPPED"
         _case(suite, GATE_SUITE, "coverage", cov["verdict"] if judged else "PASS",
               cov["reason"], judged, {"overall": cov["overall"], "minimum": cov["minimum"]})
-    verdict = {"deploy": "PASS", "block": "FAIL", "manual": "INCONCLUSIVE"}[result.decision]
-    _case(suite, GATE_SUITE, "decision", verdict,
-          f"{result.decision}: " + "; ".join(result.reasons[:20]), True, {"exit_code": result.exit_code})
+    verdict = {"deploy": "PASS", "block": "FAIL", "manual": "MANUAL"}[result.decision]
+    _case(suite, GATE_SUITE, "decision", verdict, f"{result.decision}: " + "; ".join(result.reasons[:20]), True,
+          {"exit_code": result.exit_code}, fails=result.decision != "deploy")
     suites.append(suite)
     for s in suites:
         _counts(s)

@@ -362,3 +362,28 @@ def test_html_pass_rate_plot_draws_a_per_scenario_threshold_on_its_own_rows(resu
     assert ">θ=0.6</text>" not in svg and ">θ=0.8</text>" not in svg
     assert "<title>refund: θ=0.6</title>" in svg and "<title>status: θ=0.8</title>" in svg
     assert ">θ=0.8</text>" in pass_rate_plot(_renamed(results["blocked"], {}, {"refund": 0.8, "status": 0.8}))
+
+
+def test_junit_manual_decision_is_a_failure_and_dotted_scenarios_stay_one_class(tmp_path):
+    """A manual decision exits 2 and fails the job: a check-run built from the file showed it
+    green (the decision was a skipped case). Jenkins split `otel-assay.refund.v2` into a
+    package `otel-assay.refund` and a class `v2`."""
+    import xml.etree.ElementTree as ET
+
+    import xmlschema
+
+    trials = [{"scenario": "refund.v2", "version": v, "outcome": "pass", "tools": ["lookup"], "index": i}
+              for v in ("v1", "v2") for i in range(3)]  # too few trials to decide anything
+    r = run_gate(write_trials(tmp_path / "lake", trials), baseline="version=v1", candidate="version=v2")
+    assert r.decision == "manual" and r.exit_code == 2
+    path = tmp_path / "junit.xml"
+    write_junit(r, path)
+    xmlschema.XMLSchema(str(resources.files("otel_assay.report") / "schemas" / "junit.xsd")).validate(str(path))
+    root = ET.parse(path).getroot()
+    decision = [c for c in root.iter("testcase") if c.get("name") == "decision"][0]
+    failure = decision.find("failure")
+    assert failure is not None and failure.get("type") == "MANUAL" and failure.get("message").startswith("manual")
+    assert int(root.get("failures")) >= 1
+    scenario_cases = [c for c in root.iter("testcase") if c.get("classname") != "otel-assay"]
+    assert scenario_cases and {c.get("classname") for c in scenario_cases} == {"otel-assay.refund\u2024v2"}
+    assert "otel-assay.refund.v2" in [s.get("name") for s in root.iter("testsuite")]
