@@ -57,8 +57,13 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, (bytes, bytearray)):
         return value.decode("utf-8", "replace")
-    if isinstance(value, float) and value != value:
-        return None
+    if isinstance(value, float):
+        if value != value:
+            return None
+        # 1 and 1.0 are one JSON number (and one value to a JSON Schema "integer"); emitters
+        # differ in which they write, and equal calls must compare equal
+        if value.is_integer() and abs(value) < 2 ** 53:
+            return int(value)
     if isinstance(value, complex):
         return str(value)
     return value

@@ -30,3 +30,11 @@ def test_values_that_are_not_wrappers_stay():
     assert canonical_json(None) is None
     assert canonical_json('{"x": NaN}') == '{"x":null}'
     assert canonical_json('{"k": "é"}') == '{"k":"é"}'
+
+
+def test_integral_floats_are_the_integers_they_equal():
+    """One emitter writes 1, another 1.0 (a Python float argument, a JSON encoder's choice):
+    one value, so one canonical text (redundancy and boundary coverage compare strings)."""
+    assert canonical_json('{"n": 1.0, "m": [2.0, -0.0]}') == canonical_json("{'n': 1, 'm': [2, 0]}") == '{"m":[2,0],"n":1}'
+    assert canonical_json('{"x": 1.5}') == '{"x":1.5}'
+    assert canonical_json('{"big": 1e300}') == '{"big":1e+300}'  # beyond exact integers it stays a float
