@@ -100,10 +100,14 @@ def _param_boundaries(schema: Mapping[str, Any]) -> list[tuple[str, Any]]:
     if "boolean" in types:
         out.append(("true", lambda v: v is True))
         out.append(("false", lambda v: v is False))
-    # the empty value, unless the schema already forbids it (then minLength/minItems covers it)
-    if "string" in types and not schema.get("minLength") and not isinstance(enum, list):
+    # the empty value, unless a length limit already decides it: minLength/minItems 0 is that
+    # very boundary (one value must not hit two), a larger one forbids it
+    def limited(key):
+        return isinstance(schema.get(key), int) and not isinstance(schema.get(key), bool)
+
+    if "string" in types and not limited("minLength") and not isinstance(enum, list):
         out.append(("empty", lambda v: v == ""))
-    if "array" in types and not schema.get("minItems"):
+    if "array" in types and not limited("minItems"):
         out.append(("empty", lambda v: v == []))
     if "object" in types and not schema.get("properties"):
         out.append(("empty", lambda v: v == {}))

@@ -60,6 +60,17 @@ def test_boundaries_from_schema():
     assert not tests[("x", "f", "min=0.5")](True)
 
 
+def test_a_zero_minimum_length_is_the_empty_boundary_not_a_second_one():
+    """`minLength: 0` and the empty string are one value: it hit two boundaries, which
+    counted one test twice in the boundary dimension."""
+    tests = boundary_tests("x", {"type": "object", "properties": {
+        "s": {"type": "string", "minLength": 0, "maxLength": 3}, "l": {"type": "array", "minItems": 0},
+        "t": {"type": "string"}}})
+    assert {b[1:] for b in tests} == {("s", "minLength=0"), ("s", "maxLength=3"), ("l", "minItems=0"), ("t", "empty")}
+    assert {b[1:] for b, t in tests.items() if t({"s": "", "l": [], "t": ""}[b[1]])} == {
+        ("s", "minLength=0"), ("l", "minItems=0"), ("t", "empty")}
+
+
 def test_coverage_sets(open_engine, lake):
     sets = coverage_sets(open_engine(lake))
     assert sets.n_trials == 4
