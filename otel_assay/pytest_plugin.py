@@ -2,25 +2,47 @@
 
 Loaded through the ``pytest11`` entry point ``otel_assay`` (disable with ``-p no:otel_assay``).
 Options: ``--assay-dir`` (span lake, default $OTEL_ASSAY_DIR or ./traces) and
-``--assay-version`` (the version these trials belong to, default $OTEL_ASSAY_VERSION or
-``dev``). Each stochastic test adds its statistics to ``record_property`` so
+``--assay-version`` (the version these trials belong to, default $OTEL_ASSAY_VERSION, else
+the code state: ``default_version()``). Each stochastic test adds its statistics to ``record_property`` so
 ``pytest --junitxml`` carries them as ``<property>`` elements.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
 
 import pytest
 
 from otel_assay.live.stochastic import ATTR
 
 
+_VERSION_KEY = pytest.StashKey[str]()
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("otel-assay", "stochastic agent tests (otel-assay)")
     group.addoption("--assay-dir", default=None, help="Span lake for the trials (default $OTEL_ASSAY_DIR or ./traces).")
     group.addoption("--assay-version", default=None,
-                    help="Agent version the trials belong to (default $OTEL_ASSAY_VERSION or 'dev').")
+                    help="Agent version the trials belong to (default $OTEL_ASSAY_VERSION, else the git "
+                         "commit, with '+<hash of the uncommitted changes>' when there are any, else 'dev').")
+
+
+def default_version(cwd: str | os.PathLike | None = None) -> str:
+    """The version of trials run without --assay-version or $OTEL_ASSAY_VERSION: the code
+    state, so that runs of different code never share a version in the lake (one label for
+    all of them would pool them in every later comparison). The git commit, plus a hash of
+    the uncommitted changes (tracked files) when there are any; 'dev' outside a git checkout."""
+    def git(*args: str) -> bytes:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, check=True, timeout=10).stdout
+
+    try:
+        commit = git("rev-parse", "--short=12", "HEAD").decode().strip()
+        diff = git("diff", "HEAD", "--no-ext-diff", "--binary")
+    except (OSError, subprocess.SubprocessError):
+        return "dev"
+    return f"{commit}+{hashlib.sha256(diff).hexdigest()[:8]}" if diff else commit
 
 
 def pytest_configure(config):
@@ -43,7 +65,11 @@ def pytest_pyfunc_call(pyfuncitem):
 
     cfg = pyfuncitem.config
     lake = cfg.getoption("assay_dir") or os.environ.get("OTEL_ASSAY_DIR") or "traces"
-    version = cfg.getoption("assay_version") or os.environ.get("OTEL_ASSAY_VERSION") or "dev"
+    version = cfg.getoption("assay_version") or os.environ.get("OTEL_ASSAY_VERSION")
+    if not version:
+        if _VERSION_KEY not in cfg.stash:  # once per session: every test's trials are of the same code
+            cfg.stash[_VERSION_KEY] = default_version(cfg.rootpath)
+        version = cfg.stash[_VERSION_KEY]
     argnames = pyfuncitem._fixtureinfo.argnames
     kwargs = {name: pyfuncitem.funcargs[name] for name in argnames}
     scenario = spec.scenario or pyfuncitem.name

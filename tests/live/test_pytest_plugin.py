@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import xml.etree.ElementTree as ET
 
+# imported before pytester snapshots sys.modules: numpy cannot be imported twice in a process
+from otel_assay.analyze.engine import Engine
+from otel_assay.pytest_plugin import default_version
 
 pytest_plugins = ["pytester"]
 
@@ -183,3 +188,25 @@ def test_ticket_routing(agent):
     r.assert_outcomes(failed=1)
     r.stdout.fnmatch_lines(["*FAIL: test_ticket_routing passed */20 trials*trial(s) raised, the first: AssertionError: "
                             "routed elsewhere*"])
+
+
+def test_without_a_version_the_trials_are_labelled_with_the_code_state(pytester, monkeypatch):
+    """One label ('dev') for every run pooled different code in the lake; the default is now
+    the git commit, with a hash of the uncommitted changes."""
+    _write(pytester, GOOD, p=0.99)
+    assert default_version(pytester.path) == "dev"  # not a git checkout
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q"], ["add", "test_agent.py"], ["commit", "-q", "-m", "agent"]):
+        subprocess.run(["git", *args], cwd=pytester.path, check=True, env={**os.environ, **env})
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=pytester.path, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    assert default_version(pytester.path) == commit
+    lake = pytester.path / "lake"
+    monkeypatch.delenv("OTEL_ASSAY_VERSION", raising=False)
+    assert pytester.runpytest_subprocess("--assay-dir", str(lake)).ret == 0
+    (pytester.path / "test_agent.py").write_text((pytester.path / "test_agent.py").read_text() + "\n# changed\n")
+    dirty = default_version(pytester.path)
+    assert dirty.startswith(commit + "+") and len(dirty) == len(commit) + 9
+    assert pytester.runpytest_subprocess("--assay-dir", str(lake)).ret == 0
+    with Engine(lake) as eng:
+        assert sorted(r[0] for r in eng.rows("SELECT DISTINCT version FROM trials")) == sorted([commit, dirty])
