@@ -90,7 +90,13 @@ step_facts AS (
         count(*) FILTER (WHERE status = 'error') AS n_errors,
         sum(input_tokens) FILTER (WHERE llm_call) AS input_tokens,
         sum(output_tokens) FILTER (WHERE llm_call) AS output_tokens,
-        sum(cost_usd) FILTER (WHERE llm_call) AS cost_usd,
+        -- summed as decimals: a sum of doubles depends on the order DuckDB's threads combine
+        -- their partial sums in, and the report's cost changed in its last digits between
+        -- runs. A cost beyond any real one (a hostile attribute: 1e30, inf) would not fit a
+        -- decimal; such trials keep the plain sum
+        CASE WHEN max(abs(cost_usd)) FILTER (WHERE llm_call) < 1e9
+             THEN sum(TRY_CAST(cost_usd AS DECIMAL(38, 18))) FILTER (WHERE llm_call)::DOUBLE
+             ELSE sum(cost_usd) FILTER (WHERE llm_call) END AS cost_usd,
         count(*) FILTER (WHERE llm_call AND cost_usd IS NULL) AS n_unpriced
     FROM steps
     GROUP BY trace_id

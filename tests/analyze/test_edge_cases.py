@@ -193,3 +193,31 @@ def test_spans_without_a_trace_id_make_no_trial(tmp_path, open_engine):
     assert rows(eng, "SELECT count(*) AS n FROM spans")[0]["n"] == 4
     assert rows(eng, "SELECT trace_id FROM trials") == [{"trace_id": tid(1)}]
     assert rows(eng, "SELECT n_trials, n_empty_run FROM pass_rates") == [{"n_trials": 1, "n_empty_run": 0}]
+
+
+def test_a_trial_cost_is_the_same_in_every_run(tmp_path, open_engine):
+    """A sum of doubles depends on the order DuckDB's threads combine their partial sums:
+    a trial spread over eight files cost a different last few digits in every run."""
+    import random
+
+    rng = random.Random(3)
+    sid = 2
+    for f in range(8):
+        spans = [span(1, 1, None, "invoke_agent a", 0, 10_000_000, {"gen_ai.operation.name": "invoke_agent"})] if not f else []
+        for _ in range(2000):
+            spans.append(span(1, sid, 1, "chat m", sid, sid + 0.5, {
+                "gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "llm.cost.total": repr(rng.random() * 1e-3)}))
+            sid += 1
+        write_lake(tmp_path / "lake", spans, token=f"f{f}")
+    # and costs no decimal holds (a hostile attribute) are summed, not an error
+    write_lake(tmp_path / "lake", [span(2, 1, None, "chat m", 0, 1, {"gen_ai.operation.name": "chat", "llm.cost.total": "1e30"}),
+                                   span(3, 1, None, "chat m", 0, 1, {"gen_ai.operation.name": "chat", "llm.cost.total": "inf"})],
+               token="hostile")
+    costs = set()
+    for _ in range(6):
+        eng = open_engine(tmp_path / "lake")
+        eng.con.execute("SET threads = 2")
+        got = dict(eng.rows("SELECT trace_id, cost_usd FROM trials"))
+        costs.add(got[tid(1)])
+        assert got[tid(2)] == 1e30 and got[tid(3)] == float("inf")
+    assert len(costs) == 1
