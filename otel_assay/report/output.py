@@ -115,13 +115,20 @@ def write_table(table: pa.Table, fmt: str = "table", out: TextIO | None = None, 
         Console(file=out, markup=False, emoji=False, highlight=False).print(t)
         return
 
+    from rich.cells import cell_len, set_cell_size
+
+    # widths in terminal cells, not characters: a CJK character (or an emoji) takes two, and
+    # counting it as one pushed every later column of its row out of line
     def clip(s: str) -> str:
-        return s if len(s) <= max_width else s[: max_width - 1] + "…"
+        return s if cell_len(s) <= max_width else set_cell_size(s, max_width - 1) + "…"
+
+    def pad(s: str, w: int) -> str:
+        return s + " " * (w - cell_len(s))
 
     cells = [[clip(c) for c in row] for row in cells]
-    widths = [max([len(n)] + [len(row[i]) for row in cells]) for i, n in enumerate(names)]
-    out.write("  ".join(n.ljust(w) for n, w in zip(names, widths)).rstrip() + "\n")
+    widths = [max([cell_len(n)] + [cell_len(row[i]) for row in cells]) for i, n in enumerate(names)]
+    out.write("  ".join(pad(n, w) for n, w in zip(names, widths)).rstrip() + "\n")
     out.write("  ".join("-" * w for w in widths) + "\n")
     for row in cells:
-        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() + "\n")
+        out.write("  ".join(pad(c, w) for c, w in zip(row, widths)).rstrip() + "\n")
     out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")

@@ -387,3 +387,22 @@ def test_junit_manual_decision_is_a_failure_and_dotted_scenarios_stay_one_class(
     scenario_cases = [c for c in root.iter("testcase") if c.get("classname") != "otel-assay"]
     assert scenario_cases and {c.get("classname") for c in scenario_cases} == {"otel-assay.refund\u2024v2"}
     assert "otel-assay.refund.v2" in [s.get("name") for s in root.iter("testsuite")]
+
+
+def test_plain_tables_align_wide_characters_by_terminal_cells():
+    """A CJK scenario name counts two terminal cells per character: padded by characters,
+    every later column of its row was pushed out of line, and clipping cut at the wrong place."""
+    import io
+
+    import pyarrow as pa
+    from rich.cells import cell_len
+
+    from otel_assay.report.output import write_table
+
+    out = io.StringIO()
+    write_table(pa.table({"scenario": ["退款请求", "refund", "長" * 40], "n": [12, 7, 3]}), "table", out, max_width=20)
+    lines = out.getvalue().splitlines()[:5]
+    starts = {cell_len(line[:line.rindex(" ") + 1]) for line in lines[2:]}  # where the n column begins
+    assert len(starts) == 1 and cell_len(lines[0][:lines[0].index("n", 8)]) in starts, lines
+    clipped = lines[4].split("  ")[0]
+    assert clipped.startswith("長" * 9) and clipped.endswith("…") and cell_len(clipped) == 20
