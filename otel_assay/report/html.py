@@ -156,8 +156,12 @@ def sprt_plot(result) -> str:
              f'<text x="{width / 2}" y="{legend_top - 6}" text-anchor="middle">trials (candidate, in run order)</text>',
              f'<text x="12" y="{mid}" transform="rotate(-90 12 {mid})" text-anchor="middle">LLR</text>']
     palette = ["#E45756", "#4C78A8", "#54A24B", "#B279A2", "#F58518", "#72B7B2", "#9D755D", "#FF9DA6"]
+    # past eight scenarios the colours come round again: the line style tells those apart
+    # (24 distinct lines; the legend names each one)
+    styles = ["", ' stroke-dasharray="7 3"', ' stroke-dasharray="2 2"']
     for i, (scenario, p) in enumerate(sorted(paths.items())):
         color = palette[i % len(palette)]
+        style = styles[i // len(palette) % len(styles)]
         for bound, label in ((p["upper"], "FAIL"), (p["lower"], "PASS")):
             parts.append(f'<line x1="{left}" y1="{y(bound):.1f}" x2="{width - right}" y2="{y(bound):.1f}" '
                          f'stroke="{color}" stroke-dasharray="5 4" opacity="0.6"/>')
@@ -165,11 +169,11 @@ def sprt_plot(result) -> str:
                 parts.append(f'<text x="{width - right - 2}" y="{y(bound) - 3:.1f}" text-anchor="end">{label}</text>')
         pts = " ".join(f"{x(j + 1):.1f},{y(v):.1f}" for j, v in enumerate(p["path"]))
         outcome = f": {p['decision']} after {len(p['path'])} trials"
-        parts.append(f'<polyline points="{x(0):.1f},{y(0):.1f} {pts}" fill="none" stroke="{color}" stroke-width="1.8">'
+        parts.append(f'<polyline points="{x(0):.1f},{y(0):.1f} {pts}" fill="none" stroke="{color}"{style} stroke-width="1.8">'
                      f'<title>{_e(scenario)}: {p["decision"]} after {len(p["path"])} trials '
                      f'(θ={p["theta"]:.3f}{" = baseline rate" if p.get("theta_from_baseline") else ""})</title>'
                      f'</polyline><line x1="{left}" y1="{legend_top + 14 * i + 6}" x2="{left + 16}" '
-                     f'y2="{legend_top + 14 * i + 6}" stroke="{color}" stroke-width="2"/>'
+                     f'y2="{legend_top + 14 * i + 6}" stroke="{color}"{style} stroke-width="2"/>'
                      f'<text x="{left + 22}" y="{legend_top + 14 * i + 10}" fill="{color}" style="fill:{color}">'
                      f'{_fit(scenario, width - right - left - 22 - _text_width(outcome))}{outcome}</text>')
     return _figure(_svg(width, height, "".join(parts), "SPRT paths", "plot-sprt"),

@@ -337,6 +337,9 @@ def test_html_sprt_legend_stays_inside_the_plot_with_many_scenarios(results):
     assert len(legend) == 25 and max(float(y) for y in legend) <= height - 2
     axis = float(re.search(r'y="([\d.]+)" text-anchor="middle">trials \(candidate', svg).group(1))
     assert min(float(y) for y in legend) > axis
+    # and 24 of them are 24 different lines: past eight the colours repeat, the dashes do not
+    lines = re.findall(r'<polyline [^>]*stroke="(#\w+)"( stroke-dasharray="[\d ]+")? stroke-width', svg)
+    assert len(lines) == 25 and len(set(lines[:24])) == 24
 
 
 def test_html_t2_plot_draws_the_smallest_statistic_with_a_length(results):
