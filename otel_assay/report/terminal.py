@@ -21,7 +21,8 @@ from .output import feature_shift, printable
 STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "SKIPPED": "dim",
          "deploy": "bold green", "block": "bold red", "manual": "bold yellow"}
 SHORT = {"PASS": "PASS", "FAIL": "FAIL", "INCONCLUSIVE": "INC", "SKIPPED": "skip"}
-COLUMNS = (("pass_rate", "θ"), ("regression", "regr."), ("fingerprint", "T²"), ("stability", "stab."))
+COLUMNS = (("pass_rate", "θ"), ("regression", "regr."), ("fingerprint", "T²"), ("stability", "stab."),
+           ("contracts", "contr."), ("metamorphic", "meta."))
 
 
 def _num(x, digits: int = 3) -> str:

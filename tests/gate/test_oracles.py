@@ -37,6 +37,10 @@ def test_a_candidate_lake_that_stopped_calling_a_required_tool_is_blocked_not_re
     r = cli("gate", str(cand), "--baseline-lake", str(base), "--config", str(cfg))
     assert r.returncode == 1, r.stdout + r.stderr
     assert "contracts FAIL" in r.stdout
+    # the summary table has a column for it, as for every other check
+    header = next(line for line in r.stdout.splitlines() if line.lstrip().startswith("scenario"))
+    row = next(line for line in r.stdout.splitlines() if line.startswith("s "))
+    assert header.split()[-2:] == ["contr.", "verdict"] and row.split()[-2:] == ["FAIL", "FAIL"], r.stdout
     cfg.write_text("contracts:\n  - must_call: lookupp\n")  # in neither lake: still a typo
     r = cli("gate", str(cand), "--baseline-lake", str(base), "--config", str(cfg))
     assert r.returncode == 3 and "unknown tool 'lookupp'" in r.stderr
