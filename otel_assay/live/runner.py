@@ -279,6 +279,10 @@ class RunResult:
 
     @property
     def decision(self) -> str:
+        """The suite's verdict (PASS / FAIL / INCONCLUSIVE), or with --baseline the gate's
+        decision (deploy / block / manual), which is what sets the exit code then."""
+        if self.gate is not None:
+            return self.gate.decision
         return {0: "PASS", 1: "FAIL", 2: "INCONCLUSIVE"}.get(self.exit_code, "?")
 
     def as_dict(self) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def test_langgraph_agent_run_resume_and_gate(tmp_path):
     # the regressed v2 fails and the gate against v1 blocks
     r = run("--version", "v2", "--dir", lake, "-q", "--baseline", "version=v1", "--method", "fixed")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "decision: FAIL" in r.stdout
+    assert "decision: block (exit 1)" in r.stdout  # the gate's word for it, as `otel-assay gate` prints
     # the lake holds LangGraph's spans under the trials
     sys.path.insert(0, str(ROOT))
     from otel_assay.analyze.engine import Engine

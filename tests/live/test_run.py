@@ -218,6 +218,7 @@ def test_cli_run_and_gate(tmp_path):
     r = CliRunner().invoke(cli(), ["run", str(f), "--agent", "tests.live.agents:bad", "--version", "v2",
                                    "--dir", lake, "-q", "--baseline", "version=v1"])
     assert r.exit_code == 1, r.output
+    assert "decision: block (exit 1)" in r.output  # the gate decided: its word, not the verdict's FAIL
 
 
 @pytest.mark.parametrize("baseline,code,needle", [
