@@ -11,6 +11,15 @@
 -- conversation label, then its session label (column by column too: outcomes labelled by
 -- trace id keep the scenario and version labelled by conversation). The conversation /
 -- session lookups read span attributes, so they only run when such labels exist.
+--
+-- label_key_matches(key_kind, key, attributes): whether a span's attributes carry a
+-- conversation or session label's key (also used by `otel-assay label` to count keys no
+-- span carries yet). OpenInference and LangSmith call a session by their own key names.
+CREATE OR REPLACE MACRO label_key_matches(key_kind, key, attributes) AS
+    (key_kind = 'conversation_id' AND key = attributes['gen_ai.conversation.id'])
+    OR (key_kind = 'session_id' AND key IN (attributes['session.id'], attributes['langsmith.trace.session_id'],
+                                            attributes['traceloop.association.properties.session_id']));
+
 CREATE OR REPLACE VIEW trial_labels AS
 WITH ranked AS (
     SELECT *, row_number() OVER (PARTITION BY key_kind, key ORDER BY labelled_at_unix_nano, filename) AS age
@@ -32,10 +41,7 @@ latest AS (
 by_attribute AS (
     SELECT DISTINCT s.trace_id, l.key_kind, l.key
     FROM spans s
-    JOIN latest l
-      ON (l.key_kind = 'conversation_id' AND l.key = s.attributes['gen_ai.conversation.id'])
-      OR (l.key_kind = 'session_id' AND l.key IN (s.attributes['session.id'], s.attributes['langsmith.trace.session_id'],
-                                                  s.attributes['traceloop.association.properties.session_id']))
+    JOIN latest l ON label_key_matches(l.key_kind, l.key, s.attributes)
     WHERE EXISTS (SELECT 1 FROM latest WHERE key_kind <> 'trace_id')
 ),
 matched AS (

@@ -164,10 +164,7 @@ def unmatched_keys(lake_dir: str | os.PathLike, labels: pa.Table) -> int:
             WHERE NOT EXISTS (
                 SELECT 1 FROM spans s
                 WHERE (l.key_kind = 'trace_id' AND s.trace_id = l.key)
-                   OR (l.key_kind = 'conversation_id' AND s.attributes['gen_ai.conversation.id'] = l.key)
-                   OR (l.key_kind = 'session_id' AND l.key IN (s.attributes['session.id'],
-                           s.attributes['langsmith.trace.session_id'],
-                           s.attributes['traceloop.association.properties.session_id'])))""")[0]
+                   OR label_key_matches(l.key_kind, l.key, s.attributes))""")[0]
     finally:
         engine.con.close()
     return n
