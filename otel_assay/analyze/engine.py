@@ -85,7 +85,26 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
             files["spans"].extend(m for m in matched if m.is_file())
         else:
             raise LakeError(f"{src} does not exist; give a lake directory, a Parquet file or a glob")
+    files["spans"] = _without_replaced(files["spans"])
     return files
+
+
+def _without_replaced(paths: list[Path]) -> list[Path]:
+    """``paths`` less the lake files that a merged file also in ``paths`` replaces.
+
+    A glob over a lake (`traces/spans/**/*.parquet`) matches a compaction's merged file and,
+    until they are deleted after the grace period, the files it replaces: every span would
+    be read twice. Opening the lake by its directory does this through Lake.live_files.
+    """
+    by_lake: dict[tuple[Path, str], set[Path]] = {}
+    for p in paths:
+        tdir = p.parent.parent
+        if _DT_DIR_RE.match(p.parent.name) and tdir.name in TABLES and (tdir.parent / "_compaction").is_dir():
+            by_lake.setdefault((tdir.parent, tdir.name), set()).add(p)
+    hidden: set[Path] = set()
+    for (root, table), present in by_lake.items():
+        hidden |= Lake(root).replaced_files(table, present)
+    return [p for p in paths if p not in hidden] if hidden else paths
 
 
 def _bytes(size: str) -> int:

@@ -457,7 +457,13 @@ class Lake:
         if not tdir.is_dir():
             return []
         files = sorted(p for p in tdir.glob("dt=*/*.parquet") if not p.name.startswith("."))
-        present = set(files)
+        hidden = self.replaced_files(table, set(files))
+        return [p for p in files if p not in hidden]
+
+    def replaced_files(self, table: str, present: set[Path]) -> set[Path]:
+        """The files of ``table`` that a merged file in ``present`` replaces: read together
+        with it, their rows would be there twice."""
+        tdir = self.table_dir(table)
         hidden: set[Path] = set()
         for rec in self._records():
             if rec.get("table") != table:
@@ -465,7 +471,7 @@ class Lake:
             pdir = tdir / str(rec.get("partition", ""))
             if (pdir / str(rec.get("new", ""))) in present:
                 hidden.update(pdir / old for old in rec.get("old", []))
-        return [p for p in files if p not in hidden]
+        return hidden
 
     # ------------------------------------------------------------------ compaction
     def compact(self, *, target_bytes: int = 256 << 20, grace_seconds: float = 60.0, progress=None) -> "CompactResult":

@@ -221,3 +221,23 @@ def test_a_trial_cost_is_the_same_in_every_run(tmp_path, open_engine):
         costs.add(got[tid(1)])
         assert got[tid(2)] == 1e30 and got[tid(3)] == float("inf")
     assert len(costs) == 1
+
+
+def test_a_glob_over_a_lake_during_compaction_grace_reads_each_span_once(tmp_path, open_engine):
+    """A glob matched the merged file and the files it replaces until they were deleted:
+    every span was counted twice. Old files named without the merged one are still read."""
+    from otel_assay.collect.lake import Lake
+
+    lake = tmp_path / "lake"
+    for t in range(1, 5):
+        write_lake(lake, [span(t, 1, None, "chat m", 0, 1, {"gen_ai.operation.name": "chat"}),
+                          span(t, 2, 1, "execute_tool x", 0.2, 0.5, {"gen_ai.operation.name": "execute_tool"})],
+                   token=f"t{t}")
+    old = sorted(Lake(lake).live_files())
+    assert Lake(lake).compact(grace_seconds=3600).files_out == 1
+    assert len(list((lake / "spans").rglob("*.parquet"))) == 5  # four replaced files still there
+    glob = str(lake / "spans" / "**" / "*.parquet")
+    for source in (lake, glob):
+        assert open_engine(source).rows("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans")[0] == (8, 8)
+        assert open_engine(source).rows("SELECT count(*) FROM trials")[0][0] == 4
+    assert open_engine(old).rows("SELECT count(*) FROM spans")[0][0] == 8  # the old files alone: all theirs
