@@ -98,6 +98,13 @@ ASSAY_HANDOFF_FROM = "assay.handoff.from_agent"
 ASSAY_HANDOFF_TO = "assay.handoff.to_agent"
 ASSAY_GUARDRAIL_NAME = "assay.guardrail.name"
 ASSAY_GUARDRAIL_TRIGGERED = "assay.guardrail.triggered"
+# on an agent / workflow span (and a trial) that stopped before completing, without failing:
+# why ("caller_stopped": the caller stopped a streamed run; "interrupted": the graph paused
+# for a human, to be resumed by a later invocation)
+ASSAY_INCOMPLETE = "assay.incomplete"
+# on the agent span (and implicit trial) of a LangGraph invocation resuming an interrupted
+# one on the same checkpointer thread: the trace id (hex) of the interrupted invocation
+ASSAY_RESUMES = "assay.resumes"
 # the keys the trial copies onto every span inside it (baggage + span processor)
 ASSAY_PROPAGATED = (ASSAY_SCENARIO, ASSAY_AGENT_VERSION, ASSAY_RUN_ID, ASSAY_TRIAL_INDEX)
 

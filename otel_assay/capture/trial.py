@@ -62,6 +62,17 @@ def classify_error(exc: BaseException) -> str:
     return "exception"
 
 
+def _stopped(exc: BaseException | None) -> str | None:
+    """``exit`` for ``sys.exit()`` with code 0 or None (the program ends as it meant to),
+    ``interrupted`` for KeyboardInterrupt (someone stopped it); None for anything else,
+    which is a failure (``sys.exit(1)`` included)."""
+    if isinstance(exc, SystemExit):
+        return "exit" if exc.code is None or exc.code == 0 else None
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return None
+
+
 def _next_index(scenario: str, version: str | None, explicit: int | None) -> int:
     key = (scenario, version)
     with _INDEX_LOCK:
@@ -221,7 +232,10 @@ class Trial:
             self._var_token = _CURRENT.set(self)
         return self
 
-    def finish(self, exc: BaseException | None = None) -> None:
+    def finish(self, exc: BaseException | None = None, *, incomplete: str | None = None) -> None:
+        """End the trial. ``incomplete`` (adapters): the invocation stopped before completing
+        without failing, and why (``interrupted``: a graph paused for a human): recorded as
+        ``assay.incomplete`` and as the error class, and an implicit trial gets no verdict."""
         if self._ended:
             return
         self._ended = True
@@ -231,15 +245,27 @@ class Trial:
                 sc = span.get_span_context()
                 if sc.is_valid:
                     _runtime.trial_ended(sc.trace_id, exc)
-                if exc is not None:
+                stopped = _stopped(exc)
+                if exc is not None and not stopped:
                     self.passed = False
                     if self.error_class is None:
                         self.error_class = classify_error(exc)
                     span.set_attribute(semconv.ERROR_TYPE, error_type(exc))
                     span.record_exception(exc)
                     span.set_status(Status(StatusCode.ERROR, str(exc)[:1024]))
-                elif self.implicit and self.passed is None:
-                    self.passed = True  # an implicit trial passes when the invocation completes
+                else:
+                    # stopped (sys.exit(0), Ctrl-C) or paused, the agent did not fail: the trial has
+                    # the verdict it was given, if any; an implicit one none (its invocation did
+                    # not complete), and an interrupted one is unknown to pass rates
+                    if stopped == "interrupted":
+                        span.record_exception(exc)
+                        incomplete = incomplete or "interrupted"
+                    if incomplete is not None:
+                        span.set_attribute(semconv.ASSAY_INCOMPLETE, incomplete)
+                        if self.error_class is None:
+                            self.error_class = incomplete
+                    elif stopped is None and self.implicit and self.passed is None:
+                        self.passed = True  # an implicit trial passes when the invocation completes
                 if self.passed is not None:
                     span.set_attribute(semconv.ASSAY_TRIAL_OUTCOME, "pass" if self.passed else "fail")
                 if self.score is not None:
@@ -296,7 +322,11 @@ def trial(scenario: str, *, version: str | None = None, run_id: str | None = Non
     ``version`` defaults to ``OTEL_ASSAY_VERSION``; ``run_id`` to one id per process
     (``OTEL_ASSAY_RUN_ID`` if set); ``index`` auto-increments per (scenario, version) in
     the process. ``attributes`` adds extra attributes to the trial span only. An exception
-    escaping the block marks the trial failed, sets ``assay.error.class`` and re-raises.
+    escaping the block marks the trial failed, sets ``assay.error.class`` and re-raises;
+    except ``sys.exit()`` with code 0 or None, which fails nothing (the trial keeps the
+    outcome it was given, if any), and KeyboardInterrupt, an interruption rather than a
+    failure of the agent: no outcome unless one was given, ``assay.error.class``
+    ``interrupted``, so pass rates count it as unknown. Every exception propagates unchanged.
     """
     return Trial(scenario, version=version, run_id=run_id, index=index, attributes=attributes)
 

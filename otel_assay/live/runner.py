@@ -718,8 +718,9 @@ async def _one_trial(st: _ScenarioState, idx: int, attempt: int, agent, is_async
     except BaseException as e:
         # cancelled: Ctrl-C or SIGTERM stopped the run mid-trial. The trial is ended, not left
         # without its root span, and excluded like an infrastructure error: it measured
-        # nothing about the agent (a resumed run goes on after it)
-        t.outcome(error_class="infrastructure")
+        # nothing about the agent (a resumed run goes on after it). A failed outcome given here:
+        # a trial ended by KeyboardInterrupt records none of its own
+        t.outcome(passed=False, error_class="infrastructure")
         t.finish(e)
         raise
     duration = time.monotonic() - t0

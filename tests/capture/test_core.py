@@ -224,3 +224,33 @@ def test_generator_steps_and_a_step_factory_shared_by_threads(tmp_path):
     assert dur["chat gpt-test"] > 50e6 and dur["execute_tool search"] > 80e6 and dur["execute_tool db"] > 150e6
     assert (ms["execute_tool pages"]["status_code"], ms["execute_tool pages"]["error_type"]) == (2, "ValueError")
     assert ms["execute_tool search"]["status_code"] == 0
+
+
+def test_exit_and_interrupt_in_a_trial_are_no_agent_failures(tmp_path):
+    lake = tmp_path / "lake"
+    p = run_script("core_run.py", lake, "exits")  # exits 0: its last trial ends in sys.exit(0)
+    assert p.stdout.count("PROPAGATED") == 5, p.stdout
+    rows = {r["scenario"]: tuple(r.values())[1:] for r in query(
+        lake, "SELECT scenario, outcome, error_class, counted, passed, n_tool FROM trials "
+              "WHERE scenario <> 'implicit'")}
+    assert rows == {
+        "exit-0": ("pass", None, True, True, 1),           # sys.exit(0): the outcome it was given
+        "exit-none": (None, None, True, None, 1),          # sys.exit(): no outcome given, none recorded
+        "exit-2": ("fail", "exception", True, False, 1),   # a non-zero exit is a failure
+        "ctrl-c": (None, "interrupted", True, None, 1),    # no verdict: unknown in pass rates
+        "ctrl-c-judged": ("pass", "interrupted", True, True, 1),
+        "exit-at-end": ("pass", None, True, True, 1),      # written at exit
+    }
+    roots = {r["scenario"] + str(r["trial_index"]): r for r in spans(lake, "parent_span_id IS NULL")}
+    assert [(roots[k]["status_code"], roots[k]["error_type"]) for k in ("exit-00", "exit-none0", "ctrl-c0")] == [
+        (0, None)] * 3
+    assert (roots["exit-20"]["status_code"], roots["exit-20"]["error_type"]) == (2, "SystemExit")
+    ev = query(lake, "SELECT attributes['exception.type'] AS t FROM span_events "
+                     "WHERE span_id = ? AND name = 'exception'", [roots["ctrl-c0"]["span_id"]])
+    assert ev == [{"t": "KeyboardInterrupt"}]
+    assert [roots[k]["attributes"].get("assay.incomplete") for k in ("ctrl-c0", "exit-00")] == ["interrupted", None]
+    # an implicit trial (an agent invocation that exited, or was interrupted) does not pass
+    assert [(roots[k]["outcome"], roots[k]["error_class"]) for k in ("implicit0", "implicit1")] == [
+        (None, None), (None, "interrupted")]
+    (rate,) = query(lake, "SELECT n_unknown FROM pass_rates WHERE scenario = 'ctrl-c'")
+    assert rate == {"n_unknown": 1}

@@ -241,5 +241,40 @@ elif MODE == "unsampled":  # the tracer provider's sampler drops every trace (OT
                 pass
             t.outcome(passed=True)
     print(json.dumps(otel_assay.capture._runtime.stats()))
+elif MODE == "exits":  # sys.exit() and Ctrl-C inside trials: the program stops, the agent did not fail
+    import os
+
+    import otel_assay
+    from otel_assay.capture.trial import implicit_trial
+
+    def tool_step():
+        with otel_assay.step("lookup", kind="tool"):
+            pass
+
+    for scenario, exc, passed in (("exit-0", SystemExit(0), True), ("exit-none", SystemExit(None), None),
+                                  ("exit-2", SystemExit(2), True), ("ctrl-c", KeyboardInterrupt(), None),
+                                  ("ctrl-c-judged", KeyboardInterrupt(), True)):
+        try:
+            with otel_assay.trial(scenario) as t:
+                tool_step()
+                if passed is not None:
+                    t.outcome(passed=passed)
+                raise exc
+        except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
+            assert e is exc and e.__traceback__ is not None, e  # the same exception goes on
+            print("PROPAGATED", scenario)
+    # the implicit trial of an agent invocation that exits or is interrupted (adapters pass the
+    # exception the invocation raised): not a passed trial, nor a failed one
+    os.environ["OTEL_ASSAY_SCENARIO"] = "implicit"
+    for exc in (SystemExit(0), KeyboardInterrupt()):
+        t = implicit_trial("agent")
+        t.finish(exc)
+    del os.environ["OTEL_ASSAY_SCENARIO"]
+    # a program ending with sys.exit(0) inside its trial: written at exit, as a passed trial
+    with otel_assay.trial("exit-at-end") as t:
+        tool_step()
+        t.outcome(passed=True)
+        sys.exit(0)
+
 else:
     raise SystemExit(f"unknown mode {MODE}")
