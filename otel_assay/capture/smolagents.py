@@ -21,11 +21,17 @@ covered):
   -> ``execute_tool {tool}`` without a call id, and likewise ``MultiStepAgent.__call__``
   (CodeAgent code calling a managed agent: the delegation is a tool call either way). The
   ``final_answer`` tool is marked as the respond step (``assay.step.kind=respond``).
+
+A step smolagents catches and reports on its ``ActionStep.error`` (the run goes on) leaves a
+failed step, read from a step callback registered on each agent (``_on_action_step``). A
+run that ends because it reached ``max_steps`` returns the answer the model writes after
+that: its agent span fails with ``AgentMaxStepsError`` (see ``_end_agent``).
 """
 
 from __future__ import annotations
 
 import contextvars
+import time
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -41,6 +47,9 @@ _IN_TOOL: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_assay_smol
 _CALL: contextvars.ContextVar = contextvars.ContextVar("otel_assay_smol_chat", default=None)
 _PATCHES: list = []  # (owner, attribute name, original)
 _WRAPPED_MODELS: set = set()
+_RUN: contextvars.ContextVar = contextvars.ContextVar("otel_assay_smol_run", default=None)
+# smolagents classes the step callback tests against (set by instrument)
+_ACTION_STEP = _EXECUTION_ERROR = _MAX_STEPS_ERROR = None
 
 
 def _agent_name(agent) -> str:
@@ -130,7 +139,11 @@ class _Call(DeferredCall):
         if not self.delegated:
             span = self._span()
             finish(span, result)
-            span.end()
+            run = _RUN.get()
+            if run is not None and trace.get_current_span(self.parent) is run.span:
+                run.hold(span)  # the agent's own model call: its step may still reject the answer
+            else:
+                span.end()
 
     def fail(self, exc) -> None:
         if not self.delegated:
@@ -218,6 +231,104 @@ def _all_subclasses(cls):
 
 
 # ------------------------------------------------------------------ agent / plan / tools
+class _Run:
+    """One ``run`` of an agent, as its steps see it (``_RUN`` while the agent's code runs).
+
+    smolagents reports a failed step only on its ``ActionStep`` (``error``), when the step
+    is over and the run goes on: a model answer that cannot be parsed, code that raises, a
+    tool that fails. The answer of the agent's own model call (``chat``) is therefore held,
+    its span not ended, until the step it belongs to is finalised (``_on_action_step``): a
+    step that rejects the answer marks that call failed; otherwise it ends as it was, at
+    its own end time."""
+
+    __slots__ = ("agent", "span", "chat", "chat_end", "tool_failed", "max_steps")
+
+    def __init__(self, agent, span):
+        self.agent, self.span = agent, span
+        self.chat = self.chat_end = None
+        self.tool_failed = False  # a step span of the current ActionStep already failed
+        self.max_steps = None     # the AgentMaxStepsError the run ended with
+
+    def hold(self, span) -> None:
+        self.release()
+        self.chat, self.chat_end = span, time.time_ns()
+
+    def release(self, exc=None) -> int | None:
+        """End the held model call (failed by ``exc`` if given); returns its end time."""
+        span, end = self.chat, self.chat_end
+        if span is not None:
+            self.chat = None
+            if exc is None:
+                span.end(end_time=end)
+            else:
+                fail(span, exc, end_time=end)
+        return end if span is not None else None
+
+
+def _enter(run):
+    return _attached(run.span), _RUN.set(run)
+
+
+def _leave(tokens) -> None:
+    _RUN.reset(tokens[1])
+    otel_context.detach(tokens[0])
+
+
+def _watch_steps(agent) -> None:
+    """Register ``_on_action_step`` once per agent (and again if its registry is replaced)."""
+    reg = getattr(agent, "step_callbacks", None)
+    d = getattr(agent, "__dict__", None)
+    if reg is None or d is None or d.get("_otel_assay_steps") is reg:
+        return
+    if hasattr(reg, "register"):
+        reg.register(_ACTION_STEP, _on_action_step)
+    elif isinstance(reg, list):  # smolagents before the CallbackRegistry
+        reg.append(_on_action_step)
+    else:
+        return
+    d["_otel_assay_steps"] = reg
+
+
+def _on_action_step(step, agent=None) -> None:
+    """An ActionStep is finalised (smolagents' step callback). Its ``error`` is recorded on
+    the one step it is about, unless a step span of it already failed (a tool that raised,
+    in a ToolCallingAgent's call or in a CodeAgent's code):
+
+    * ``AgentExecutionError`` from a CodeAgent's code (``code_action`` parsed, then running
+      it raised): a failed ``execute_tool python_interpreter`` step. smolagents itself
+      records the code action as a tool call of that name (``ActionStep.tool_calls``); a
+      code action that runs cleanly is recorded only through the tools its code calls;
+    * anything else (``AgentParsingError``: no tool call or code block could be read from
+      the model's answer; a ToolCallingAgent's answer breaking the protocol, such as a final
+      answer next to other tool calls; a final answer check that failed): the step's model
+      call, whose answer the agent could not use;
+    * ``AgentMaxStepsError`` is no step's failure: the run's (see ``_end_agent``)."""
+    run = _RUN.get()
+    if run is None or run.agent is not agent or not isinstance(step, _ACTION_STEP):
+        return
+    err = getattr(step, "error", None)
+    tool_failed, run.tool_failed = run.tool_failed, False
+    if err is None or tool_failed:
+        run.release()
+    elif isinstance(err, _MAX_STEPS_ERROR):
+        run.max_steps = err
+        run.release()
+    elif isinstance(err, _EXECUTION_ERROR) and getattr(step, "code_action", None) is not None:
+        start = run.release()
+        if start is None:
+            timing = getattr(step, "timing", None)
+            start = int(timing.start_time * 1e9) if getattr(timing, "start_time", None) else None
+        calls = getattr(step, "tool_calls", None) or []
+        call = calls[0] if calls else None
+        span = _tool_span(getattr(call, "name", None) or "python_interpreter", step.code_action,
+                          getattr(call, "id", None), parent=run.span, start_time=start)
+        fail(span, err)
+    elif run.chat is not None:
+        run.release(err)
+    else:  # no model call of the agent's to blame (a custom step): at least on the agent
+        run.span.record_exception(err)
+
+
 def _agent_span(agent, task):
     name = _agent_name(agent)
     attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT, semconv.GEN_AI_AGENT_NAME: name,
@@ -230,15 +341,25 @@ def _agent_span(agent, task):
     return start_span(f"invoke_agent {name}", attrs, parent=t.span if t else None), t
 
 
-def _end_agent(span, t, output=None, exc=None):
+def _end_agent(run, t, output=None, exc=None):
+    span = run.span
+    run.release()  # an answer still held: its step was cut short (the run raised, or its reader stopped)
     if exc is not None:
         fail(span, exc)
     else:
         if _runtime.capture_content() and output is not None:
             out = getattr(output, "output", output)
             span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json([text_parts("assistant", result_text(out))]))
-        span.end()
+        if run.max_steps is not None:
+            # the run returns normally, with an answer the model wrote once the agent was out of
+            # steps (smolagents' RunResult.state "max_steps_error"): the agent did not finish its task
+            fail(span, run.max_steps)
+        else:
+            span.end()
     if t is not None:
+        if exc is None and run.max_steps is not None:
+            # counted as a failure, whether or not a tool call was made (unlike a timeout)
+            t.outcome(passed=False, error_class="max-steps")
         t.finish(exc)
 
 
@@ -246,40 +367,42 @@ def _run(wrapped, instance, args, kwargs):
     task = args[0] if args else kwargs.get("task")
     stream = kwargs.get("stream", args[1] if len(args) > 1 else False)
     _wrap_models(getattr(instance, "model", None))
+    _watch_steps(instance)
     span, t = _agent_span(instance, task)
+    run = _Run(instance, span)
     if stream:
-        token = _attached(span)
+        tokens = _enter(run)
         try:
             gen = wrapped(*args, **kwargs)
         except BaseException as e:
-            otel_context.detach(token)
-            _end_agent(span, t, exc=e)
+            _leave(tokens)
+            _end_agent(run, t, exc=e)
             raise
-        otel_context.detach(token)
-        return _traced_gen(gen, span, lambda out, exc: _end_agent(span, t, out, exc))
-    token = _attached(span)
+        _leave(tokens)
+        return _traced_gen(gen, run, lambda out, exc: _end_agent(run, t, out, exc))
+    tokens = _enter(run)
     try:
         out = wrapped(*args, **kwargs)
     except BaseException as e:
-        otel_context.detach(token)
-        _end_agent(span, t, exc=e)
+        _leave(tokens)
+        _end_agent(run, t, exc=e)
         raise
-    otel_context.detach(token)
-    _end_agent(span, t, out)
+    _leave(tokens)
+    _end_agent(run, t, out)
     return out
 
 
-def _traced_gen(gen, span, on_end):
+def _traced_gen(gen, run, on_end):
     last = None
     try:
         while True:
-            token = _attached(span)
+            tokens = _enter(run)
             try:
                 item = next(gen)
             except StopIteration:
                 break
             finally:
-                otel_context.detach(token)
+                _leave(tokens)
             last = item
             yield item
     except GeneratorExit:
@@ -336,7 +459,7 @@ def _plan(wrapped, instance, args, kwargs):
     return gen()
 
 
-def _tool_span(name, arguments, call_id, description=None):
+def _tool_span(name, arguments, call_id, description=None, parent=None, start_time=None):
     respond = name == "final_answer"
     attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_EXECUTE_TOOL, semconv.GEN_AI_TOOL_NAME: name,
              semconv.GEN_AI_TOOL_CALL_ID: call_id, semconv.GEN_AI_TOOL_TYPE: "function",
@@ -344,7 +467,7 @@ def _tool_span(name, arguments, call_id, description=None):
              semconv.ASSAY_STEP_KIND: "respond" if respond else "tool", semconv.ASSAY_FRAMEWORK: FRAMEWORK}
     if _runtime.capture_content() and arguments is not None:
         attrs[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = args_json(arguments)
-    return start_span(f"execute_tool {name}", attrs)
+    return start_span(f"execute_tool {name}", attrs, parent=parent, start_time=start_time)
 
 
 def _finish_tool(span, out=None, exc=None):
@@ -381,6 +504,9 @@ def _run_in_tool_span(span, wrapped, args, kwargs):
             otel_context.detach(token)
     except BaseException as e:
         _finish_tool(span, exc=e)
+        run = _RUN.get()
+        if run is not None:
+            run.tool_failed = True  # the step's error is this one: see _on_action_step
         raise
     _finish_tool(span, out)
     return out
@@ -442,9 +568,13 @@ def _patch(owner, attr, wrapper) -> None:
 
 
 def instrument(module=None) -> bool:
+    global _ACTION_STEP, _EXECUTION_ERROR, _MAX_STEPS_ERROR
     if _PATCHES:
         return True
     from smolagents import agents, tools
+    from smolagents.memory import ActionStep
+    from smolagents.utils import AgentExecutionError, AgentMaxStepsError
+    _ACTION_STEP, _EXECUTION_ERROR, _MAX_STEPS_ERROR = ActionStep, AgentExecutionError, AgentMaxStepsError
     _patch(agents.MultiStepAgent, "run", _run)
     _patch(agents.MultiStepAgent, "__call__", _agent_call)
     _patch(agents.MultiStepAgent, "_generate_planning_step", _plan)

@@ -220,3 +220,61 @@ def test_parallel_managed_agents_each_get_their_chats(lake):
     assert got == [("invoke_agent boss", "scripted-boss", 11), ("invoke_agent boss", "scripted-boss", 21),
                    ("invoke_agent worker1", "scripted-w1", 11), ("invoke_agent worker1", "scripted-w1", 21),
                    ("invoke_agent worker2", "scripted-w2", 11), ("invoke_agent worker2", "scripted-w2", 21)]
+
+
+# ------------------------------------------------------------------ steps that fail while the run goes on
+def failed_steps(lake, scenario):
+    """(kind, name, error type, call id, arguments) of the failed steps, from the `steps` view."""
+    return [tuple(r.values()) for r in query(
+        lake, "SELECT s.step_kind, s.name, s.error_type, s.tool_call_id, s.tool_args FROM steps s "
+              "JOIN trials t USING (trace_id) WHERE t.scenario = ? AND s.status = 'error' ORDER BY s.seq", [scenario])]
+
+
+def test_code_that_raises_is_a_failed_code_execution_step(lake):
+    # smolagents catches the AgentExecutionError, records it on the ActionStep and asks the
+    # model again: the code action (smolagents' own tool call "python_interpreter") failed
+    tr = one(lake, "code-error")
+    assert [n for n, _ in steps(tr)] == ["invoke_agent coder", "chat scripted-code", "execute_tool python_interpreter",
+                                         "chat scripted-code", "execute_tool final_answer"]
+    assert failed_steps(lake, "code-error") == [
+        ("tool", "execute_tool python_interpreter", "smolagents.utils.AgentExecutionError", "call_1", '"x = 1 / 0"')]
+    code = next(s for s in tr if s["tool_name"] == "python_interpreter")
+    assert "ZeroDivisionError" in code["status_message"]
+    assert code["attributes"]["assay.step.kind"] == "tool"
+
+
+def test_code_calling_a_tool_that_raises_fails_that_tool_only(lake):
+    # the execution error smolagents reports is the tool's: one failed step, not two
+    one(lake, "code-tool-error")
+    assert failed_steps(lake, "code-tool-error") == [("tool", "execute_tool refund", "RuntimeError", None,
+                                                      '{"order_id":"A1"}')]
+
+
+@pytest.mark.parametrize("scenario,model", [("parse-error", "scripted-1"), ("code-parse-error", "scripted-code")])
+def test_an_answer_that_cannot_be_parsed_is_a_failed_llm_step(lake, scenario, model):
+    # AgentParsingError: the model's answer holds no tool call (no code block) the agent can
+    # use; the model call keeps its tokens and is the step that failed
+    one(lake, scenario)
+    assert failed_steps(lake, scenario) == [("llm", f"chat {model}", "smolagents.utils.AgentParsingError", None, None)]
+    (trial,) = query(lake, "SELECT n_llm, n_errors, input_tokens FROM trials WHERE scenario = ?", [scenario])
+    assert trial == {"n_llm": 2, "n_errors": 1, "input_tokens": 11 + 21}
+
+
+def test_reaching_max_steps_fails_the_agent_step(lake):
+    # run() returns the answer the model writes once out of steps; the caller's check may
+    # accept it (an explicit trial keeps its outcome), the agent step did not finish its task
+    (tr,) = trial_spans(lake, "max-steps")
+    assert root(tr)["outcome"] == "pass"
+    assert failed_steps(lake, "max-steps") == [("agent", "invoke_agent calc", "smolagents.utils.AgentMaxStepsError",
+                                                None, None)]
+    assert [n for n, _ in steps(tr)] == ["invoke_agent calc"] + ["chat scripted-1", "execute_tool add"] * 2 + [
+        "chat scripted-1"]
+
+
+def test_an_implicit_trial_that_reached_max_steps_is_a_counted_failure(tmp_path):
+    lake = tmp_path / "lake"
+    run_script("smolagents_implicit.py", lake, env={"OTEL_ASSAY_SCENARIO": "calc-task"})
+    rows = query(lake, "SELECT outcome, error_class, counted, passed FROM trials ORDER BY trial_index")
+    assert [tuple(r.values()) for r in rows] == [("pass", None, True, True),
+                                                 ("fail", "max-steps", True, False),   # run()
+                                                 ("fail", "max-steps", True, False)]   # run(stream=True)

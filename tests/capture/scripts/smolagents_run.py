@@ -134,6 +134,34 @@ with otel_assay.trial("planning", version="v1") as t:
     t.outcome(passed=agent.run("1+1?") == "2")
 
 
+# 6. steps that fail without the run failing: smolagents records the error on the ActionStep
+# and lets the model try again
+def coder(turns):
+    return CodeAgent(tools=[add, refund], model=ScriptedModel(turns, model_id="scripted-code"), verbosity_level=0,
+                     name="coder")
+
+
+final_code = "<code>\nfinal_answer(5)\n</code>"
+for scenario, agent in (
+        # the code raises by itself: the code execution is the failed step
+        ("code-error", coder([("text", "<code>\nx = 1 / 0\n</code>"), ("text", final_code)])),
+        # the code calls a tool that raises: the tool call is the failed step, and the only one
+        ("code-tool-error", coder([("text", "<code>\nrefund(order_id='A1')\n</code>"), ("text", final_code)])),
+        # no code block in the answer: the model call is the failed step
+        ("code-parse-error", coder([("text", "The answer is 5."), ("text", final_code)])),
+        # no tool call in the answer (nor one written as JSON text): the model call is the failed step
+        ("parse-error", ToolCallingAgent(tools=[add], verbosity_level=0, name="calc", model=ScriptedModel(
+            [("text", "I think it is 5"), ("call", "final_answer", {"answer": "5"})])))):
+    with otel_assay.trial(scenario, version="v1") as t:
+        t.outcome(passed=str(agent.run("what is 2+3?")) == "5")
+
+# 7. out of steps: the model answers once more (provide_final_answer) and run() returns that
+# answer; the caller's check accepts it, the agent still did not finish its task
+agent = ToolCallingAgent(tools=[add], max_steps=2, verbosity_level=0, name="calc", model=ScriptedModel(
+    [("call", "add", {"a": 2, "b": 3}), ("call", "add", {"a": 2, "b": 3}), ("text", "5, I think")]))
+with otel_assay.trial("max-steps", version="v1") as t:
+    t.outcome(passed=agent.run("what is 2+3?") == "5, I think")
+
 # ------------------------------------------------------------------ models calling models
 def deltas(msg):
     """A whole answer as a stream: the text in two pieces, the tool calls, the usage split in two."""
