@@ -21,9 +21,11 @@ SDK span errors become status ERROR + ``error.type`` + an exception event. A run
 workflow span (and an implicit trial) when it raises, also when a streamed run raises only to
 the reader of its events (max turns; see ``_streamed_error``); a tool or model call cut off
 by a cancellation is failed (``CancelledError``); a streamed run the caller stops with
-``cancel()`` is not a failure. A span whose SDK trace was opened outside the trial it starts
-in belongs to that trial (see ``_parent``). With the SDK's tracing disabled nothing starts
-here: a warning says so (see ``_warn_tracing_disabled``).
+``cancel()``, or stops reading (a ``break`` out of ``stream_events()``, see ``_reader_gone``),
+is not a failure: its workflow span is marked ``assay.incomplete=caller_stopped``. A span
+whose SDK trace was opened outside the trial it starts in belongs to that trial (see
+``_parent``). With the SDK's tracing disabled nothing starts here: a warning says so (see
+``_warn_tracing_disabled``).
 
 While a tool runs, its ``execute_tool`` span is the current OTel span, so the spans made in
 the tool's code (``otel_assay.step``, another framework, other instrumentation) nest under
@@ -183,8 +185,9 @@ class AssayTracingProcessor:
             result = streamed() if streamed is not None else None
             if exc is None:
                 exc = _streamed_error(result)
-            elif _cancelled_by_caller(result) and type(exc).__name__ == "CancelledError":
+            elif type(exc).__name__ == "CancelledError" and (_cancelled_by_caller(result) or _reader_gone(result)):
                 exc = None
+                span.set_attribute(semconv.ASSAY_INCOMPLETE, "caller_stopped")
             if exc is not None:
                 fail(span, exc)
             else:
@@ -399,6 +402,16 @@ def _cancelled_by_caller(result) -> bool:
     ends by a CancelledError that is no failure of the run (as a stream the caller stops
     reading in the other adapters)."""
     return result is not None and getattr(result, "_cancel_mode", "none") not in (None, "none")
+
+
+def _reader_gone(result) -> bool:
+    """The caller stopped reading a streamed run without ``cancel()``: a ``break`` out of
+    ``stream_events()``, or its reading task stopped while handling an event. The SDK cancels
+    the run itself only for a reader cancelled while waiting for the next event; otherwise
+    the run goes on unread until something cancels it, usually ``asyncio.run`` cancelling the
+    tasks left when its main coroutine returns. Its CancelledError arrives while no reader
+    waits for an event (``_waiting_on_event_queue``, without which nothing is assumed)."""
+    return result is not None and getattr(result, "_waiting_on_event_queue", None) is False
 
 
 def _streamed_error(result) -> BaseException | None:

@@ -158,9 +158,14 @@ def test_implicit_trial_fails_when_the_run_raises(tmp_path):
         ("fail", "exception", "agents.exceptions.MaxTurnsExceeded"),  # streamed: raised to the reader only
         ("pass", None, None),  # streamed, stopped by the caller (cancel())
         ("fail", "exception", "agents.exceptions.MaxTurnsExceeded"),
+        ("pass", None, None),  # streamed, the caller broke out of stream_events() without cancel()
     ]
     failed = spans(lake, "name = 'invoke_workflow Agent workflow' AND status_code = 2")
     assert [r["error_type"] for r in failed] == ["agents.exceptions.MaxTurnsExceeded",
                                                  "agents.exceptions.InputGuardrailTripwireTriggered",
                                                  "agents.exceptions.MaxTurnsExceeded",
                                                  "agents.exceptions.MaxTurnsExceeded"]
+    # the two streamed runs the caller stopped are marked as such, and only they
+    stopped = spans(lake, "name = 'invoke_workflow Agent workflow' AND attributes['assay.incomplete'] IS NOT NULL")
+    assert [(r["trial_index"], r["attributes"]["assay.incomplete"], r["status_code"]) for r in stopped] == [
+        (5, "caller_stopped", 0), (7, "caller_stopped", 0)]

@@ -81,6 +81,18 @@ except MaxTurnsExceeded:
     pass
 else:
     raise SystemExit("max turns not exceeded")
+
+
+async def stop_reading():
+    # the caller breaks out of the stream without cancel(): the run goes on unread until
+    # asyncio.run, returning, cancels it
+    fake.script([tool_call_turn("add", {"a": 1, "b": 1}, "call_1"), text_turn("2")])
+    r = Runner.run_streamed(calc, "1+1")
+    async for _ in r.stream_events():
+        break
+
+
+asyncio.run(stop_reading())
 fake.close()
 # what the SDK's docs suggest with another model provider: nothing could be recorded after it, and
 # otel-assay says so rather than writing empty trials silently
