@@ -17,7 +17,12 @@ Spans (DESIGN §2):
   handled (``ToolNode(handle_tool_errors=True)``) tool errors both mark the span ERROR;
 * plumbing chains (nodes, ``tools_condition``, ``RunnableSequence``...) get no span:
   their children attach to the nearest span above; the LangGraph node a step ran in is
-  recorded as ``assay.graph.node``.
+  recorded as ``assay.graph.node``;
+* a graph invocation that pauses for a human ends like a completed one (LangGraph keeps
+  the interrupt in its loop): seen from a node's ``GraphInterrupt`` (``interrupt()``) or
+  from LangGraph's lifecycle event (also breakpoints, see ``_graph_callbacks``), it is
+  marked ``assay.incomplete=interrupted`` and its implicit trial gets no verdict; the next
+  invocation on its checkpointer thread, the resume, records ``assay.resumes``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from .trial import implicit_trial
 
 FRAMEWORK = "langgraph"
 _CONTROL_FLOW = {"GraphInterrupt", "NodeInterrupt", "ParentCommand", "GraphBubbleUp", "Interrupt"}
+_INTERRUPTS = {"GraphInterrupt", "NodeInterrupt"}  # interrupt(): the graph pauses for a human
+_RESUMABLE_MAX = 4096  # threads whose last invocation was interrupted, remembered for their resume
 
 _VAR: ContextVar | None = None
 _HOOK_ENTRY = None
@@ -92,7 +99,7 @@ _CACHE_MAX = 4096  # cached message / tool-definition JSON strings (entries hold
 
 
 class _Run:
-    __slots__ = ("span", "parent", "trial", "kind", "node", "root", "token", "call_id")
+    __slots__ = ("span", "parent", "trial", "kind", "node", "root", "token", "call_id", "interrupted", "thread")
 
     def __init__(self, span, parent, trial=None, kind="", node=None, root=None):
         self.span = span        # our span for this run, or None for plumbing
@@ -104,6 +111,8 @@ class _Run:
         self.root = root        # run id of the graph invocation this run belongs to
         self.token = None       # context token while the run's span is the current span
         self.call_id = None     # a tool run's call id, when LangChain gave one
+        self.interrupted = False  # a graph invocation (root run) that paused for a human
+        self.thread = None      # a root run's checkpointer thread id
 
 
 class _LLMRun(_Run):
@@ -247,6 +256,8 @@ class AssayCallbackHandler(_Base):
         # and join, instead of re-encoding the history on every step. Bounded; cleared when
         # no run is in flight.
         self._json_cache: dict[int, tuple] = {}
+        # thread id -> trace id (hex) of that thread's interrupted invocation, until it resumes
+        self._resumable: dict[str, str] = {}
 
     def _cached_json(self, obj: Any, make) -> str:
         key = id(obj)
@@ -305,8 +316,17 @@ class AssayCallbackHandler(_Base):
                                                                 if hasattr(m, "content")])
             except Exception:
                 pass
+        thread = md.get("thread_id")
+        resumes = self._resumable.pop(thread, None) if thread is not None and self._resumable else None
+        if resumes is not None:
+            # the human's answer to an interrupted invocation: a trial of its own (the other one's
+            # trace has ended), which says which one it continues
+            attrs[semconv.ASSAY_RESUMES] = resumes
+            if t is not None:
+                t.span.set_attribute(semconv.ASSAY_RESUMES, resumes)
         span = start_span(f"invoke_agent {name}", attrs, parent=t.span if t else None)
-        self._runs[run_id] = _Run(span, span, trial=t, kind="agent", root=run_id)
+        run = self._runs[run_id] = _Run(span, span, trial=t, kind="agent", root=run_id)
+        run.thread = thread
 
     def _end_abandoned(self, root_id, error: BaseException | None) -> None:
         """End the steps of a graph invocation that are still open when it ends.
@@ -349,6 +369,15 @@ class AssayCallbackHandler(_Base):
             elif r.span is not None:
                 r.span.end()
 
+    def _paused(self, r) -> None:
+        """A graph invocation that ended paused for a human: incomplete, not passed; its
+        thread's next invocation (the resume) is linked to it."""
+        r.span.set_attribute(semconv.ASSAY_INCOMPLETE, "interrupted")
+        if r.thread is not None:
+            if len(self._resumable) >= _RESUMABLE_MAX:
+                self._resumable.clear()
+            self._resumable[r.thread] = format(r.span.get_span_context().trace_id, "032x")
+
     def on_chain_end(self, outputs, *, run_id, **kw):
         r = self._runs.pop(run_id, None)
         if r is None or r.span is None:
@@ -363,27 +392,42 @@ class AssayCallbackHandler(_Base):
                         r.span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json([_message_json(msgs[-1])]))
                     except Exception:
                         pass
+        if r.interrupted:
+            self._paused(r)
         r.span.end()
         if r.trial is not None:
-            r.trial.finish()
+            r.trial.finish(incomplete="interrupted" if r.interrupted else None)
         if not self._runs:
             self._json_cache.clear()
 
     def on_chain_error(self, error, *, run_id, **kw):
         r = self._runs.pop(run_id, None)
-        if r is None or r.span is None:
+        if r is None:
+            return
+        interrupt = type(error).__name__ in _INTERRUPTS
+        if interrupt and r.root is not None and r.root != run_id:
+            # a node (or a tool in it) paused the graph: the graph's loop keeps the interrupt,
+            # and its invocation ends as if complete (on_chain_end, or no callback at all for
+            # interrupt_before / interrupt_after breakpoints)
+            root = self._runs.get(r.root)
+            if root is not None:
+                root.interrupted = True
+        if r.span is None:
             return
         if r.root == run_id:
             self._end_abandoned(run_id, error)
         # interrupts, Command(graph=PARENT) and a stream the caller stopped reading (GeneratorExit:
         # break or close(), as Trial.__exit__ treats it) are not failures
         stopped = type(error).__name__ in _CONTROL_FLOW or isinstance(error, GeneratorExit)
+        interrupted = stopped and r.root == run_id and (interrupt or r.interrupted)
+        if interrupted:
+            self._paused(r)
         if stopped:
             r.span.end()
         else:
             fail(r.span, error)
         if r.trial is not None:
-            r.trial.finish(None if stopped else error)
+            r.trial.finish(None if stopped else error, incomplete="interrupted" if interrupted else None)
 
     # ---------------------------------------------------------------- models
     def _llm_start(self, op, serialized, messages, run_id, parent_run_id, metadata, kw):
@@ -541,6 +585,17 @@ class AssayCallbackHandler(_Base):
         else:
             span.end()
 
+    # ---------------------------------------------------------------- graph lifecycle (langgraph)
+    def on_interrupt(self, event) -> None:
+        """LangGraph paused a graph invocation: interrupt(), or an interrupt_before /
+        interrupt_after breakpoint, which no other callback reveals (see ``_graph_callbacks``)."""
+        r = self._runs.get(getattr(event, "run_id", None))
+        if r is not None and r.root == event.run_id:
+            r.interrupted = True
+
+    def on_resume(self, event) -> None:
+        pass
+
     def on_tool_error(self, error, *, run_id, **kw):
         r = self._runs.pop(run_id, None)
         if r is not None:
@@ -562,8 +617,40 @@ def handler() -> AssayCallbackHandler:
     return _HANDLER
 
 
+_PREGEL_MAIN = "langgraph.pregel.main"
+HOOK_MODULES = (_PREGEL_MAIN,)
+_GRAPH_PATCHES: list = []  # (module, attribute name, original)
+
+
+def _graph_callbacks(wrapped, instance, args, kwargs):
+    """LangGraph hands its lifecycle events (on_interrupt) only to GraphCallbackHandlers found
+    in the invocation's ``config["callbacks"]``, never to a handler that a configure hook
+    adds, as ours is: the handler joins the graph lifecycle manager here (while instrumented)."""
+    manager = wrapped(*args, **kwargs)
+    try:
+        if _HOOK_ENTRY is not None and _HANDLER is not None and _HANDLER not in manager.handlers:
+            manager.add_handler(_HANDLER, inherit=False)
+    except Exception:  # a LangGraph whose manager differs: breakpoints go unseen, the graph still runs
+        pass
+    return manager
+
+
+def on_module(mod) -> None:
+    """Registry hook: ``langgraph.pregel.main`` finished importing."""
+    if getattr(mod, "__name__", None) != _PREGEL_MAIN or _GRAPH_PATCHES:
+        return
+    import wrapt
+    for attr in ("get_sync_graph_callback_manager_for_config", "get_async_graph_callback_manager_for_config"):
+        orig = getattr(mod, attr, None)
+        if callable(orig):  # langgraph before graph lifecycle callbacks: interrupt() is still seen
+            setattr(mod, attr, wrapt.FunctionWrapper(orig, _graph_callbacks))
+            _GRAPH_PATCHES.append((mod, attr, orig))
+
+
 def instrument(module=None) -> bool:
     global _VAR, _HOOK_ENTRY
+    import sys
+
     from langchain_core.tracers import context as lc_context
     if _HOOK_ENTRY is not None:
         return True
@@ -571,6 +658,8 @@ def instrument(module=None) -> bool:
     lc_context.register_configure_hook(_VAR, inheritable=True)
     _runtime.add_trial_end(handler().end_trial)
     _HOOK_ENTRY = lc_context._configure_hooks[-1]
+    if _PREGEL_MAIN in sys.modules:  # imported before us: the registry's import hook will not fire
+        on_module(sys.modules[_PREGEL_MAIN])
     return True
 
 
@@ -583,3 +672,6 @@ def uninstrument() -> None:
         except ValueError:
             pass
         _HOOK_ENTRY = None
+    while _GRAPH_PATCHES:
+        mod, attr, orig = _GRAPH_PATCHES.pop()
+        setattr(mod, attr, orig)

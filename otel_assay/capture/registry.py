@@ -24,6 +24,7 @@ FRAMEWORKS: dict[str, tuple[str, str]] = {
 # registered up front, so a hook never sees a half-imported module
 EXTRA_HOOKS: dict[str, tuple[str, ...]] = {
     "autogen": ("autogen_agentchat.teams._group_chat._base_group_chat", "autogen_agentchat.agents._assistant_agent"),
+    "langchain": ("langgraph.pregel.main",),
 }
 ALIASES = {"langgraph": "langchain", "openai-agents": "openai_agents", "agents": "openai_agents",
            "autogen_agentchat": "autogen", "autogen-agentchat": "autogen"}

@@ -83,6 +83,36 @@ def test_stream_stopped_early_is_not_an_error(tmp_path, implicit):
         assert (r["outcome"], r["error_class"], r["status_code"]) == ("pass", None, 0)
 
 
+def test_an_interrupted_graph_invocation_is_no_passed_trial(tmp_path):
+    # human in the loop under OTEL_ASSAY_SCENARIO: the invocation that pauses (interrupt() in a
+    # node, an interrupt_before breakpoint) has no verdict; its resume is a trial of its own
+    # that names the one it continues
+    lake = tmp_path / "lake"
+    p = run_script("lifecycle_run.py", lake, "interrupt", env={"OTEL_ASSAY_SCENARIO": "hitl"})
+    assert "FLUSHED True" in p.stdout
+    rows = query(lake, "SELECT trace_id, outcome, error_class, passed, n_llm, n_tool FROM trials "
+                       "WHERE scenario = 'hitl' ORDER BY trial_index")
+    assert [tuple(r.values())[1:] for r in rows] == [
+        (None, "interrupted", None, 1, 0),   # interrupt() in a node
+        ("pass", None, True, 1, 1),          # resumed: the tool, the answer
+        (None, "interrupted", None, 1, 0),   # interrupt_before the tools node (ainvoke)
+        ("pass", None, True, 1, 1),
+        ("pass", None, True, 2, 1),          # no human asked
+    ]
+    agents = spans(lake, "name = 'invoke_agent calc' AND scenario = 'hitl'")
+    assert [(a["status_code"], a["attributes"].get("assay.incomplete"), a["attributes"].get("assay.resumes"))
+            for a in agents] == [(0, "interrupted", None), (0, None, rows[0]["trace_id"]),
+                                 (0, "interrupted", None), (0, None, rows[2]["trace_id"]), (0, None, None)]
+    (rate,) = query(lake, "SELECT n_trials, n_unknown, per_protocol_n FROM pass_rates WHERE scenario = 'hitl'")
+    assert rate == {"n_trials": 5, "n_unknown": 2, "per_protocol_n": 3}
+    # inside an explicit trial the caller judges the whole conversation; the paused invocation
+    # is still marked
+    (tr,) = trial_spans(lake, "hitl-trial")
+    assert root(tr)["outcome"] == "pass" and root(tr)["error_class"] is None
+    assert [s["attributes"].get("assay.incomplete") for s in tr if s["name"] == "invoke_agent calc"] == [
+        "interrupted", None]
+
+
 def test_threads_outliving_a_trial_do_not_carry_it(tmp_path):
     lake = tmp_path / "lake"
     p = run_script("lifecycle_run.py", lake, "threads")

@@ -4,7 +4,9 @@
 * ``misuse``: a trial entered twice, an outcome set after the trial ended;
 * ``stream``: a graph stream the caller stops reading (explicit trial; with
   OTEL_ASSAY_SCENARIO set, the implicit trial of the invocation);
-* ``threads``: threads first started inside a trial that outlive it.
+* ``threads``: threads first started inside a trial that outlive it;
+* ``interrupt``: graph invocations paused for a human (interrupt() in a node, an
+  interrupt_before breakpoint) and their resumes, under OTEL_ASSAY_SCENARIO and in a trial.
 """
 
 import sys
@@ -90,6 +92,34 @@ def age_job():
     os._exit(0)  # no exit hook at all: only the child's own flush thread can have written the trial
 
 
+def hitl_app(how):
+    """calc, asking a human before its tool runs: ``node`` (interrupt() in an approve node) or
+    ``before`` (an interrupt_before breakpoint on the tools node); ``none`` asks nobody."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END
+    from langgraph.types import interrupt
+
+    m = Scripted(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "add", "args": {"a": 1, "b": 1}, "id": "c0", "type": "tool_call"}],
+                  response_metadata={"model_name": "scripted-1"}),
+        AIMessage(content="done", response_metadata={"model_name": "scripted-1"})]))
+    g = StateGraph(MessagesState)
+    g.add_node("agent", lambda s: {"messages": [m.invoke(s["messages"])]})
+    g.add_node("tools", ToolNode([add]))
+    g.add_edge(START, "agent")
+    g.add_edge("tools", "agent")
+    if how == "node":
+        def approve(s):
+            interrupt("run the tool?")
+            return {}
+        g.add_node("approve", approve)
+        g.add_conditional_edges("agent", tools_condition, {"tools": "approve", END: END})
+        g.add_edge("approve", "tools")
+        return g.compile(name="calc", checkpointer=InMemorySaver())
+    g.add_conditional_edges("agent", tools_condition)
+    return g.compile(name="calc", checkpointer=InMemorySaver(), interrupt_before=["tools"] if how == "before" else None)
+
+
 if MODE == "fork":
     one_trial("parent")  # still buffered (OTEL_ASSAY_FLUSH_SECONDS is large) when the children fork
     ctx = mp.get_context("fork")
@@ -172,6 +202,35 @@ elif MODE == "threads":
     print("BG AFTER TRIALS", out.get())
     tp.close()
     tp.join()
+    print("FLUSHED", otel_assay.flush())
+
+elif MODE == "interrupt":
+    import asyncio
+
+    from langgraph.types import Command
+
+    def thread(name):
+        return {"configurable": {"thread_id": name}}
+
+    # each top-level invocation is an implicit trial: the paused one, then its resume
+    app_ = hitl_app("node")
+    assert "__interrupt__" in app_.invoke(q(), thread("node"))
+    assert app_.invoke(Command(resume="yes"), thread("node"))["messages"][-1].content == "done"
+
+    async def breakpoint_then_resume():
+        a = hitl_app("before")
+        await a.ainvoke(q(), thread("before"))
+        assert (await a.aget_state(thread("before"))).next == ("tools",)
+        return await a.ainvoke(None, thread("before"))
+
+    assert asyncio.run(breakpoint_then_resume())["messages"][-1].content == "done"
+    assert hitl_app("none").invoke(q(), thread("none"))["messages"][-1].content == "done"
+    # the pause and its resume inside one explicit trial: the caller's verdict
+    del os.environ["OTEL_ASSAY_SCENARIO"]
+    with otel_assay.trial("hitl-trial", version="v1") as t:
+        app_ = hitl_app("node")
+        app_.invoke(q(), thread("trial"))
+        t.outcome(passed=app_.invoke(Command(resume="yes"), thread("trial"))["messages"][-1].content == "done")
     print("FLUSHED", otel_assay.flush())
 
 else:
