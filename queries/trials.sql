@@ -10,7 +10,9 @@
 --   outcome         'pass' / 'fail' / NULL (unknown), score (assay.trial.score); a boolean
 --                   assay.trial.outcome (stored as 'true' / 'false') reads as pass / fail
 --   error_class     sprt-wilson-ci-blog error classes: the explicit assay.error.class
---                   (normalised: infrastructure, pre-validation, empty-run, timeout), else
+--                   (normalised: infrastructure, pre-validation, empty-run, timeout; the
+--                   adapters also write exception, max-steps (a failure) and interrupted
+--                   (Ctrl-C, a graph paused for a human: counted, outcome unknown)), else
 --                   'timeout' when a root span failed with a timeout, else 'empty-run'
 --                   when the trial has no LLM call and no tool step
 --   counted         whether the trial counts in per-protocol pass rates: infrastructure,
