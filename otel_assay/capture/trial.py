@@ -16,6 +16,7 @@ import contextvars
 import math
 import operator
 import os
+import re
 import sys
 import threading
 from typing import Any
@@ -41,6 +42,19 @@ _INFRA_NAMES = {"ConnectionError", "APIConnectionError", "RateLimitError", "Inte
                 "BrokenPipeError", "ConnectionResetError", "ConnectionRefusedError"}
 
 
+# "openai.APIConnectionError: Connection error." at the start of a line: an exception
+# written out as text, by traceback.format_exception or as "<type>: <message>"
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*): ", re.MULTILINE)
+
+
+def _named_in_text(text: str) -> set[str]:
+    """The exception class names in a bare RuntimeError's message. AutoGen's teams re-raise
+    an agent's error as ``RuntimeError(str(SerializableException))``: its type, message and
+    formatted traceback as text, with no cause attached. Only lines that start with a name
+    and a colon count, so a message that merely mentions a name elsewhere stays unclassified."""
+    return {m.group(1) for m in _EXC_LINE.finditer(text[:100_000])}
+
+
 def classify_error(exc: BaseException) -> str:
     """assay.error.class for an exception that escaped a trial: ``timeout``,
     ``infrastructure`` (network, rate limit, provider 5xx) or ``exception``.
@@ -54,6 +68,8 @@ def classify_error(exc: BaseException) -> str:
     while e is not None and id(e) not in seen:  # a cause chain may loop
         seen.add(id(e))
         mro.update(c.__name__ for c in type(e).__mro__)
+        if type(e) is RuntimeError and e.__cause__ is None:
+            mro.update(_named_in_text(str(e)))
         e = e.__cause__
     if mro & _TIMEOUT_NAMES:
         return "timeout"

@@ -116,6 +116,13 @@ def test_stream_stopped_by_the_consumer_is_not_a_team_error(lake):
     assert (wf["status_code"], wf["error_type"]) == (0, None)
 
 
+def test_a_provider_outage_reraised_by_the_team_as_text_is_infrastructure(lake):
+    """AutoGen's team re-raises an agent's error as RuntimeError(its text): the provider's
+    connection error was lost and the trial counted as the agent's failure."""
+    (tr,) = trial_spans(lake, "outage")
+    assert (root(tr)["outcome"], root(tr)["error_class"]) == ("fail", "infrastructure")
+
+
 def test_selector_group_chat_records_the_speaker_selection_call(lake):
     # the team's own client is no agent's client, and its class was defined after the agents:
     # its call is a chat step of the workflow, before the agent it picked

@@ -156,6 +156,26 @@ async def main():
         t.outcome(passed="paid" in res.messages[-1].content and picker.picks == 1)
 
 
+    # 9. the model provider is down: the team re-raises the agent's error as a bare
+    # RuntimeError (its text, no cause), which is still an infrastructure error
+    import httpx
+    import openai
+
+    class Down(ReplayChatCompletionClient):
+        async def create(self, messages, **kwargs):
+            raise openai.APIConnectionError(request=httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions"))
+
+    flaky = AssistantAgent("support", model_client=Down([], model_info=INFO))
+    team = RoundRobinGroupChat([flaky], termination_condition=MaxMessageTermination(4))
+    try:
+        with otel_assay.trial("outage", version="v1"):
+            await team.run(task="refund A1")
+    except RuntimeError as e:
+        assert e.__cause__ is None and "APIConnectionError" in str(e), repr(e)
+    else:
+        raise SystemExit("the team did not raise")
+
+
 asyncio.run(main())
 assert otel_assay.flush()
 print("done")
