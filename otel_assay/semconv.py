@@ -86,6 +86,9 @@ GEN_AI_EVALUATION_SCORE_VALUE = "gen_ai.evaluation.score.value"
 GEN_AI_EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
 OP_TEXT_COMPLETION = "text_completion"
 OP_RETRIEVAL = "retrieval"
+GEN_AI_DATA_SOURCE_ID = "gen_ai.data_source.id"
+GEN_AI_RETRIEVAL_QUERY_TEXT = "gen_ai.retrieval.query.text"  # opt-in content
+GEN_AI_RETRIEVAL_DOCUMENTS = "gen_ai.retrieval.documents"  # opt-in content: JSON [{"id", "score"}]
 
 # The step kind otel-assay's own adapters assign (llm/tool/agent/reason/respond/workflow/
 # other), so the `steps` view need not guess: e.g. a smolagents `final_answer` tool call is

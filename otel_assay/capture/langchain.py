@@ -585,6 +585,41 @@ class AssayCallbackHandler(_Base):
         else:
             span.end()
 
+    # ---------------------------------------------------------------- retrievers
+    def on_retriever_start(self, serialized, query, *, run_id, parent_run_id=None, tags=None, metadata=None,
+                           **kw):
+        """A retriever's lookup (RAG): a `retrieval` step (kind other), which the agent's
+        later steps depend on, so a lookup that starts failing or stops happening shows."""
+        md = metadata or {}
+        name = kw.get("name") or (serialized or {}).get("name") or "retriever"
+        attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_RETRIEVAL, semconv.GEN_AI_DATA_SOURCE_ID: name,
+                 semconv.ASSAY_STEP_KIND: "other", semconv.ASSAY_FRAMEWORK: FRAMEWORK,
+                 semconv.ASSAY_GRAPH_NODE: md.get("langgraph_node")}
+        if _runtime.capture_content() and query is not None:
+            attrs[semconv.GEN_AI_RETRIEVAL_QUERY_TEXT] = str(query)
+        span = start_span(f"retrieval {name}", attrs, kind=CLIENT, parent=self._parent(parent_run_id))
+        parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        self._runs[run_id] = _Run(span, span, kind="retrieval", root=parent_run.root if parent_run is not None else None)
+
+    def on_retriever_end(self, documents, *, run_id, **kw):
+        r = self._runs.pop(run_id, None)
+        if r is None:
+            return
+        if _runtime.capture_content():
+            try:
+                docs = [{k: v for k, v in (("id", getattr(d, "id", None)),
+                                           ("score", (getattr(d, "metadata", None) or {}).get("score")))
+                         if v is not None} for d in (documents or [])]
+                r.span.set_attribute(semconv.GEN_AI_RETRIEVAL_DOCUMENTS, to_json(docs))
+            except Exception:  # a document type we do not know: the step without its documents
+                pass
+        r.span.end()
+
+    def on_retriever_error(self, error, *, run_id, **kw):
+        r = self._runs.pop(run_id, None)
+        if r is not None:
+            fail(r.span, error)
+
     # ---------------------------------------------------------------- graph lifecycle (langgraph)
     def on_interrupt(self, event) -> None:
         """LangGraph paused a graph invocation: interrupt(), or an interrupt_before /

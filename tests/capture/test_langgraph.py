@@ -286,3 +286,25 @@ def test_runnables_inside_a_node_are_no_agent_steps_but_a_graph_is(lake):
     sub = next(s for s in tr if s["name"] == "invoke_agent inner_graph")
     chat = next(s for s in tr if s["name"] == "chat scripted-1" and parent_of(tr, s)["span_id"] == sub["span_id"])
     assert sub["start_time_unix_nano"] <= chat["start_time_unix_nano"]  # opened from the graph run's start
+
+
+def test_a_retriever_lookup_is_a_step(lake):
+    """A RAG node's retriever call left no span: a lookup that stopped happening or began
+    failing was invisible to the steps, the fingerprint and the trial."""
+    from ._helpers import query
+
+    tr = one(lake, "rag")
+    assert steps(tr) == [("invoke_agent rag", "assay.trial rag"), ("retrieval Docs", "invoke_agent rag"),
+                         ("chat scripted-1", "invoke_agent rag")]
+    (ret,) = [s for s in tr if s["name"] == "retrieval Docs"]
+    assert (ret["op"], ret["kind"], ret["status_code"]) == ("retrieval", 3, 0)
+    assert ret["attributes"]["gen_ai.data_source.id"] == "Docs"
+    assert ret["attributes"]["gen_ai.retrieval.query.text"] == "2+3?"
+    assert jload(ret["attributes"]["gen_ai.retrieval.documents"]) == [{"id": "kb-1", "score": 0.9}, {"id": "kb-2"}]
+    kinds = [r["step_kind"] for r in query(lake, "SELECT step_kind FROM steps WHERE trace_id = ? ORDER BY seq",
+                                            [ret["trace_id"]])]
+    assert kinds == ["agent", "other", "respond"]
+    down = one(lake, "rag-down")
+    (ret,) = [s for s in down if s["name"] == "retrieval Docs"]
+    assert (ret["status_code"], ret["error_type"]) == (2, "ConnectionError")
+    assert (root(down)["outcome"], root(down)["error_class"]) == ("fail", "infrastructure")

@@ -509,6 +509,34 @@ g.add_edge(START, "agent")
 g.add_edge("agent", "delegate")
 run("lcel-in-node", g.compile(name="outer_graph"))
 
+# 15. a node that looks documents up with a retriever (RAG), once successfully, once failing
+from langchain_core.documents import Document  # noqa: E402
+from langchain_core.retrievers import BaseRetriever  # noqa: E402
+
+
+class Docs(BaseRetriever):
+    fail: bool = False
+
+    def _get_relevant_documents(self, query, *, run_manager=None):
+        if self.fail:
+            raise ConnectionError("vector store down")
+        return [Document("Refunds take 5 days.", id="kb-1", metadata={"score": 0.9}),
+                Document("Refunds need a receipt.", id="kb-2")]
+
+
+def rag_graph(retriever):
+    def answer(s):
+        docs = retriever.invoke(s["messages"][-1].content)
+        return {"messages": [ScriptedChat(messages=iter([text(str(len(docs)))])).invoke(s["messages"])]}
+    return one_node_graph(answer, "rag")
+
+
+run("rag", rag_graph(Docs()), expect="2")
+try:
+    run("rag-down", rag_graph(Docs(fail=True)))
+except ConnectionError:
+    pass
+
 print("stats", otel_assay.capture._runtime.stats() if hasattr(otel_assay, "capture") else None)
 assert otel_assay.flush()
 print("done")
