@@ -67,7 +67,10 @@ def _message_json(msg: Any) -> dict[str, Any]:
         return {"role": "tool", "parts": [{"type": "tool_call_response", "id": getattr(msg, "tool_call_id", None),
                                            "result": result_text(getattr(msg, "content", None))}]}
     m = text_parts(role, getattr(msg, "content", None))
-    calls = _optional(msg, "tool_calls") or []
+    # a tool call whose arguments the model garbled is still a tool call the model asked for
+    # (LangChain keeps it apart, in invalid_tool_calls, with its raw argument text): without
+    # it such a turn read as the final answer
+    calls = (_optional(msg, "tool_calls") or []) + (_optional(msg, "invalid_tool_calls") or [])
     if calls:
         m["parts"] = [p for p in m["parts"] if p.get("content")] + [
             tool_call_part(c.get("id"), c.get("name"), c.get("args")) for c in calls]
@@ -511,7 +514,7 @@ class AssayCallbackHandler(_Base):
         out_tok = usage.get("output_tokens", tu.get("completion_tokens", tu.get("output_tokens")))
         resp_model = rmeta.get("model_name") or rmeta.get("model") or llm_out.get("model_name")
         finish = rmeta.get("finish_reason") or rmeta.get("stop_reason") or ginfo.get("finish_reason")
-        calls = getattr(msg, "tool_calls", None) or []
+        calls = (getattr(msg, "tool_calls", None) or []) + (getattr(msg, "invalid_tool_calls", None) or [])
         if not finish:
             finish = "tool_calls" if calls else "stop"
         attrs = {semconv.GEN_AI_USAGE_INPUT_TOKENS: in_tok, semconv.GEN_AI_USAGE_OUTPUT_TOKENS: out_tok,

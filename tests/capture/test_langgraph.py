@@ -308,3 +308,18 @@ def test_a_retriever_lookup_is_a_step(lake):
     (ret,) = [s for s in down if s["name"] == "retrieval Docs"]
     assert (ret["status_code"], ret["error_type"]) == (2, "ConnectionError")
     assert (root(down)["outcome"], root(down)["error_class"]) == ("fail", "infrastructure")
+
+
+def test_a_garbled_tool_call_is_a_tool_request_not_the_answer(lake):
+    """LangChain keeps a tool call with unparsable arguments in invalid_tool_calls: left out
+    of the output message, the turn read as the agent's final answer (a respond step)."""
+    from ._helpers import query
+
+    tr = one(lake, "invalid-tool-call")
+    (chat,) = [s for s in tr if s["op"] == "chat"]
+    (msg,) = jload(chat["attributes"]["gen_ai.output.messages"])
+    assert [p for p in msg["parts"] if p["type"] == "tool_call"] == [
+        {"type": "tool_call", "id": "bad1", "name": "add", "arguments": '{"a": 2, "b": '}]
+    assert jload(chat["attributes"]["gen_ai.response.finish_reasons"]) == ["tool_calls"]
+    kinds = query(lake, "SELECT step_kind, requested_tools FROM steps WHERE trace_id = ? ORDER BY seq", [chat["trace_id"]])
+    assert [(k["step_kind"], k["requested_tools"]) for k in kinds] == [("agent", None), ("llm", True)]

@@ -537,6 +537,12 @@ try:
 except ConnectionError:
     pass
 
+# 16. the model garbles a tool call's arguments: LangChain files it under invalid_tool_calls,
+# the graph ends without running a tool, and the turn is no answer
+garbled = AIMessage(content="", invalid_tool_calls=[{"name": "add", "args": '{"a": 2, "b": ', "id": "bad1",
+                                                     "error": "Expecting value", "type": "invalid_tool_call"}])
+run("invalid-tool-call", react_graph([garbled], [add], "calc"))
+
 print("stats", otel_assay.capture._runtime.stats() if hasattr(otel_assay, "capture") else None)
 assert otel_assay.flush()
 print("done")
