@@ -108,6 +108,8 @@ ASSAY_INCOMPLETE = "assay.incomplete"
 # on the agent span (and implicit trial) of a LangGraph invocation resuming an interrupted
 # one on the same checkpointer thread: the trace id (hex) of the interrupted invocation
 ASSAY_RESUMES = "assay.resumes"
+# on a chat span answered from a client-side response cache: no model call, no tokens spent
+ASSAY_CACHE_HIT = "assay.cache_hit"
 # the keys the trial copies onto every span inside it (baggage + span processor)
 ASSAY_PROPAGATED = (ASSAY_SCENARIO, ASSAY_AGENT_VERSION, ASSAY_RUN_ID, ASSAY_TRIAL_INDEX)
 

@@ -117,6 +117,11 @@ def _chat_end(span, result) -> None:
     attrs = {semconv.GEN_AI_RESPONSE_FINISH_REASONS: [str(finish)] if finish else None,
              semconv.GEN_AI_USAGE_INPUT_TOKENS: getattr(usage, "prompt_tokens", None),
              semconv.GEN_AI_USAGE_OUTPUT_TOKENS: getattr(usage, "completion_tokens", None)}
+    if getattr(result, "cached", False) is True:
+        # answered from a response cache (ChatCompletionCache): the usage it carries is the
+        # original call's, but this call sent nothing to a model and cost nothing
+        attrs[semconv.GEN_AI_USAGE_INPUT_TOKENS] = attrs[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = 0
+        attrs[semconv.ASSAY_CACHE_HIT] = True
     if _runtime.capture_content():
         if isinstance(content, list):
             m = {"role": "assistant", "parts": [tool_call_part(c.id, c.name, c.arguments) for c in content]}

@@ -191,7 +191,9 @@ def test_client_delegating_to_another_records_the_inner_call(clients_lake):
 def test_client_answering_without_a_model_call_is_still_the_step(clients_lake):
     tr = one(clients_lake, "cache-hit")
     assert steps(tr) == tool_then_answer("cached", "cache-hit")
-    assert [p for p, _, _ in chats(tr)] == ["chatcompletioncache"] * 2
+    # the cached result carries the original call's usage; a hit spent no tokens (nor money)
+    assert chats(tr) == [("chatcompletioncache", 0, 0)] * 2
+    assert all(s["attributes"].get("assay.cache_hit") == "true" for s in tr if s["op"] == "chat")
 
 
 def test_client_retrying_makes_one_chat_per_attempt(clients_lake):
