@@ -30,6 +30,7 @@ from opentelemetry import trace
 from .. import semconv
 from . import _runtime
 from ._spans import CLIENT, INTERNAL, args_json, clean, result_text, to_json, tool_call_part
+from .trial import implicit_trial
 
 FRAMEWORK = "crewai"
 
@@ -336,6 +337,57 @@ def _event_classes() -> list:
     return out
 
 
+_PATCHES: list = []  # (owner, attribute name, original)
+
+
+def _kickoff(wrapped, instance, args, kwargs):
+    """A crew (or an agent) kicked off outside any trial or trace, with OTEL_ASSAY_SCENARIO
+    set: a trial of its own, as a top-level run of every other framework is. The trial is
+    the current context while the kickoff runs, so the event handlers (which run in a copy
+    of it) put the crew under it; the kickoff's own exception decides a failure's class
+    (the events carry only its text). A streamed crew goes on after kickoff returns: no
+    implicit trial (wrap it in otel_assay.trial)."""
+    t = None if getattr(instance, "stream", False) else implicit_trial(
+        getattr(instance, "name", None) or getattr(instance, "role", None), attach=True)
+    if t is None:
+        return wrapped(*args, **kwargs)
+    try:
+        out = wrapped(*args, **kwargs)
+    except BaseException as e:
+        t.finish(e)
+        raise
+    t.finish()
+    return out
+
+
+async def _akickoff(wrapped, instance, args, kwargs):
+    t = None if getattr(instance, "stream", False) else implicit_trial(
+        getattr(instance, "name", None) or getattr(instance, "role", None), attach=True)
+    if t is None:
+        return await wrapped(*args, **kwargs)
+    try:
+        out = await wrapped(*args, **kwargs)
+    except BaseException as e:
+        t.finish(e)
+        raise
+    t.finish()
+    return out
+
+
+def _patch_kickoffs() -> None:
+    import crewai
+    import wrapt
+
+    for owner in (crewai.Crew, crewai.Agent):
+        # kickoff_async runs kickoff in a thread (which carries the context): only the native
+        # async entry point needs its own wrapper
+        for attr, wrapper in (("kickoff", _kickoff), ("akickoff", _akickoff)):
+            orig = owner.__dict__.get(attr)
+            if orig is not None and not isinstance(orig, wrapt.FunctionWrapper):
+                setattr(owner, attr, wrapt.FunctionWrapper(orig, wrapper))
+                _PATCHES.append((owner, attr, orig))
+
+
 def instrument(module=None) -> bool:
     global _LISTENER, _SCOPES
     from crewai.events import crewai_event_bus
@@ -352,6 +404,8 @@ def instrument(module=None) -> bool:
         for cls in _event_classes():
             crewai_event_bus.on(cls)(_LISTENER.handle)
             _REGISTERED.append(cls)
+    if not _PATCHES:
+        _patch_kickoffs()
     return True
 
 
@@ -365,3 +419,6 @@ def uninstrument() -> None:
             except Exception:
                 pass
         _REGISTERED.clear()
+    while _PATCHES:
+        owner, attr, orig = _PATCHES.pop()
+        setattr(owner, attr, orig)

@@ -347,16 +347,17 @@ def trial(scenario: str, *, version: str | None = None, run_id: str | None = Non
     return Trial(scenario, version=version, run_id=run_id, index=index, attributes=attributes)
 
 
-def implicit_trial(name: str | None = None) -> Trial | None:
+def implicit_trial(name: str | None = None, *, attach: bool = False) -> Trial | None:
     """For adapters at a top-level agent invocation: when ``OTEL_ASSAY_SCENARIO`` is set and
-    no trial is active, open one (not attached to the context) and return it."""
+    no trial is active, open one and return it; not attached to the context unless
+    ``attach`` (a wrapper around the whole invocation, which must then finish it)."""
     scenario = os.environ.get("OTEL_ASSAY_SCENARIO")
     if not scenario or _runtime.disabled() or current_trial() is not None:
         return None
     if trace.get_current_span().get_span_context().is_valid:
         return None  # inside someone else's trace: not a top-level invocation
     t = Trial(scenario, implicit=True, attributes={semconv.GEN_AI_AGENT_NAME: name} if name else None)
-    return t.start(attach=False)
+    return t.start(attach=attach)
 
 
 # ---------------------------------------------------------------- threads

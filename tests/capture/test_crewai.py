@@ -124,3 +124,30 @@ def test_import_after_framework(tmp_path):
     (tr,) = trial_spans(lake, "multi-step")
     assert [n for n, _ in steps(tr)] == ["invoke_workflow calc_crew", "invoke_agent calculator", "chat scripted-1",
                                          "execute_tool add", "chat scripted-1", "execute_tool add", "chat scripted-1"]
+
+
+def test_a_crew_kicked_off_outside_a_trial_is_an_implicit_trial(tmp_path):
+    """OTEL_ASSAY_SCENARIO made every other framework's top-level run a trial, but a CrewAI
+    crew was none: its spans formed a trace without a scenario, invisible to the gate."""
+    from ._helpers import query
+
+    lake = tmp_path / "lake"
+    p = run_script("crewai_implicit.py", lake, env={"OTEL_ASSAY_SCENARIO": "crew-calc", "OTEL_ASSAY_VERSION": "v3"})
+    assert "RESULT 5" in p.stdout and "RAISED" in p.stdout and "done" in p.stdout
+    rows = query(lake, "SELECT scenario, version, trial_index, outcome, error_class, n_llm, n_tool FROM trials "
+                       "ORDER BY start_time_unix_nano")
+    assert [tuple(r.values()) for r in rows] == [
+        ("crew-calc", "v3", 0, "pass", None, 2, 1),
+        ("crew-calc", "v3", 1, "fail", "infrastructure", 0, 0),   # the model provider was down
+        ("explicit", "v1", 0, "pass", None, 1, 0),                # inside a trial: no second one
+    ]
+    tr = trial_spans(lake, "crew-calc")[0]
+    assert steps(tr)[:2] == [("invoke_workflow calc_crew", "assay.trial crew-calc"),
+                             ("invoke_agent calculator", "invoke_workflow calc_crew")]
+    r = root(tr)
+    assert r["attributes"].get("assay.trial.implicit") == "true"
+    # the trial encloses its crew (whose span is built from the events' timestamps)
+    (t0, t1), (c0, c1) = [query(lake, "SELECT start_time_unix_nano, start_time_unix_nano + duration_ns AS e FROM spans "
+                                      "WHERE span_id = ?", [s["span_id"]])[0].values()
+                          for s in (r, next(s for s in tr if s["name"] == "invoke_workflow calc_crew"))]
+    assert t0 <= c0 and c1 <= t1
