@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import betaincinv, ndtri
+from scipy.special import bdtr, bdtrc, betaincinv, ndtri
 
 from ._common import Verdict, check_alternative, check_open_unit, check_trials
 
@@ -33,7 +33,12 @@ class ProportionCI:
 
 @dataclass(frozen=True)
 class VerdictResult:
-    """Outcome of :func:`verdict`: PASS / FAIL / INCONCLUSIVE with the interval behind it."""
+    """Outcome of :func:`verdict`: PASS / FAIL / INCONCLUSIVE with the interval behind it.
+
+    ``pvalue_fail`` (``pvalue_pass``) is the p-value of the test behind a FAIL (PASS), on
+    alpha's scale: the verdict at any level alpha FAILs (PASSes) when it is < alpha, up to
+    ties. A suite that corrects its FAILs for multiplicity adjusts ``pvalue_fail``.
+    """
 
     verdict: Verdict
     estimate: float
@@ -43,6 +48,8 @@ class VerdictResult:
     successes: int
     n: int
     method: str
+    pvalue_fail: float = 1.0
+    pvalue_pass: float = 1.0
 
 
 def _z(alpha: float, alternative: str) -> float:
@@ -117,17 +124,44 @@ def clopper_pearson_interval(
 _INTERVALS = {"wilson": wilson_interval, "clopper-pearson": clopper_pearson_interval}
 
 
+def exact_pvalues(successes: int, n: int, threshold: float) -> tuple[float, float]:
+    """One-sided exact binomial p-values against ``threshold``: (P(X <= successes), P(X >= successes))
+    for X ~ Bin(n, threshold), the tests of H1: p < threshold and H1: p > threshold. As
+    ``scipy.stats.binomtest(successes, n, threshold, alternative="less" / "greater").pvalue``."""
+    k, n = check_trials(successes, n)
+    threshold = check_open_unit("threshold", threshold)
+    below = float(bdtr(k, n, threshold))
+    above = 1.0 if k == 0 else float(bdtrc(k - 1, n, threshold))
+    return min(below, 1.0), min(above, 1.0)
+
+
+def _score_pvalues(k: int, n: int, threshold: float) -> tuple[float, float]:
+    """One-sided score-test p-values (H1: p < threshold, H1: p > threshold); the Wilson bounds
+    are this test inverted, so the upper bound at level 1 - alpha is < threshold exactly when
+    the first is < alpha / 2."""
+    z = (threshold - k / n) / math.sqrt(threshold * (1.0 - threshold) / n)
+    return 0.5 * math.erfc(z / math.sqrt(2.0)), 0.5 * math.erfc(-z / math.sqrt(2.0))
+
+
 def verdict(successes: int, n: int, threshold: float, alpha: float = 0.05, method: str = "wilson") -> VerdictResult:
     """Three-valued pass-rate verdict (paper Def. 3.6, Eq. 4).
 
     With the two-sided 1 - alpha interval [L, U] for the pass rate: PASS if L >= threshold,
-    FAIL if U < threshold, INCONCLUSIVE otherwise. Each decision is a one-sided alpha/2 claim,
-    so with ``method="clopper-pearson"`` P(PASS | p < threshold) <= alpha/2 for every p. With
-    Wilson (the paper's default) P(PASS | p < threshold) <= alpha holds for the thresholds
-    agents are held to (threshold >= 0.6 with alpha <= 0.05: checked exactly for every
-    n <= 1000) but not everywhere, so paper Thm 3.1(1) is only a theorem for Clopper-Pearson:
-    1/1 at threshold 0.1 PASSes with probability -> 0.1 > alpha = 0.05 as p -> 0.1, and 5/5
-    at threshold 0.64 with alpha = 0.1 PASSes with probability 0.107.
+    FAIL if U < threshold, INCONCLUSIVE otherwise; with Wilson (the paper's default) each
+    decision also needs the exact one-sided binomial test at alpha to agree:
+    P(X <= k | threshold) <= alpha for a FAIL, P(X >= k | threshold) <= alpha for a PASS.
+
+    Why the exact test: the Wilson interval is a normal approximation and on few trials it
+    claims more than the data hold. 0/1 at threshold 0.9 has U = 0.79, so the bare rule FAILs
+    an agent whose true rate is 0.9 with probability 0.1 (0.16 at n = 17, threshold 0.99),
+    and 4/4 at threshold 0.5 PASSes one at 0.5 with probability 0.0625. The exact test holds
+    both errors to P(FAIL | p >= threshold) <= alpha and P(PASS | p < threshold) <= alpha at
+    every n and threshold (paper Thm 3.1, now a theorem for Wilson too). It binds only on
+    small samples (at alpha = 0.05 a FAIL for threshold 0.9 up to n = 35, for 0.99 up to
+    n = 474; a PASS at thresholds >= 0.6 with alpha <= 0.05 never, up to n = 1000), so
+    elsewhere the verdict is Wilson's, each decision with the interval's one-sided alpha/2
+    rate asymptotically. With ``method="clopper-pearson"`` the interval is exact already:
+    each error is <= alpha/2.
 
     Example 3.1 of the paper: 45/50 at threshold 0.85 is INCONCLUSIVE (95 % Wilson interval
     [0.786, 0.957]), 90/100 too, 180/200 PASSes.
@@ -137,13 +171,22 @@ def verdict(successes: int, n: int, threshold: float, alpha: float = 0.05, metho
     if method not in _INTERVALS:
         raise ValueError(f"method must be one of {tuple(_INTERVALS)}, got {method!r}")
     ci = _INTERVALS[method](successes, n, alpha)
-    if ci.low >= threshold:
+    exact_below, exact_above = exact_pvalues(ci.successes, ci.n, threshold)
+    if method == "wilson":
+        score_below, score_above = _score_pvalues(ci.successes, ci.n, threshold)
+        # the interval's bound is a one-sided alpha/2 claim (2 x the score p-value); the exact
+        # test at alpha caps the error where that approximation is anti-conservative
+        p_fail = max(min(2.0 * score_below, 1.0), exact_below)
+        p_pass = max(min(2.0 * score_above, 1.0), exact_above)
+    else:  # Clopper-Pearson's bounds are the exact tests at alpha/2
+        p_fail, p_pass = min(2.0 * exact_below, 1.0), min(2.0 * exact_above, 1.0)
+    if ci.low >= threshold and exact_above <= alpha:
         v = Verdict.PASS
-    elif ci.high < threshold:
+    elif ci.high < threshold and exact_below <= alpha:
         v = Verdict.FAIL
     else:
         v = Verdict.INCONCLUSIVE
-    return VerdictResult(v, ci.estimate, ci, threshold, alpha, ci.successes, ci.n, method)
+    return VerdictResult(v, ci.estimate, ci, threshold, alpha, ci.successes, ci.n, method, p_fail, p_pass)
 
 
 def sample_size_threshold(pass_rate: float, delta: float, alpha: float = 0.05, beta: float = 0.2) -> int:

@@ -98,14 +98,84 @@ def test_verdict_false_pass_rate_at_most_alpha_exact():
         stats.binom.sf(np.flatnonzero(wilson_bounds(np.arange(51), 50, z[0.05])[0] >= 0.8)[0] - 1, 50, 0.8))
 
 
-def test_paper_theorem_3_1_fails_for_wilson_at_low_thresholds_but_clopper_pearson_holds():
-    # 1/1 at theta = 0.1: Wilson lower bound 0.2065 >= 0.1 -> PASS with probability p -> 0.1 > alpha.
-    assert verdict(1, 1, 0.1, 0.05).verdict == Verdict.PASS
-    assert _false_pass_exact(1, 0.1, 0.05) == pytest.approx(0.1)
-    assert _false_pass_exact(5, 0.64, 0.1) == pytest.approx(0.64**5)  # 0.107 > 0.1
+def _error_rates_at_threshold(n, theta, alpha, method="wilson"):
+    """(P(FAIL | p = theta), P(PASS | p = theta)) by summing binomial probabilities, after
+    checking that the FAIL counts are a lower and the PASS counts an upper set of k: then
+    P(FAIL | p) falls and P(PASS | p) rises with p, so these are the worst cases over
+    p >= theta (a false FAIL) and p < theta (a false PASS, as p -> theta)."""
+    v = [verdict(k, n, theta, alpha, method).verdict for k in range(n + 1)]
+    fail = np.array([x == Verdict.FAIL for x in v])
+    ok = np.array([x == Verdict.PASS for x in v])
+    assert not fail.any() or fail[: np.flatnonzero(fail)[-1] + 1].all()
+    assert not ok.any() or ok[np.flatnonzero(ok)[0]:].all()
+    pmf = stats.binom.pmf(np.arange(n + 1), n, theta)
+    return float(pmf[fail].sum()), float(pmf[ok].sum())
+
+
+@pytest.mark.parametrize("alpha,n_max", [(0.05, 300), (0.01, 100), (0.1, 100)])
+def test_verdict_error_rates_at_most_alpha_exact_at_every_n(alpha, n_max):
+    # Paper Thm 3.1 for the Wilson verdict at every n: P(FAIL | p >= theta) <= alpha and
+    # P(PASS | p < theta) <= alpha. The bare Wilson rule broke both on few trials: 0/1 at
+    # theta = 0.9 FAILed with probability 0.1, 4/4 at theta = 0.5 PASSed with 0.0625.
+    worst_fail = worst_pass = 0.0
+    for theta in (0.5, 0.8, 0.9, 0.95, 0.99, 0.1, 0.64):
+        for n in range(1, n_max + 1):
+            p_fail, p_pass = _error_rates_at_threshold(n, theta, alpha)
+            assert p_fail <= alpha + 1e-12, (n, theta, p_fail)
+            assert p_pass <= alpha + 1e-12, (n, theta, p_pass)
+            worst_fail, worst_pass = max(worst_fail, p_fail), max(worst_pass, p_pass)
+    # not bought by never deciding: the worst cases use most of alpha
+    assert worst_fail > 0.9 * alpha and worst_pass > 0.9 * alpha
+
+
+def test_verdict_small_samples_need_the_exact_test():
+    assert verdict(0, 1, 0.9, 0.05).ci.high < 0.9  # Wilson alone: FAIL
+    assert verdict(0, 1, 0.9, 0.05).verdict == Verdict.INCONCLUSIVE  # P(X <= 0 | 0.9) = 0.1 > alpha
+    assert verdict(0, 2, 0.9, 0.05).verdict == Verdict.FAIL  # 0.01
+    assert verdict(1, 1, 0.1, 0.05).ci.low >= 0.1 and verdict(1, 1, 0.1, 0.05).verdict == Verdict.INCONCLUSIVE
+    assert verdict(4, 4, 0.5, 0.05).verdict == Verdict.INCONCLUSIVE  # 0.0625
+    assert verdict(5, 5, 0.5, 0.05).verdict == Verdict.PASS  # 0.03125
+    r = verdict(0, 1, 0.9, 0.05)
+    assert r.pvalue_fail == pytest.approx(0.1) and "INCONCLUSIVE" == r.verdict
+
+
+def test_verdict_is_wilsons_on_large_samples():
+    # the exact test only binds on small samples: from there on the verdict is the interval's
+    for theta, n_from in ((0.8, 19), (0.9, 36), (0.95, 97)):
+        for n in range(n_from, n_from + 150):
+            for k in range(n + 1):
+                r = verdict(k, n, theta, 0.05)
+                bare = (Verdict.PASS if r.ci.low >= theta else Verdict.FAIL if r.ci.high < theta
+                        else Verdict.INCONCLUSIVE)
+                assert r.verdict == bare, (k, n, theta)
+
+
+def test_verdict_pvalues_match_scipy_and_the_verdict():
+    from otel_assay.stats.proportions import exact_pvalues
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 400))
+        k = int(rng.integers(0, n + 1))
+        theta = float(rng.uniform(0.02, 0.98))
+        below, above = exact_pvalues(k, n, theta)
+        assert below == pytest.approx(stats.binomtest(k, n, theta, alternative="less").pvalue, rel=1e-10)
+        assert above == pytest.approx(stats.binomtest(k, n, theta, alternative="greater").pvalue, rel=1e-10)
+        for alpha in (0.01, 0.05, 0.2):
+            for method in ("wilson", "clopper-pearson"):
+                r = verdict(k, n, theta, alpha, method)
+                # FAIL (PASS) at alpha exactly when its p-value is below alpha: what the gate corrects
+                if abs(r.pvalue_fail - alpha) > 1e-9:
+                    assert (r.verdict == Verdict.FAIL) == (r.pvalue_fail < alpha), (k, n, theta, alpha, method)
+                if abs(r.pvalue_pass - alpha) > 1e-9:
+                    assert (r.verdict == Verdict.PASS) == (r.pvalue_pass < alpha), (k, n, theta, alpha, method)
+
+
+def test_clopper_pearson_verdict_errors_at_most_half_alpha():
     for n in (1, 5, 20, 60):
         for theta in (0.1, 0.3, 0.64, 0.9):
-            assert _false_pass_exact(n, theta, 0.05, "clopper-pearson") <= 0.025 + 1e-12
+            p_fail, p_pass = _error_rates_at_threshold(n, theta, 0.05, "clopper-pearson")
+            assert p_fail <= 0.025 + 1e-12 and p_pass <= 0.025 + 1e-12
 
 
 @pytest.mark.parametrize("n,theta", [(50, 0.85), (100, 0.9), (200, 0.8)])
