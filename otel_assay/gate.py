@@ -8,7 +8,8 @@
 Per scenario the gate runs, on the trials of a baseline and a candidate selection:
 
 - ``pass_rate``   the candidate's pass rate against the threshold θ (paper Def. 3.6, Wilson
-                  interval); only when a threshold is configured, so that an unchanged
+                  interval, with the exact binomial test confirming each decision on small
+                  samples); only when a threshold is configured, so that an unchanged
                   candidate can deploy without one;
 - ``regression``  did the pass rate drop (paper Def. 3.7 as amended by DESIGN §6): FAIL on a
                   significant drop of at least δ, PASS on non-inferiority; with paired
@@ -19,8 +20,20 @@ Per scenario the gate runs, on the trials of a baseline and a candidate selectio
                   that the candidate raises and the baseline did not; reported, and gating
                   only when ``checks.stability`` is on (they are "look here" heuristics).
 
-The FAIL side of each check family is corrected for multiple testing across scenarios
-(Holm by default); a PASS needs every scenario to PASS, which needs no correction. Coverage
+and ``contracts`` / ``metamorphic`` when configured (each contract or relation must hold
+in its threshold share of the candidate's trials).
+
+One FAIL of any gating check in any scenario blocks, so the FAIL tests of all of them form
+ONE multiple-testing family, corrected together (``correction``, Holm by default): every
+scenario's pass_rate, regression and fingerprint test and each of its contracts and
+relations. Holm then keeps the chance that an unchanged candidate is blocked at all at or
+below alpha; corrected check by check, k gating checks would block it at up to k alpha.
+Checks that are reported only or SKIPPED, stability (its new drift flags make it
+INCONCLUSIVE, never FAIL: no test) and a fingerprint on too few trials to reject at all
+are not in the family: they could block nothing and would only cost power. Each check's
+``pvalue_adjusted`` is its p-value adjusted within the family. A PASS needs every scenario
+to PASS, which needs no correction. The fingerprint's permutation count grows with the
+family so that its p-value can reach the corrected level (see ``_permutations``). Coverage
 is computed on the candidate's trials. Decision: **deploy** when every gating check PASSes
 and coverage meets its minimum, **block** when any FAILs, **manual** otherwise.
 
@@ -124,7 +137,8 @@ STARTER_CONFIG = """\
 version: 1
 
 # Error rates and effect size.
-alpha: 0.05        # false-alarm rate of each FAIL (after the multiple-testing correction)
+alpha: 0.05        # false-alarm rate of the whole gate: the chance that one or more FAILs
+                   # block a candidate that did not change (with holm or bonferroni)
 beta: 0.10         # 1 - power, for the reported power, n* and smallest detectable shift
 delta: 0.10        # smallest pass-rate drop that matters: a drop >= delta can FAIL,
                    # and PASS (non-inferiority) proves the drop is < delta
@@ -133,7 +147,9 @@ delta: 0.10        # smallest pass-rate drop that matters: a drop >= delta can F
 # unchanged candidate can deploy; set e.g. 0.85 to also require the rate to be >= 0.85.
 threshold: null
 
-# Multiple testing across scenarios: holm (family-wise), bonferroni, bh, by (false
+# Multiple testing: one FAIL anywhere blocks, so the FAIL tests of every gating check
+# (pass_rate, regression, fingerprint, each contract and relation) in every scenario are
+# corrected together as one family: holm (family-wise), bonferroni, bh, by (false
 # discovery rate) or none.
 correction: holm
 
@@ -158,7 +174,10 @@ fingerprint:
   # Fingerprint columns left out of the Hotelling T^2 test. Wall-clock latency changes
   # with the machine, so a stored baseline would flag every run.
   exclude: [latency_s]
-  permutations: 9999   # permutation p-value draws (used below 100 trials per scenario)
+  # permutation p-value draws (used below 100 trials per scenario): at least this many,
+  # raised with the number of FAIL tests so the smallest p-value, 1/(permutations + 1),
+  # stays a tenth of the corrected per-test level (at most 199999 unless set higher)
+  permutations: 9999
   seed: 0
 
 stability:
@@ -519,6 +538,9 @@ class GateResult:
     reasons: list[str]
     notes: list[str]
     plots: dict[str, Any] = field(default_factory=dict)   # data for the HTML plots only
+    # the one multiple-testing family of the FAIL tests: {"method", "alpha", "size",
+    # "controls" (FWER, FDR or None), "tests": check -> how many of its tests}
+    family: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -673,10 +695,82 @@ def _outcomes(t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ================================================================== checks
-def _score_pvalue_below(k: int, n: int, theta: float) -> float:
-    """One-sided Wilson score-test p-value for H1: p < theta (its inversion is the Wilson bound)."""
-    z = (theta - k / n) / math.sqrt(theta * (1 - theta) / n)
-    return 0.5 * math.erfc(z / math.sqrt(2.0))
+# The most permutations the gate draws for one fingerprint test (about 1-2 s per scenario at
+# 100 trials on a CI core). See _permutations.
+MAX_PERMUTATIONS = 199_999
+# The permutation p-value's floor 1 / (B + 1) is held at a tenth of the family's per-test level
+# when the cap allows: a shift whose true p-value is a fifth of that level then FAILs with
+# probability > 0.99 (at most 8 of B relabellings may beat it), where a floor just under the
+# level would lose it whenever one relabelling does (probability 1 - e^-5).
+_PERMUTATION_RESOLUTION = 10
+
+
+@dataclass
+class _Hypothesis:
+    """The FAIL side of one gating check: its p-values (several for a contracts check, one per
+    contract) and ``finish``, which turns their adjusted values into the check's verdict."""
+
+    check: Check
+    pvalues: list[float]
+    finish: Callable[[list[float]], None]
+
+
+@dataclass
+class _Family:
+    """Every FAIL test of the suite: all scenarios x all gating checks with a p-value.
+
+    The gate blocks on a FAIL of any check in any scenario, so the family-wise error it must
+    control is that of the whole suite: corrected check by check, k gating checks (regression
+    and fingerprint by default) would falsely block an unchanged candidate at up to k alpha.
+    A PASS needs every check of every scenario to PASS (an intersection-union test), so PASS
+    needs no correction. Checks that are reported but do not gate (stability unless
+    ``checks.stability`` is on, a baseline's share of a contract) and checks with no test
+    (SKIPPED, or a fingerprint test that cannot reject at any data) stay out: they would
+    cost power and could block nothing.
+    """
+
+    alpha: float
+    method: str
+    members: list[_Hypothesis] = field(default_factory=list)
+
+    def add(self, check: Check, pvalues: list[float], finish: Callable[[list[float]], None]) -> None:
+        self.members.append(_Hypothesis(check, [float(p) for p in pvalues], finish))
+
+    @property
+    def size(self) -> int:
+        return sum(len(h.pvalues) for h in self.members)
+
+    def level(self, size: int | None = None) -> float:
+        """The level the smallest p-value of the family is held to (each p-value, for
+        Bonferroni): alpha / m, and alpha / (m c(m)) for Benjamini-Yekutieli."""
+        m = max(self.size if size is None else size, 1)
+        if self.method == "none":
+            return self.alpha
+        if self.method == "by":
+            return self.alpha / (m * sum(1.0 / j for j in range(1, m + 1)))
+        return self.alpha / m
+
+    def correct(self) -> dict[str, Any]:
+        """Adjust every p-value within the one family, settle each check, and describe the family."""
+        flat = [p for h in self.members for p in h.pvalues]
+        adjusted = _adjust(flat, self.method, self.alpha)
+        i = 0
+        for h in self.members:
+            h.finish(adjusted[i:i + len(h.pvalues)])
+            i += len(h.pvalues)
+        tests: dict[str, int] = {}
+        for h in self.members:
+            tests[h.check.name] = tests.get(h.check.name, 0) + len(h.pvalues)
+        controls = {"holm": "FWER", "bonferroni": "FWER", "bh": "FDR", "by": "FDR"}.get(self.method)
+        return {"method": self.method, "alpha": self.alpha, "size": len(flat), "controls": controls,
+                "tests": {name: tests[name] for name in CHECKS if name in tests}}
+
+    def adjusted_tag(self) -> str:
+        return "" if self.method == "none" or self.size <= 1 else "adjusted "
+
+    def describe(self) -> str:
+        """For reasons: the correction and the family it ran over."""
+        return f"the {self.method} correction over the suite's {self.size} FAIL tests"
 
 
 def _adjust(pvalues: list[float], method: str, alpha: float) -> list[float]:
@@ -687,8 +781,22 @@ def _adjust(pvalues: list[float], method: str, alpha: float) -> list[float]:
     return [float(p) for p in stats.adjust_pvalues(pvalues, method=method, alpha=alpha).adjusted]
 
 
-def _pass_rate_checks(results: list[ScenarioResult], cfg: GateConfig) -> None:
-    todo = []
+def _rate_reason(v, verb: str = "contains") -> str:
+    """Why a pass-rate verdict is neither PASS nor FAIL: the interval holds the threshold, or
+    a bound is past it but the exact binomial test (which guards small samples) disagrees."""
+    th = v.threshold
+    if v.ci.high < th:
+        return (f"upper bound {v.ci.high:.3f} < threshold {th}, but on {v.n} trials the exact binomial test "
+                f"does not confirm it (p={v.pvalue_fail:.3g} >= alpha={v.alpha:.3g}); more trials would decide")
+    if v.ci.low >= th:
+        return (f"lower bound {v.ci.low:.3f} >= threshold {th}, but on {v.n} trials the exact binomial test "
+                f"does not confirm it (p={v.pvalue_pass:.3g} >= alpha={v.alpha:.3g}); more trials would decide")
+    return f"interval [{v.ci.low:.3f}, {v.ci.high:.3f}] {verb} threshold {th}"
+
+
+def _pass_rate_checks(results: list[ScenarioResult], cfg: GateConfig, family: _Family) -> None:
+    """Paper Def. 3.6 per scenario. PASS: the verdict's PASS (no correction, see _Family);
+    FAIL: its FAIL p-value (Wilson bound and exact binomial test) after the correction."""
     for r in results:
         s = r.settings
         if not s.checks["pass_rate"]:
@@ -699,29 +807,33 @@ def _pass_rate_checks(results: list[ScenarioResult], cfg: GateConfig) -> None:
             r.checks.append(Check("pass_rate", SKIPPED, "no candidate trial has an outcome; judged by the "
                                   "checks that need none (fingerprint, stability, coverage)", gating=False))
             continue
-        todo.append(r)
-    pvals = [_score_pvalue_below(r.candidate.passes, r.candidate.with_outcome, r.settings.threshold) for r in todo]
-    adjusted = _adjust(pvals, cfg.correction, cfg.alpha)
-    for r, p, p_adj in zip(todo, pvals, adjusted):
-        a, th = r.candidate, r.settings.threshold
+        a, th = r.candidate, s.threshold
         v = stats.verdict(a.passes, a.with_outcome, th, cfg.alpha)
-        # PASS needs every scenario's lower bound >= theta (intersection-union: no correction);
-        # FAIL compares the corrected score-test p-value with the interval's tail alpha/2.
-        if v.verdict is stats.Verdict.PASS:
-            verdict, reason = PASS, f"lower {1 - cfg.alpha:.0%} bound {v.ci.low:.3f} >= threshold {th}"
-        elif p_adj < cfg.alpha / 2:
-            verdict, reason = FAIL, f"upper bound {v.ci.high:.3f} < threshold {th} (adjusted p={p_adj:.3g})"
-        else:
-            verdict, reason = INCONCLUSIVE, (f"interval [{v.ci.low:.3f}, {v.ci.high:.3f}] contains threshold {th}"
-                                             if v.verdict is not stats.Verdict.FAIL else
-                                             f"upper bound {v.ci.high:.3f} < threshold {th} but not after the "
-                                             f"{cfg.correction} correction (adjusted p={p_adj:.3g})")
         n_star = None
-        if 0 < th - r.settings.delta:
-            n_star = stats.sample_size_threshold(th, r.settings.delta, cfg.alpha, r.settings.beta)
-        r.checks.append(Check("pass_rate", verdict, reason, stats={
+        if 0 < th - s.delta:
+            n_star = stats.sample_size_threshold(th, s.delta, cfg.alpha, s.beta)
+        check = Check("pass_rate", INCONCLUSIVE, "", stats={
             "successes": a.passes, "n": a.with_outcome, "pass_rate": v.estimate, "ci_low": v.ci.low,
-            "ci_high": v.ci.high, "threshold": th, "pvalue": p, "pvalue_adjusted": p_adj, "n_star": n_star}))
+            "ci_high": v.ci.high, "threshold": th, "pvalue": v.pvalue_fail, "pvalue_adjusted": None,
+            "n_star": n_star})
+        r.checks.append(check)
+
+        def finish(adjusted, check=check, v=v):
+            p_adj = adjusted[0]
+            check.stats["pvalue_adjusted"] = p_adj
+            th = v.threshold
+            if v.verdict is stats.Verdict.PASS:
+                check.verdict, check.reason = PASS, f"lower {1 - cfg.alpha:.0%} bound {v.ci.low:.3f} >= threshold {th}"
+            elif p_adj < cfg.alpha:
+                check.verdict, check.reason = FAIL, (f"upper bound {v.ci.high:.3f} < threshold {th} "
+                                                     f"({family.adjusted_tag()}p={p_adj:.3g})")
+            elif v.verdict is stats.Verdict.FAIL:
+                check.reason = (f"upper bound {v.ci.high:.3f} < threshold {th} but not after "
+                                f"{family.describe()} (adjusted p={p_adj:.3g})")
+            else:
+                check.reason = _rate_reason(v)
+
+        family.add(check, [v.pvalue_fail], finish)
 
 
 def _sprt_paths(results: list[ScenarioResult], arms_c, cfg: GateConfig) -> dict[str, Any]:
@@ -763,8 +875,7 @@ def _paired(ib, ob, ic, oc) -> tuple[int, int] | None:
     return int(np.sum(b & ~c)), int(np.sum(~b & c))
 
 
-def _regression_checks(results: list[ScenarioResult], arms_b, arms_c, cfg: GateConfig) -> None:
-    todo = []
+def _regression_checks(results: list[ScenarioResult], arms_b, arms_c, cfg: GateConfig, family: _Family) -> None:
     for r in results:
         if not r.settings.checks["regression"]:
             continue
@@ -780,41 +891,44 @@ def _regression_checks(results: list[ScenarioResult], arms_b, arms_c, cfg: GateC
             r.checks.append(Check("regression", SKIPPED, f"no {side} trial has an outcome; judged by the "
                                   "checks that need none (fingerprint, stability, coverage)", gating=False))
             continue
-        todo.append(r)
-    raw, pvals = [], []
-    for r in todo:
         b, c, s = r.baseline, r.candidate, r.settings
         res = stats.regression_verdict(b.passes, b.with_outcome, c.passes, c.with_outcome, s.delta, cfg.alpha, s.beta)
         pairs = None
         if cfg.pairing == "auto":
             pairs = _paired(*_outcomes(arms_b[r.scenario]), *_outcomes(arms_c[r.scenario]))
         mc = stats.mcnemar_exact(*pairs) if pairs else None
-        raw.append((res, mc))
-        pvals.append(mc.pvalue if mc else res.pvalue)
-    adjusted = _adjust(pvals, cfg.correction, cfg.alpha)
-    for r, (res, mc), p_adj in zip(todo, raw, adjusted):
-        s = r.settings
         test = "McNemar" if mc else "Fisher"
-        tag = "" if cfg.correction == "none" or len(todo) == 1 else "adjusted "
-        if p_adj < cfg.alpha and res.drop >= s.delta - 1e-12:
-            v, reason = FAIL, f"{tag}{test} p={p_adj:.3g} < alpha={cfg.alpha} and drop {res.drop:.3f} >= delta={s.delta}"
-        elif res.drop_upper < s.delta:
-            v, reason = PASS, f"upper {1 - cfg.alpha:.0%} bound on the drop {res.drop_upper:.3f} < delta={s.delta}"
-        else:
-            v = INCONCLUSIVE
-            reason = (f"{tag}{test} p={p_adj:.3g}; upper bound on the drop {res.drop_upper:.3f} >= delta={s.delta}"
-                      + (f": about {res.n_star} trials per version decide (n*)" if res.n_star else ""))
         e = res.effects
         st = {"test": test.lower() if mc is None else "mcnemar-exact", "baseline_successes": res.baseline_successes,
               "baseline_n": res.baseline_n, "candidate_successes": res.candidate_successes,
               "candidate_n": res.candidate_n, "drop": res.drop, "drop_upper": res.drop_upper,
-              "pvalue": mc.pvalue if mc else res.pvalue, "pvalue_adjusted": p_adj,
+              "pvalue": mc.pvalue if mc else res.pvalue, "pvalue_adjusted": None,
               "neg_log10_pvalue": mc.neg_log10_pvalue if mc else res.neg_log10_pvalue,
               "fisher_pvalue": res.pvalue, "cohens_h": e.cohens_h, "cohens_h_magnitude": e.cohens_h_magnitude,
               "odds_ratio": e.odds_ratio, "power": res.power, "n_star": res.n_star, "delta": s.delta}
         if mc:
             st.update(regressions=mc.regressions, improvements=mc.improvements)
-        r.checks.append(Check("regression", v, reason, stats=st))
+        check = Check("regression", INCONCLUSIVE, "", stats=st)
+        r.checks.append(check)
+
+        # every regression test is in the family, also one whose drop is below delta: which
+        # tests enter must not depend on the data, or the correction would not hold
+        def finish(adjusted, check=check, res=res, s=s, test=test):
+            p_adj = adjusted[0]
+            check.stats["pvalue_adjusted"] = p_adj
+            tag = family.adjusted_tag()
+            if p_adj < cfg.alpha and res.drop >= s.delta - 1e-12:
+                check.verdict, check.reason = FAIL, (f"{tag}{test} p={p_adj:.3g} < alpha={cfg.alpha} and drop "
+                                                     f"{res.drop:.3f} >= delta={s.delta}")
+            elif res.drop_upper < s.delta:
+                check.verdict, check.reason = PASS, (f"upper {1 - cfg.alpha:.0%} bound on the drop "
+                                                     f"{res.drop_upper:.3f} < delta={s.delta}")
+            else:
+                check.reason = (f"{tag}{test} p={p_adj:.3g}; upper bound on the drop {res.drop_upper:.3f} >= "
+                                f"delta={s.delta}" + (f": about {res.n_star} trials per version decide (n*)"
+                                                      if res.n_star else ""))
+
+        family.add(check, [st["pvalue"]], finish)
 
 
 def _fingerprint_tables(eng_b, eng_c, table_b: str, table_c: str):
@@ -833,7 +947,7 @@ def _matrix(table, features: list[str], rows: np.ndarray) -> np.ndarray:
 
 
 def _fingerprint_checks(results, fp_b, fp_c, counted_b: set, counted_c: set, cfg: GateConfig, plots: dict,
-                        progress: Callable[[str], None]) -> list[str]:
+                        progress: Callable[[str], None], family: _Family) -> list[str]:
     notes = []
     names = all_names = [n for n in fp_c.column_names if n not in _ID_COLUMNS]
     excluded = [n for n in cfg.exclude_features if n in names]
@@ -884,22 +998,32 @@ def _fingerprint_checks(results, fp_b, fp_c, counted_b: set, counted_c: set, cfg
                                   "of them; exclude fewer, or turn the check off with checks: {fingerprint: false}"))
             continue
         todo.append(r)
+    # the family's per-test level once these tests join it: the permutation p-value must be
+    # able to get below it, or no fingerprint could FAIL (1 / (B + 1) >= alpha / m: from 500
+    # scenarios at the default 9999 permutations)
+    level = family.level(family.size + len(todo))
+    n_perm = _permutations(cfg.permutations, level)
     found = []
     for i, r in enumerate(todo):
         progress(f"fingerprint {r.scenario} ({i + 1}/{len(todo)})")
         xb, xc = _matrix(fp_b, features, rb[r.scenario]), _matrix(fp_c, features, rc[r.scenario])
-        h = stats.hotelling_t2(xb, xc, alpha=cfg.alpha, beta=r.settings.beta, n_permutations=cfg.permutations,
+        h = stats.hotelling_t2(xb, xc, alpha=cfg.alpha, beta=r.settings.beta, n_permutations=n_perm,
                                seed=cfg.seed, feature_names=features, top_k=5)
         found.append(h)
         plots.setdefault("pca", {})[r.scenario] = _pca_points(xb, xc)
-    family = [i for i, h in enumerate(found) if h.verdict is not stats.Verdict.INCONCLUSIVE]
-    adjusted = dict(zip(family, _adjust([found[i].pvalue for i in family], cfg.correction, cfg.alpha)))
-    for i, (r, h) in enumerate(zip(todo, found)):
+    if any(h.method == "permutation" for h in found) and 1.0 / (n_perm + 1) >= level:
+        notes.append(f"fingerprint: {n_perm} permutations (the most the gate draws: {MAX_PERMUTATIONS}, or "
+                     f"fingerprint.permutations) give p-values no smaller than 1/{n_perm + 1}, not below "
+                     f"{level:.3g}, the level {cfg.correction} holds the smallest of the suite's "
+                     f"{family.size + len(todo)} FAIL tests to: a fingerprint tested by permutation (below 100 "
+                     "trials per scenario) cannot FAIL; raise fingerprint.permutations, or gate fewer scenarios "
+                     "or checks at once")
+    for r, h in zip(todo, found):
         crit = _t2_critical(h, cfg.alpha)
         st = {"t2": None if math.isinf(h.statistic) else h.statistic, "f": h.f_statistic,
-              "df": list(h.df) if h.df else None, "pvalue": h.pvalue, "pvalue_adjusted": adjusted.get(i, h.pvalue),
-              "neg_log10_pvalue": h.neg_log10_pvalue, "method": h.method, "d_eff": h.d_eff,
-              "n_features": h.n_features, "shrinkage": h.shrinkage, "n_baseline": h.n_baseline,
+              "df": list(h.df) if h.df else None, "pvalue": h.pvalue, "pvalue_adjusted": None,
+              "neg_log10_pvalue": h.neg_log10_pvalue, "method": h.method, "n_permutations": h.n_permutations,
+              "d_eff": h.d_eff, "n_features": h.n_features, "shrinkage": h.shrinkage, "n_baseline": h.n_baseline,
               "n_candidate": h.n_candidate, "min_detectable_shift": h.min_detectable_shift, "t2_critical": crit,
               # a pooled SD of rounding noise (a feature constant within each arm) gives an
               # astronomically large smd: it means "separated", which null (±inf) says
@@ -908,19 +1032,41 @@ def _fingerprint_checks(results, fp_b, fp_c, counted_b: set, counted_c: set, cfg
                                for f in h.top_features],
               "excluded_features": excluded + missing}
         if h.verdict is stats.Verdict.INCONCLUSIVE:
+            # too few trials for any p-value below alpha: no test, so not in the family
             r.checks.append(Check("fingerprint", INCONCLUSIVE, h.reason, stats=st))
             continue
-        p_adj = adjusted[i]
-        mds = f"; smallest detectable shift {h.min_detectable_shift:.2f} SD" if h.min_detectable_shift else ""
-        moved = ", ".join(f.name for f in h.top_features[:3] if f.smd != 0)
-        if p_adj < cfg.alpha:
-            r.checks.append(Check("fingerprint", FAIL, f"behaviour shifted: p={p_adj:.3g} < alpha={cfg.alpha} "
-                                  f"(d_eff={h.d_eff}); moved most: {moved}", stats=st))
-        else:
-            r.checks.append(Check("fingerprint", PASS, f"no shift detected: p={p_adj:.3g} (d_eff={h.d_eff}){mds}",
-                                  stats=st))
-        plots.setdefault("t2", {})[r.scenario] = {"t2": st["t2"], "critical": crit, "verdict": r.checks[-1].verdict}
+        check = Check("fingerprint", INCONCLUSIVE, "", stats=st)
+        r.checks.append(check)
+
+        def finish(adjusted, check=check, h=h, scenario=r.scenario):
+            p_adj = adjusted[0]
+            check.stats["pvalue_adjusted"] = p_adj
+            mds = f"; smallest detectable shift {h.min_detectable_shift:.2f} SD" if h.min_detectable_shift else ""
+            moved = ", ".join(f.name for f in h.top_features[:3] if f.smd != 0)
+            tag = family.adjusted_tag()
+            if p_adj < cfg.alpha:
+                check.verdict, check.reason = FAIL, (f"behaviour shifted: {tag}p={p_adj:.3g} < alpha={cfg.alpha} "
+                                                     f"(d_eff={h.d_eff}); moved most: {moved}")
+            else:
+                check.verdict, check.reason = PASS, (f"no shift detected: {tag}p={p_adj:.3g} "
+                                                     f"(d_eff={h.d_eff}){mds}")
+            plots.setdefault("t2", {})[scenario] = {"t2": check.stats["t2"], "critical": check.stats["t2_critical"],
+                                                    "verdict": check.verdict}
+
+        family.add(check, [h.pvalue], finish)
     return notes
+
+
+def _permutations(configured: int, level: float) -> int:
+    """Random relabellings for a permutation p-value that has to reach ``level``: at least the
+    configured number, raised until the floor 1 / (B + 1) is a tenth of the level, at most
+    MAX_PERMUTATIONS (or the configured number, if larger).
+
+    Why not the F approximation instead: DESIGN §6 keeps the exact permutation p-value below
+    100 trials per scenario and whenever the covariance is shrunk, because there the F
+    reference does not hold its level."""
+    wanted = math.ceil(_PERMUTATION_RESOLUTION / level) - 1
+    return max(configured, min(wanted, MAX_PERMUTATIONS))
 
 
 def _t2_critical(h, alpha: float) -> float | None:
@@ -1162,20 +1308,27 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
                          "it judged nothing")
 
     plots: dict[str, Any] = {}
+    # the FAIL tests of every gating check in every scenario: corrected as one family below
+    family = _Family(cfg.alpha, cfg.correction)
     say("pass rates")
-    _pass_rate_checks(results, cfg)
+    _pass_rate_checks(results, cfg, family)
     if not alone:
         say("regression tests")
-        _regression_checks(results, arms_b, arms_c, cfg)
+        _regression_checks(results, arms_b, arms_c, cfg, family)
+    if oracle_c is not None:
+        # before the fingerprints, whose permutation count depends on the family's size
+        _oracle_checks(results, oracle_b, oracle_c, cfg, family)
+    if not alone:
         if any(r.settings.checks["fingerprint"] for r in results):
             say("fingerprints")
             fp_b, fp_c = _fingerprint_tables(eng_b, eng_c, "baseline_trials", "candidate_trials")
             counted_b = {str(t) for a in arms_b.values() for t, k in zip(a["trace_id"], a["counted"]) if k}
             counted_c = {str(t) for a in arms_c.values() for t, k in zip(a["trace_id"], a["counted"]) if k}
-            notes += _fingerprint_checks(results, fp_b, fp_c, counted_b, counted_c, cfg, plots, say)
+            notes += _fingerprint_checks(results, fp_b, fp_c, counted_b, counted_c, cfg, plots, say, family)
         _stability_checks(results, cfg.stability_floor)
-    if oracle_c is not None:
-        _oracle_checks(results, oracle_b, oracle_c, cfg)
+    family_info = family.correct()
+    for r in results:
+        r.checks.sort(key=lambda c: CHECKS.index(c.name))  # the report's order, whatever ran first
     if alone:
         for r in results:
             if r.check("pass_rate") is None:
@@ -1216,7 +1369,7 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
         baseline=None if alone else {"lake": lake_b, "selection": baseline or "(all trials)", "trials": n_b},
         candidate={"lake": lake_c, "selection": candidate or "(all trials)", "trials": n_c},
         scenarios=results, suite=suite, coverage=coverage, decision=decision, reasons=reasons, notes=notes,
-        plots=plots)
+        plots=plots, family=family_info)
 
 
 # ================================================================== contracts and relations
@@ -1299,14 +1452,18 @@ def _group(scenarios: list, columns: dict[str, list]) -> dict[str, dict[str, lis
 
 
 def _oracle_checks(results: list[ScenarioResult], oracle_b: _Oracles | None, oracle_c: _Oracles,
-                   cfg: GateConfig) -> None:
+                   cfg: GateConfig, family: _Family) -> None:
     """Per scenario, a ``contracts`` and a ``metamorphic`` check from the candidate's trials.
 
     Each contract (relation) must hold in at least its threshold share of the candidate's
-    trials (pairs): the Wilson verdict at level alpha / k for the k contracts (relations) of
-    the scenario (Bonferroni, so one scenario's many contracts do not multiply false FAILs).
-    The check PASSes when every one PASSes and FAILs when any FAILs. The regression verdict
-    against the baseline's share is reported alongside (paper Prop. 6.1), not gating.
+    trials (pairs), by the pass-rate verdict (paper Def. 3.6). PASS: the verdict at level
+    alpha / k for the k contracts (relations) of the scenario, alpha the smallest of theirs.
+    FAIL: each contract's FAIL p-value is one test of the suite's family (_Family), so the
+    contracts of every scenario share the correction with the other checks; a contract with
+    an alpha below the suite's has its p-value scaled up by suite alpha / its alpha, which
+    holds it to its own level (a larger alpha cannot loosen the suite's). The check PASSes
+    when every one PASSes and FAILs when any FAILs. The regression verdict against the
+    baseline's share is reported alongside (paper Prop. 6.1), not gating.
     """
     def tables(o: _Oracles | None, kind: str):
         if o is None:
@@ -1345,13 +1502,14 @@ def _oracle_checks(results: list[ScenarioResult], oracle_b: _Oracles | None, ora
                     r.checks.append(Check(kind, SKIPPED, blind_note, gating=False))
                 continue
             level = min(it.alpha for it in judged) / len(judged)
-            verdicts, detail, reasons = [], {}, []
+            tested, detail = [], {}
             for it in judged:
                 n, k, unknown = _counts(cand, r.scenario, it.name)
                 v = stats.verdict(k, n, it.threshold, level)
-                verdicts.append(v.verdict.value)
+                p = min(1.0, v.pvalue_fail * max(1.0, cfg.alpha / it.alpha))
                 entry = {"holds": k, "n": n, "unjudged": unknown, "rate": k / n, "ci_low": v.ci.low,
-                         "ci_high": v.ci.high, "threshold": it.threshold, "verdict": v.verdict.value}
+                         "ci_high": v.ci.high, "threshold": it.threshold, "verdict": v.verdict.value,
+                         "pvalue": p, "pvalue_adjusted": None}
                 if base is not None:
                     nb, kb, _u = _counts(base, r.scenario, it.name)
                     if nb:
@@ -1359,20 +1517,42 @@ def _oracle_checks(results: list[ScenarioResult], oracle_b: _Oracles | None, ora
                         entry["baseline"] = {"holds": kb, "n": nb, "regression": reg.verdict.value,
                                              "pvalue": reg.pvalue}
                 detail[it.name] = entry
-                if v.verdict.value == FAIL:
-                    reasons.append(f"{it.name} FAIL ({k}/{n} hold, interval upper bound "
-                                   f"{v.ci.high:.3f} < threshold {it.threshold})")
-                elif v.verdict.value != PASS:
-                    # what it takes to pass: the lower bound reaching the threshold (more trials)
-                    reasons.append(f"{it.name} {v.verdict.value} ({k}/{n} hold, interval "
-                                   f"[{v.ci.low:.3f}, {v.ci.high:.3f}] includes threshold {it.threshold}; "
-                                   "more trials would decide)")
-            verdict = stats.suite_verdict(verdicts).verdict.value
-            what = "contracts" if kind == "contracts" else "relations"
-            reason = "; ".join(reasons) if reasons else f"all {len(judged)} {what} hold often enough"
-            if blind_note:
-                reason += f"; {blind_note}"
-            r.checks.append(Check(kind, verdict, reason, stats={"level": level, kind: detail}))
+                tested.append((it, v, p))
+            check = Check(kind, INCONCLUSIVE, "", stats={"level": level, kind: detail})
+            r.checks.append(check)
+
+            def finish(adjusted, check=check, tested=tested, detail=detail, kind=kind, blind_note=blind_note):
+                verdicts, reasons = [], []
+                tag = family.adjusted_tag()
+                for (it, v, p), p_adj in zip(tested, adjusted):
+                    entry = detail[it.name]
+                    entry["pvalue_adjusted"] = p_adj
+                    k, n = v.successes, v.n
+                    if v.verdict is stats.Verdict.PASS:
+                        verdict = PASS
+                    elif p_adj < cfg.alpha:
+                        verdict = FAIL
+                        reasons.append(f"{it.name} FAIL ({k}/{n} hold, below threshold {it.threshold}: "
+                                       f"{tag}p={p_adj:.3g} < alpha={cfg.alpha})")
+                    else:
+                        verdict = INCONCLUSIVE
+                        if v.verdict is stats.Verdict.FAIL:
+                            why = (f"upper bound {v.ci.high:.3f} < threshold {it.threshold} but not after "
+                                   f"{family.describe()} (adjusted p={p_adj:.3g})")
+                        else:
+                            why = _rate_reason(v, "includes")
+                            if v.ci.low < it.threshold <= v.ci.high:
+                                why += "; more trials would decide"
+                        reasons.append(f"{it.name} INCONCLUSIVE ({k}/{n} hold, {why})")
+                    entry["verdict"] = verdict
+                    verdicts.append(verdict)
+                check.verdict = stats.suite_verdict(verdicts).verdict.value
+                what = "contracts" if kind == "contracts" else "relations"
+                check.reason = "; ".join(reasons) if reasons else f"all {len(tested)} {what} hold often enough"
+                if blind_note:
+                    check.reason += f"; {blind_note}"
+
+            family.add(check, [p for _it, _v, p in tested], finish)
 
 
 def _decide(results: list[ScenarioResult], suite: dict, coverage: dict | None) -> tuple[str, list[str]]:

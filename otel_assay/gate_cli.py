@@ -245,8 +245,9 @@ def gate(ctx, lake, **kw):
     LAKE is the span lake with the candidate's trials (and the baseline's, unless
     --baseline-lake is given). Per scenario: pass rate against θ (only if a threshold is
     set), regression test (Fisher, or exact McNemar when trials pair by index), Hotelling
-    T² on behavioural fingerprints, stability drift; multiple-testing corrected across
-    scenarios; coverage against its minimum.
+    T² on behavioural fingerprints, stability drift, configured contracts; the FAIL tests of
+    all gating checks in all scenarios corrected for multiple testing as one family (one
+    FAIL anywhere blocks); coverage against its minimum.
 
     Exit: 0 deploy (every check PASSes), 1 block (any check FAILs), 2 manual (anything
     inconclusive, or coverage below the minimum), 3 bad usage or config, 4 bad or missing
@@ -305,8 +306,9 @@ def verdict(ctx, lake, select, threshold, alpha, config_path, json_path, junit_p
     """Judge one version's pass rate against a threshold θ, per scenario (Wilson interval).
 
     PASS when the interval's lower bound is >= θ, FAIL when its upper bound is < θ
-    (corrected across scenarios), INCONCLUSIVE otherwise. Exit 0 PASS, 1 FAIL, 2
-    INCONCLUSIVE.
+    (corrected across scenarios, with any configured contracts, as one family), each
+    confirmed by the exact binomial test on few trials; INCONCLUSIVE otherwise. Exit 0
+    PASS, 1 FAIL, 2 INCONCLUSIVE.
 
     \b
     Example:

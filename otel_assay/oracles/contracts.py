@@ -15,7 +15,9 @@ gave no answer at all fails the output contracts). Per scenario and version, the
 judged trials where it holds gets a Wilson interval and the three-valued verdict against the contract's
 ``threshold`` (the share it must hold in, default 0.95): PASS when the interval's lower bound
 reaches it — with α = 0.05 that takes at least 73 trials without a violation — FAIL when the
-upper bound is below it, INCONCLUSIVE in between. A threshold of 1 ("in every trial") is not
+upper bound is below it, INCONCLUSIVE in between; on few trials the exact binomial test must
+confirm either (``otel_assay.stats.verdict``). Inside the gate a contract's FAIL is one test of
+the gate's multiple-testing family. A threshold of 1 ("in every trial") is not
 offered because no finite number of trials can show it.
 """
 

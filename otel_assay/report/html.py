@@ -13,7 +13,7 @@ import math
 import unicodedata
 from pathlib import Path
 
-from .output import feature_shift
+from .output import family_text, feature_shift
 
 BASE, CAND = "#4C78A8", "#E45756"
 VERDICT_COLOR = {"PASS": "#2e7d32", "FAIL": "#c62828", "INCONCLUSIVE": "#b26a00", "SKIPPED": "#777"}
@@ -278,9 +278,10 @@ def t2_plot(result) -> str:
                          f'stroke-width="2"/>')
     return _figure(_svg(width, height, "".join(parts), "Hotelling T2", "plot-t2"),
                    "Hotelling T² per scenario (bar, log scale; its colour is the fingerprint verdict) against "
-                   "its critical value at α before the correction across scenarios (black tick, from the F "
-                   "reference). The verdict uses the corrected p-value (on few trials a permutation p-value), "
-                   "so a bar past the tick can still PASS.")
+                   "its critical value at α before the multiple-testing correction (black tick, from the F "
+                   "reference). The verdict uses the p-value corrected over the suite's one family of FAIL "
+                   "tests (every gating check of every scenario; on few trials a permutation p-value), so a "
+                   "bar past the tick can still PASS.")
 
 
 # ------------------------------------------------------------------ tables
@@ -339,7 +340,7 @@ def html_report(result) -> str:
 <body>
 <h1>otel-assay {result.mode}</h1>
 <p>{sel}</p>
-<p class="muted">α={cfg.alpha} β={cfg.beta} δ={cfg.delta} θ={threshold} correction={cfg.correction} config={_e(cfg.source)}</p>
+<p class="muted">α={cfg.alpha} β={cfg.beta} δ={cfg.delta} θ={threshold} {_e(family_text(result))} config={_e(cfg.source)}</p>
 <div id="decision" class="decision {result.decision}">{result.decision.upper()} (exit {result.exit_code})</div>
 <ul>{reasons}</ul>
 <h2>Scenarios</h2>

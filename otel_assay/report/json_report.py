@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import __version__
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 SCHEMA_ID = "https://otel-assay.dev/schemas/gate-report.v1.json"
 
 
@@ -67,6 +67,7 @@ def report_dict(result) -> dict[str, Any]:
         "suite": result.suite,
         "scenarios": scenarios,
         "coverage": result.coverage,
+        "family": result.family,
     })
 
 

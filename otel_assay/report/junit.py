@@ -112,6 +112,9 @@ def junit_tree(result) -> ET.ElementTree:
     for k, v in (("decision", result.decision), ("exit_code", result.exit_code),
                  ("alpha", result.config.alpha), ("delta", result.config.delta), ("beta", result.config.beta),
                  ("threshold", result.config.threshold), ("correction", result.config.correction),
+                 # the one family the correction ran over (each <check>.pvalue_adjusted is within it)
+                 ("family.size", (result.family or {}).get("size")),
+                 ("family.tests", (result.family or {}).get("tests")),
                  ("candidate", result.candidate["selection"]),
                  ("baseline", result.baseline["selection"] if result.baseline else None)):
         ET.SubElement(props, "property", name=k, value=_value(v))

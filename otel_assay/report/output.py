@@ -37,6 +37,18 @@ def feature_shift(f: dict[str, Any], unit: str = "") -> str:
     return "±inf"
 
 
+def family_text(result) -> str:
+    """The gate's multiple-testing family in words, for the report headers: the correction runs
+    once over the FAIL tests of every gating check in every scenario."""
+    fam = getattr(result, "family", None)
+    method = result.config.correction
+    if not fam:
+        return f"correction={method}"
+    parts = ", ".join(f"{n} {name}" for name, n in fam["tests"].items())
+    tests = "test" if fam["size"] == 1 else "tests"
+    return f"correction={method} over one family of {fam['size']} FAIL {tests}" + (f" ({parts})" if parts else "")
+
+
 def _cell(value: Any) -> Any:
     """A value as plain JSON data: bytes become hex, NaN and ±infinity become null (JSON
     has no spelling for them: Python's Infinity is not JSON, and parsers reject it), and

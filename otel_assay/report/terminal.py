@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .output import feature_shift, printable
+from .output import family_text, feature_shift, printable
 
 STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "SKIPPED": "dim",
          "deploy": "bold green", "block": "bold red", "manual": "bold yellow"}
@@ -100,7 +100,7 @@ def _render(result, console: Console, tty: bool) -> None:
         console.print(f"  baseline  {printable(result.baseline['selection'])}: {result.baseline['trials']} trials "
                       f"in {printable(result.baseline['lake'])}")
     theta = "off" if cfg.threshold is None else cfg.threshold
-    console.print(f"α={cfg.alpha} β={cfg.beta} δ={cfg.delta} θ={theta} correction={cfg.correction}"
+    console.print(f"α={cfg.alpha} β={cfg.beta} δ={cfg.delta} θ={theta} {family_text(result)}"
                   f" config={cfg.source}", style="dim")
 
     table = Table(box=box.SIMPLE_HEAD if tty else None, pad_edge=False, show_edge=False, padding=(0, 1),

@@ -1,0 +1,61 @@
+"""The gate's statistical core on synthetic per-scenario data, for simulations that need
+thousands of gate runs (a lake per run would take hours): the real check functions, family
+and decision of otel_assay.gate, in the order ``run_gate`` calls them, without the lake."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from otel_assay import gate
+from otel_assay.gate import Arm, GateConfig, ScenarioResult
+
+
+@dataclass
+class Scenario:
+    """One scenario's trials: outcomes (bool arrays) and fingerprints (trials x features)."""
+
+    name: str
+    outcomes_b: np.ndarray
+    outcomes_c: np.ndarray
+    fingerprints_b: np.ndarray
+    fingerprints_c: np.ndarray
+
+
+def _arm(outcomes: np.ndarray) -> Arm:
+    n = len(outcomes)
+    return Arm(trials=n, counted=n, with_outcome=n, passes=int(np.sum(outcomes)))
+
+
+def _table(scenarios: list[Scenario], side: str, features: list[str]) -> tuple[pa.Table, set[str]]:
+    ids, names, rows = [], [], []
+    for s in scenarios:
+        x = getattr(s, f"fingerprints_{side}")
+        ids += [f"{side}-{s.name}-{i}" for i in range(len(x))]
+        names += [s.name] * len(x)
+        rows.append(x)
+    x = np.vstack(rows)
+    cols = {"trace_id": ids, "scenario": names, **{f: x[:, j] for j, f in enumerate(features)}}
+    return pa.table(cols), set(ids)
+
+
+def judge(scenarios: list[Scenario], cfg: GateConfig) -> tuple[str, list[ScenarioResult], dict]:
+    """(decision, scenario results, the family) as ``run_gate`` would give them for these trials
+    (no coverage minimum, no contracts; unpaired trials, as cfg.pairing = "off")."""
+    results = [ScenarioResult(s.name, _arm(s.outcomes_b), _arm(s.outcomes_c), cfg.for_scenario(s.name))
+               for s in scenarios]
+    family = gate._Family(cfg.alpha, cfg.correction)
+    gate._pass_rate_checks(results, cfg, family)
+    gate._regression_checks(results, {}, {}, cfg, family)
+    if any(r.settings.checks["fingerprint"] for r in results):
+        features = [f"f{j}" for j in range(scenarios[0].fingerprints_b.shape[1])]
+        fp_b, counted_b = _table(scenarios, "b", features)
+        fp_c, counted_c = _table(scenarios, "c", features)
+        gate._fingerprint_checks(results, fp_b, fp_c, counted_b, counted_c, cfg, {}, lambda _m: None, family)
+    info = family.correct()
+    suite = {name: True for name in gate.CHECKS
+             if any(c.name == name and c.gating and c.verdict != gate.SKIPPED for r in results for c in r.checks)}
+    decision, _ = gate._decide(results, suite, None)
+    return decision, results, info

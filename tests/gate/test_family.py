@@ -1,0 +1,133 @@
+"""One multiple-testing family for the whole gate: the FAIL tests of every gating check in
+every scenario are corrected together, because a FAIL of any of them blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from otel_assay.gate import GateConfig, run_gate
+from otel_assay.report.json_report import report_dict
+from tests.stats.bands import max_events, min_events
+from tests.stats.fingerprint_sim import simulate_fingerprints
+
+from .core import Scenario, judge
+from .lakes import write_trials
+
+
+@pytest.fixture(scope="module")
+def borderline_lake(tmp_path_factory):
+    """One scenario: the baseline passes 40/40, the candidate 35/40 (one-sided Fisher p = 0.027,
+    drop 0.125 >= delta): significant alone, not once a second test shares the family. The
+    fingerprints of both arms come from one distribution."""
+    trials = [{"scenario": "s", "version": "v1", "outcome": "pass"} for _ in range(40)]
+    trials += [{"scenario": "s", "version": "v2", "outcome": "fail" if i < 5 else "pass"} for i in range(40)]
+    return write_trials(tmp_path_factory.mktemp("family") / "lake", trials, seed=3)
+
+
+@pytest.mark.parametrize("correction,factor,decision", [
+    ("none", 1.0, "block"),         # regression FAILs on its own p-value, as before any correction
+    ("holm", 2.0, "manual"),        # family {regression, fingerprint}: the smaller p-value x 2
+    ("bonferroni", 2.0, "manual"),
+    ("bh", 2.0, "manual"),          # the smaller of two p-values: x 2 / 1 as well
+])
+def test_regression_and_fingerprint_share_one_family(borderline_lake, correction, factor, decision):
+    r = run_gate(borderline_lake, GateConfig(correction=correction), baseline="version=v1", candidate="version=v2")
+    reg, fp = r.scenarios[0].check("regression"), r.scenarios[0].check("fingerprint")
+    assert reg.stats["pvalue"] == pytest.approx(0.02737, abs=1e-5)
+    assert fp.stats["pvalue"] > 0.1  # unchanged fingerprints: the regression is the smaller p-value
+    # corrected per check (the old scheme) the regression would be a family of one and block
+    assert reg.stats["pvalue_adjusted"] == pytest.approx(factor * reg.stats["pvalue"])
+    assert r.decision == decision, r.reasons
+    assert r.family == {"method": correction, "alpha": 0.05, "size": 2,
+                        "controls": {"none": None, "bh": "FDR"}.get(correction, "FWER"),
+                        "tests": {"regression": 1, "fingerprint": 1}}
+    assert report_dict(r)["family"] == r.family
+
+
+def test_report_only_checks_stay_out_of_the_family(borderline_lake):
+    # a threshold adds the pass-rate test; stability gates nothing by default and has no test
+    r = run_gate(borderline_lake, GateConfig(threshold=0.5), baseline="version=v1", candidate="version=v2")
+    assert r.family["tests"] == {"pass_rate": 1, "regression": 1, "fingerprint": 1}
+    assert r.scenarios[0].check("stability").gating is False
+    off = GateConfig(threshold=0.5)
+    off.checks.update(fingerprint=False)
+    r = run_gate(borderline_lake, off, baseline="version=v1", candidate="version=v2")
+    assert r.family["tests"] == {"pass_rate": 1, "regression": 1}
+
+
+def _unchanged(rng, scenarios: int, n: int, rate: float) -> list[Scenario]:
+    return [Scenario(f"s{i}", rng.random(n) < rate, rng.random(n) < rate,
+                     simulate_fingerprints(rng, n), simulate_fingerprints(rng, n)) for i in range(scenarios)]
+
+
+def test_an_unchanged_candidate_is_blocked_at_most_alpha_of_the_time():
+    """Baseline and candidate from one distribution (pass rate 0.5, at the threshold 0.5),
+    3 scenarios, pass_rate, regression and fingerprint all gating: the gate's false-block
+    rate is the family-wise error of the one family, <= alpha. Corrected per check, as
+    before, the same draws blocked about 3 alpha / 2 of the time (seed 11: 125 of 1500; 44 now),
+    beyond the band below."""
+    reps, alpha = 1500, 0.05
+    rng = np.random.default_rng(11)
+    cfg = GateConfig(pairing="off", threshold=0.5)
+    blocked = sum(judge(_unchanged(rng, 3, 40, 0.5), cfg)[0] == "block" for _ in range(reps))
+    assert blocked <= max_events(reps, alpha)
+    assert max_events(reps, alpha) / reps < 0.073
+
+
+def test_a_clear_regression_still_blocks():
+    # one of three scenarios drops from 0.9 to 0.5 on 40 trials per arm: the joint family (6
+    # tests) costs the regression test a little power against per-check families (3 tests)
+    reps = 200
+    rng = np.random.default_rng(12)
+    cfg = GateConfig(pairing="off")
+    blocked = 0
+    for _ in range(reps):
+        sc = _unchanged(rng, 3, 40, 0.9)
+        sc[0].outcomes_c = rng.random(40) < 0.5
+        blocked += judge(sc, cfg)[0] == "block"
+    assert blocked >= min_events(reps, 0.9)
+
+
+def test_fingerprint_permutations_grow_with_the_family():
+    """500 scenarios x (regression, fingerprint) is a family of 1000 tests: Holm holds the
+    smallest p-value to 0.05 / 1000 = 5e-5. The default 9999 random permutations cannot get
+    below 1e-4, so no fingerprint could FAIL; the gate raises them (here to every one of the
+    C(20, 10) splits, p >= 2 / 184756) and a scenario whose behaviour plainly changed FAILs."""
+    rng = np.random.default_rng(13)
+    scenarios = _unchanged(rng, 500, 10, 0.5)
+    scenarios[0].fingerprints_c = simulate_fingerprints(rng, 10, p_tool_a=0.95)
+    decision, results, family = judge(scenarios, GateConfig(pairing="off"))
+    assert family["size"] == 1000
+    fp = results[0].check("fingerprint")
+    assert fp.verdict == "FAIL" and decision == "block"
+    assert fp.stats["method"] == "exact-permutation" and fp.stats["n_permutations"] == 184756
+    assert fp.stats["pvalue"] <= 4 / 184756 < 0.05 / 1000  # the observed split (and mirror) and a tie
+    assert sum(r.check("fingerprint").verdict == "FAIL" for r in results) == 1
+
+
+def test_one_failed_trial_is_not_a_threshold_fail(tmp_path):
+    # 0/1 at threshold 0.9: the Wilson upper bound 0.79 is below it, but an agent at 0.9 fails
+    # one trial with probability 0.1 > alpha; the exact binomial test keeps it INCONCLUSIVE
+    lake = write_trials(tmp_path / "lake", [{"scenario": "s", "version": "v1", "outcome": "fail"}])
+    from otel_assay.gate import run_verdict
+
+    r = run_verdict(lake, GateConfig(threshold=0.9))
+    c = r.scenarios[0].check("pass_rate")
+    assert c.stats["ci_high"] < 0.9 and c.stats["pvalue"] == pytest.approx(0.1)
+    assert c.verdict == "INCONCLUSIVE" and "exact binomial test" in c.reason and r.decision == "manual"
+    lake = write_trials(tmp_path / "lake2", [{"scenario": "s", "version": "v1", "outcome": "fail"}] * 2)
+    assert run_verdict(lake, GateConfig(threshold=0.9)).decision == "block"  # 0.01
+
+
+def test_the_permutation_count_policy():
+    from otel_assay.gate import MAX_PERMUTATIONS, _Family, _permutations
+
+    holm = _Family(0.05, "holm")
+    assert _permutations(9999, holm.level(2)) == 9999  # small suites keep the configured count
+    assert _permutations(9999, holm.level(200)) == 39999  # floor 1/40000 = a tenth of 0.05/200
+    assert _permutations(9999, holm.level(1000)) == MAX_PERMUTATIONS == 199_999
+    assert _permutations(500_000, holm.level(1000)) == 500_000  # a larger configured count is kept
+    by = _Family(0.05, "by")
+    assert by.level(100) == pytest.approx(0.05 / (100 * sum(1 / j for j in range(1, 101))))
+    assert _Family(0.05, "none").level(1000) == 0.05 and _Family(0.05, "bh").level(10) == 0.005
