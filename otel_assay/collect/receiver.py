@@ -572,14 +572,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self, length: int) -> bytes | None:
         """The request body, or None when the client closed or fell behind ``min_body_rate``."""
-        deadline = time.monotonic() + self.body_grace_s + length / self.min_body_rate
+        # each byte is due by its place in the schedule, not only the last one by the end: a
+        # client that declares a large body (20 MiB: 330 s at the minimum rate) and then sends
+        # nothing would otherwise hold its slot all that time, five times the idle timeout
+        due = time.monotonic() + self.body_grace_s
         parts, got = [], 0
         try:
             while got < length:
-                left = deadline - time.monotonic()
+                left = due + (got + 1) / self.min_body_rate - time.monotonic()
                 if left <= 0:
                     return None
-                self.connection.settimeout(left)
+                self.connection.settimeout(min(left, self.timeout))
                 chunk = self.rfile.read1(min(length - got, 1 << 20))
                 if not chunk:
                     return None

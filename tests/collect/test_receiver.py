@@ -447,3 +447,30 @@ def test_a_client_that_trickles_its_body_loses_its_slot_and_others_get_in(tmp_pa
     finally:
         slow.close()
         receiver.stop()
+
+
+def test_a_client_that_declares_a_large_body_and_sends_nothing_loses_its_slot_after_the_grace(tmp_path):
+    """The rate is a schedule for every byte, not one deadline for the last: a declared
+    20 MiB body left 10 s + 320 s to send it all, so a client that sent nothing held its slot
+    five times the 60 s idle timeout."""
+    import socket
+
+    from otel_assay.collect.receiver import Collector, Receiver
+
+    collector = Collector(tmp_path / "lake", flush_seconds=30)
+    receiver = Receiver(collector, grpc_addr=None, http_addr=("127.0.0.1", 0), max_concurrent_requests=1)
+    handler = receiver._http.RequestHandlerClass
+    handler.body_grace_s = 1.0  # the default rate; a grace of one second for the test
+    receiver.start()
+    port = receiver.listeners[0].port
+    slow = socket.create_connection(("127.0.0.1", port), timeout=8)
+    try:
+        slow.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                     + f"Content-Length: {20 << 20}\r\n\r\n".encode() + b"\x0a" * 10)  # then nothing more
+        t = time.monotonic()
+        answer = slow.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert time.monotonic() - t < 5
+    finally:
+        slow.close()
+        receiver.stop()
