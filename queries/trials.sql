@@ -95,9 +95,12 @@ step_facts AS (
         -- summed as decimals: a sum of doubles depends on the order DuckDB's threads combine
         -- their partial sums in, and the report's cost changed in its last digits between
         -- runs. A cost beyond any real one (a hostile attribute: 1e30, inf) would not fit a
-        -- decimal; such trials keep the plain sum
+        -- decimal; such trials keep the plain sum. Only costs below the bound reach the
+        -- decimal sum: DuckDB computes both branches, and a few costs of 5e19 (each one fits)
+        -- overflowed it, an error that failed every query over trials
         CASE WHEN max(abs(cost_usd)) FILTER (WHERE llm_call) < 1e9
-             THEN sum(TRY_CAST(cost_usd AS DECIMAL(38, 18))) FILTER (WHERE llm_call)::DOUBLE
+             THEN sum(TRY_CAST(CASE WHEN abs(cost_usd) < 1e9 THEN cost_usd END AS DECIMAL(38, 18)))
+                      FILTER (WHERE llm_call)::DOUBLE
              ELSE sum(cost_usd) FILTER (WHERE llm_call) END AS cost_usd,
         count(*) FILTER (WHERE llm_call AND cost_usd IS NULL) AS n_unpriced
     FROM steps
