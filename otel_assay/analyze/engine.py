@@ -96,15 +96,17 @@ def _without_replaced(paths: list[Path]) -> list[Path]:
     until they are deleted after the grace period, the files it replaces: every span would
     be read twice. Opening the lake by its directory does this through Lake.live_files.
     """
+    # absolute: a glob run inside the table's directory (`*/*.parquet`) names no table
+    full = [p.absolute() for p in paths]
     by_lake: dict[tuple[Path, str], set[Path]] = {}
-    for p in paths:
+    for p in full:
         tdir = p.parent.parent
         if _DT_DIR_RE.match(p.parent.name) and tdir.name in TABLES and (tdir.parent / "_compaction").is_dir():
             by_lake.setdefault((tdir.parent, tdir.name), set()).add(p)
     hidden: set[Path] = set()
     for (root, table), present in by_lake.items():
         hidden |= Lake(root).replaced_files(table, present)
-    return [p for p in paths if p not in hidden] if hidden else paths
+    return [p for p, a in zip(paths, full) if a not in hidden] if hidden else paths
 
 
 def _bytes(size: str) -> int:
