@@ -223,6 +223,17 @@ def test_a_trial_cost_is_the_same_in_every_run(tmp_path, open_engine):
     assert len(costs) == 1
 
 
+def test_costs_that_each_fit_a_decimal_but_not_their_sum_are_summed_not_an_error(tmp_path, open_engine):
+    """5e19 fits DECIMAL(38, 18), three of them do not: DuckDB sums the decimal branch of the
+    trial's cost for every trial, and the overflow failed every query over trials."""
+    write_lake(tmp_path / "lake", [span(1, 1, None, "invoke_agent a", 0, 10, {"gen_ai.operation.name": "invoke_agent"})]
+               + [span(1, 1 + k, 1, "chat m", k, k + 0.5, {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                                                            "llm.cost.total": "5e19"}) for k in (1, 2, 3)]
+               + [span(2, 1, None, "chat m", 0, 1, {"gen_ai.operation.name": "chat", "llm.cost.total": "0.25"})])
+    got = dict(open_engine(tmp_path / "lake").rows("SELECT trace_id, cost_usd FROM trials"))
+    assert got == {tid(1): 1.5e20, tid(2): 0.25}
+
+
 def test_a_glob_over_a_lake_during_compaction_grace_reads_each_span_once(tmp_path, open_engine):
     """A glob matched the merged file and the files it replaces until they were deleted:
     every span was counted twice. Old files named without the merged one are still read."""
@@ -241,3 +252,18 @@ def test_a_glob_over_a_lake_during_compaction_grace_reads_each_span_once(tmp_pat
         assert open_engine(source).rows("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM spans")[0] == (8, 8)
         assert open_engine(source).rows("SELECT count(*) FROM trials")[0][0] == 4
     assert open_engine(old).rows("SELECT count(*) FROM spans")[0][0] == 8  # the old files alone: all theirs
+
+
+def test_a_glob_relative_to_the_table_directory_during_compaction_grace_reads_each_span_once(
+        tmp_path, open_engine, monkeypatch):
+    """Run inside LAKE/spans, `*/*.parquet` names neither the table nor the lake: the
+    replaced files were read along with the merged one."""
+    from otel_assay.collect.lake import Lake
+
+    lake = tmp_path / "lake"
+    for t in range(1, 5):
+        write_lake(lake, [span(t, 1, None, "chat m", 0, 1, {"gen_ai.operation.name": "chat"})], token=f"t{t}")
+    assert Lake(lake).compact(grace_seconds=3600).files_out == 1
+    monkeypatch.chdir(lake / "spans")
+    for glob in ("*/*.parquet", "../spans/*/*.parquet"):
+        assert open_engine(glob).rows("SELECT count(*), count(DISTINCT trace_id) FROM spans")[0] == (4, 4), glob
