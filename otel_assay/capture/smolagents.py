@@ -31,7 +31,9 @@ that: its agent span fails with ``AgentMaxStepsError`` (see ``_end_agent``).
 from __future__ import annotations
 
 import contextvars
+import threading
 import time
+import weakref
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -241,15 +243,19 @@ class _Run:
     step that rejects the answer marks that call failed; otherwise it ends as it was, at
     its own end time."""
 
-    __slots__ = ("agent", "span", "chat", "chat_end", "tool_failed", "max_steps")
+    __slots__ = ("agent", "span", "chat", "chat_end", "tool_failed", "max_steps", "ended", "__weakref__")
 
     def __init__(self, agent, span):
         self.agent, self.span = agent, span
         self.chat = self.chat_end = None
         self.tool_failed = False  # a step span of the current ActionStep already failed
         self.max_steps = None     # the AgentMaxStepsError the run ended with
+        self.ended = False        # its agent span has ended (see _end_agent)
 
     def hold(self, span) -> None:
+        if self.ended:  # a stream read on after its trial ended it: nothing would release the call
+            span.end()
+            return
         self.release()
         self.chat, self.chat_end = span, time.time_ns()
 
@@ -341,7 +347,31 @@ def _agent_span(agent, task):
     return start_span(f"invoke_agent {name}", attrs, parent=t.span if t else None), t
 
 
+# streamed runs whose generator has not ended yet; a trial that ends ends them (_trial_end).
+# Weak: a generator dropped before its first item never runs its end, and must not keep its
+# agent alive here
+_OPEN_STREAMS: weakref.WeakSet = weakref.WeakSet()
+_OPEN_LOCK = threading.Lock()
+
+
+def _trial_end(trace_id: int, exc) -> None:
+    """A trial ends with a streamed run of it still open: its reader stopped without closing
+    the generator (kept in a variable past the trial), or never started reading. The run ends
+    here as when its reader breaks out of the loop; else its agent span, and the model call
+    it holds (tokens, cost), would end after the trial, or never (a generator closed only at
+    interpreter exit)."""
+    with _OPEN_LOCK:
+        runs = [r for r in list(_OPEN_STREAMS) if r.span.get_span_context().trace_id == trace_id]
+    for run in runs:
+        _end_agent(run, None)
+
+
 def _end_agent(run, t, output=None, exc=None):
+    with _OPEN_LOCK:
+        if run.ended:  # ended by its trial; the generator closed later
+            return
+        run.ended = True
+        _OPEN_STREAMS.discard(run)
     span = run.span
     run.release()  # an answer still held: its step was cut short (the run raised, or its reader stopped)
     if exc is not None:
@@ -379,6 +409,8 @@ def _run(wrapped, instance, args, kwargs):
             _end_agent(run, t, exc=e)
             raise
         _leave(tokens)
+        with _OPEN_LOCK:
+            _OPEN_STREAMS.add(run)
         return _traced_gen(gen, run, lambda out, exc: _end_agent(run, t, out, exc))
     tokens = _enter(run)
     try:
@@ -576,6 +608,7 @@ def instrument(module=None) -> bool:
     from smolagents.utils import AgentExecutionError, AgentMaxStepsError
     _ACTION_STEP, _EXECUTION_ERROR, _MAX_STEPS_ERROR = ActionStep, AgentExecutionError, AgentMaxStepsError
     _patch(agents.MultiStepAgent, "run", _run)
+    _runtime.add_trial_end(_trial_end)
     _patch(agents.MultiStepAgent, "__call__", _agent_call)
     _patch(agents.MultiStepAgent, "_generate_planning_step", _plan)
     _patch(agents.ToolCallingAgent, "process_tool_calls", _process_tool_calls)

@@ -124,6 +124,15 @@ def test_stream_stopped_by_the_consumer_is_not_an_agent_error(lake):
     assert [(s["status_code"], s["error_type"]) for s in tr] == [(0, None)] * 4
 
 
+def test_a_stream_kept_unread_past_its_trial_ends_with_the_trial(lake):
+    # the model call is held until its step ends; the step never ends, the generator is
+    # closed only at exit: the trial's end ends the run, and the model call is not lost
+    tr = one(lake, "stream-kept")
+    assert [n for n, _ in steps(tr)] == ["invoke_agent calc", "chat scripted-1"]
+    assert [(s["status_code"], s["error_type"]) for s in tr] == [(0, None)] * 3
+    assert next(s for s in tr if s["op"] == "chat")["input_tokens"] == 11
+
+
 @pytest.mark.parametrize("scenario,stopped", [("stream-break-plan", "plan calc"),
                                               ("stream-break-deltas", "chat scripted-1")])
 def test_a_stream_stopped_during_a_plan_or_model_stream_fails_no_step(lake, scenario, stopped):

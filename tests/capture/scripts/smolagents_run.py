@@ -125,6 +125,18 @@ with otel_assay.trial("stream-break", version="v1") as t:
             break  # the first step is enough
     t.outcome(passed=step.tool_calls[0].name == "add")
 
+# 4c'. the same, with the run's generator kept in a variable past the trial (closed only at
+# interpreter exit, after the flush)
+agent = ToolCallingAgent(tools=[add], model=ScriptedModel([("call", "add", {"a": 2, "b": 3}),
+                                                           ("call", "final_answer", {"answer": "5"})]),
+                         verbosity_level=0, name="calc")
+with otel_assay.trial("stream-kept", version="v1") as t:
+    kept_steps = agent.run("what is 2+3?", stream=True)
+    for step in kept_steps:
+        if type(step).__name__ == "ToolCall":
+            break  # the model has answered; its step is not over
+    t.outcome(passed=step.name == "add")
+
 # 5. planning: the plan is a reason step, its LLM call a child
 agent = ToolCallingAgent(tools=[add], planning_interval=5, verbosity_level=0, name="planner",
                          model=ScriptedModel([("text", "1. add 1 and 1\n2. answer\n<end_plan>"),
