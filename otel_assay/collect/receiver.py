@@ -599,8 +599,10 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None:
             self.close_connection = True
             try:
-                self._error(408, 4, f"the request body did not arrive in time (at least {self.min_body_rate} bytes/s)",
-                            is_json)
+                # 503 + Retry-After, not 408: OTLP exporters retry only 429/502/503/504, and a
+                # client on a slow link would otherwise drop the batch for good
+                self._error(503, 14, f"the request body did not arrive in time (at least {self.min_body_rate} "
+                            "bytes/s after a grace); retry", is_json, {"Retry-After": "1"})
             except OSError:
                 pass
             return
