@@ -340,6 +340,12 @@ def _event_classes() -> list:
 _PATCHES: list = []  # (owner, attribute name, original)
 
 
+def _implicit(instance):
+    if getattr(instance, "stream", False):
+        return None
+    return implicit_trial(getattr(instance, "name", None) or getattr(instance, "role", None), attach=True)
+
+
 def _kickoff(wrapped, instance, args, kwargs):
     """A crew (or an agent) kicked off outside any trial or trace, with OTEL_ASSAY_SCENARIO
     set: a trial of its own, as a top-level run of every other framework is. The trial is
@@ -347,8 +353,7 @@ def _kickoff(wrapped, instance, args, kwargs):
     of it) put the crew under it; the kickoff's own exception decides a failure's class
     (the events carry only its text). A streamed crew goes on after kickoff returns: no
     implicit trial (wrap it in otel_assay.trial)."""
-    t = None if getattr(instance, "stream", False) else implicit_trial(
-        getattr(instance, "name", None) or getattr(instance, "role", None), attach=True)
+    t = _implicit(instance)
     if t is None:
         return wrapped(*args, **kwargs)
     try:
@@ -361,8 +366,7 @@ def _kickoff(wrapped, instance, args, kwargs):
 
 
 async def _akickoff(wrapped, instance, args, kwargs):
-    t = None if getattr(instance, "stream", False) else implicit_trial(
-        getattr(instance, "name", None) or getattr(instance, "role", None), attach=True)
+    t = _implicit(instance)
     if t is None:
         return await wrapped(*args, **kwargs)
     try:
