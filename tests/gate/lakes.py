@@ -8,19 +8,36 @@ from pathlib import Path
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_assay.collect import ParquetSpanExporter
 
 
-def write_trials(lake: Path, trials: list[dict], seed: int = 0) -> Path:
+class _SeededIds(RandomIdGenerator):
+    """Trace and span ids from a seeded generator: the trials' order by trace id (which the
+    fingerprint matrix and so its permutation p-value follow) is the same in every run."""
+
+    def __init__(self, seed: int):
+        self._rng = random.Random(seed)
+
+    def generate_span_id(self) -> int:
+        return self._rng.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return self._rng.getrandbits(128) or 1
+
+
+def write_trials(lake: Path, trials: list[dict], seed: int = 0, *, id_seed: int | None = None) -> Path:
     """One trace per trial: ``{"scenario", "version", "outcome" ("pass"/"fail"/None),
     "tools": [...], "cost": the LLM span's llm.cost.total (optional), "follow_up": (relation,
     index of an earlier trial in ``trials``) for a metamorphic follow-up (optional)}``;
-    ``scenario=None`` writes a plain trace with no assay.* attributes."""
+    ``scenario=None`` writes a plain trace with no assay.* attributes. ``id_seed``: ids from
+    a seeded generator instead of the SDK's random ones (a test that needs an exact p-value)."""
     rng = random.Random(seed)
     exporter = ParquetSpanExporter(str(lake))
-    tp = TracerProvider(resource=Resource.create({"service.name": "test-agent"}))
+    tp = TracerProvider(resource=Resource.create({"service.name": "test-agent"}),
+                        id_generator=_SeededIds(id_seed) if id_seed is not None else RandomIdGenerator())
     tp.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = tp.get_tracer("tests.gate")
     trace_ids = []
