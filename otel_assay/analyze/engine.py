@@ -99,9 +99,14 @@ def _without_replaced(paths: list[Path]) -> list[Path]:
     # absolute: a glob run inside the table's directory (`*/*.parquet`) names no table
     full = [p.absolute() for p in paths]
     by_lake: dict[tuple[Path, str], set[Path]] = {}
+    compacted: dict[Path, bool] = {}  # table directory -> whose lake has compaction records (one stat each)
     for p in full:
         tdir = p.parent.parent
-        if _DT_DIR_RE.match(p.parent.name) and tdir.name in TABLES and (tdir.parent / "_compaction").is_dir():
+        if not (_DT_DIR_RE.match(p.parent.name) and tdir.name in TABLES):
+            continue
+        if tdir not in compacted:
+            compacted[tdir] = (tdir.parent / "_compaction").is_dir()
+        if compacted[tdir]:
             by_lake.setdefault((tdir.parent, tdir.name), set()).add(p)
     hidden: set[Path] = set()
     for (root, table), present in by_lake.items():
