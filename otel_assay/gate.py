@@ -1038,10 +1038,19 @@ def _fingerprint_checks(results, fp_b, fp_c, counted_b: set, counted_c: set, cfg
         check = Check("fingerprint", INCONCLUSIVE, "", stats=st)
         r.checks.append(check)
 
-        def finish(adjusted, check=check, h=h, scenario=r.scenario):
+        def finish(adjusted, check=check, h=h, scenario=r.scenario, beta=r.settings.beta):
             p_adj = adjusted[0]
             check.stats["pvalue_adjusted"] = p_adj
-            mds = f"; smallest detectable shift {h.min_detectable_shift:.2f} SD" if h.min_detectable_shift else ""
+            # the power figures at the level the family holds its strictest test to, not at
+            # alpha: a shift detectable only at alpha is not one this gate would block on.
+            # A T² past this critical value FAILs under any of the corrections
+            level = family.level()
+            shift = (stats.hotelling_detectable_shift(h.n_baseline, h.n_candidate, h.d_eff, level, beta)
+                     if h.min_detectable_shift is not None else None)
+            check.stats["min_detectable_shift"] = shift
+            check.stats["t2_critical"] = _t2_critical(h, level)
+            check.stats["power_level"] = level
+            mds = f"; smallest detectable shift {shift:.2f} SD" if shift else ""
             moved = ", ".join(f.name for f in h.top_features[:3] if f.smd != 0)
             tag = family.adjusted_tag()
             if p_adj < cfg.alpha:

@@ -278,10 +278,11 @@ def t2_plot(result) -> str:
                          f'stroke-width="2"/>')
     return _figure(_svg(width, height, "".join(parts), "Hotelling T2", "plot-t2"),
                    "Hotelling T² per scenario (bar, log scale; its colour is the fingerprint verdict) against "
-                   "its critical value at α before the multiple-testing correction (black tick, from the F "
-                   "reference). The verdict uses the p-value corrected over the suite's one family of FAIL "
-                   "tests (every gating check of every scenario; on few trials a permutation p-value), so a "
-                   "bar past the tick can still PASS.")
+                   "its critical value (black tick, from the F reference) at the level the multiple-testing "
+                   "correction holds the suite's strictest FAIL test to (α over the family of every gating "
+                   "check of every scenario, for Holm): a bar past the tick FAILs. The verdict uses the "
+                   "corrected p-value (on few trials a permutation p-value), so under Holm's step-down a bar "
+                   "short of the tick can still FAIL.")
 
 
 # ------------------------------------------------------------------ tables

@@ -134,3 +134,41 @@ def test_the_permutation_count_policy():
     by = _Family(0.05, "by")
     assert by.level(100) == pytest.approx(0.05 / (100 * sum(1 / j for j in range(1, 101))))
     assert _Family(0.05, "none").level(1000) == 0.05 and _Family(0.05, "bh").level(10) == 0.005
+
+
+def test_fingerprint_power_figures_are_at_the_family_level():
+    """The critical T² and the smallest detectable shift describe the test the gate runs:
+    at the level the family holds its strictest test to (alpha / m for Holm), not at alpha.
+    At alpha they claimed shifts the gate would not block on, and a T² past the plotted
+    critical value could PASS. Past the family-level critical value a T² FAILs."""
+    from scipy.special import fdtri
+
+    from otel_assay import stats
+
+    rng = np.random.default_rng(5)
+    n = 150  # >= 100 trials per arm: the F reference, which the critical value comes from
+    seen_fail_past_critical = 0
+    for rep in range(6):
+        # scenario 0 shifts (p_tool_a 0.5 -> 0.6: some runs FAIL, some not), the others are unchanged
+        scenarios = [Scenario(f"s{i}", rng.random(n) < 0.9, rng.random(n) < 0.9, simulate_fingerprints(rng, n),
+                              simulate_fingerprints(rng, n, p_tool_a=0.6 if i == 0 else 0.5)) for i in range(3)]
+        _, results, family = judge(scenarios, GateConfig(pairing="off"))
+        m = family["size"]
+        assert m == 6  # regression and fingerprint in 3 scenarios
+        for r in results:
+            fp = r.check("fingerprint")
+            st = fp.stats
+            assert st["method"] == "F"
+            assert st["power_level"] == pytest.approx(0.05 / m)
+            d1, d2 = st["df"]
+            assert st["t2_critical"] == pytest.approx(fdtri(d1, d2, 1 - 0.05 / m) * (2 * n - 2) * d1 / d2)
+            assert st["min_detectable_shift"] == pytest.approx(
+                stats.hotelling_detectable_shift(n, n, st["d_eff"], 0.05 / m, r.settings.beta))
+            assert st["min_detectable_shift"] > stats.hotelling_detectable_shift(n, n, st["d_eff"], 0.05,
+                                                                                r.settings.beta)
+            if st["t2"] > st["t2_critical"]:
+                assert fp.verdict == "FAIL", (rep, r.scenario, st)
+                seen_fail_past_critical += 1
+            if fp.verdict == "PASS":
+                assert f"smallest detectable shift {st['min_detectable_shift']:.2f} SD" in fp.reason
+    assert seen_fail_past_critical >= 1
