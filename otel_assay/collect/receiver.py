@@ -88,6 +88,11 @@ class _RecentKeys:
         self.capacity = capacity
         self._set: set[int] = set()
         self._fifo: collections.deque[int] = collections.deque()
+        # fifo entries of forgotten keys, by key: such an entry is older than any entry the
+        # key gets when it is added again, so when it leaves the window it must not take
+        # the newer one with it, and it does not count against the capacity
+        self._stale: dict[int, int] = {}
+        self._n_stale = 0
 
     def __len__(self) -> int:
         return len(self._set)
@@ -106,13 +111,36 @@ class _RecentKeys:
                 s.add(k)
                 fifo.append(k)
                 fresh.append(True)
-        while len(fifo) > self.capacity:
-            s.discard(fifo.popleft())
+        while len(fifo) - self._n_stale > self.capacity:
+            k = fifo.popleft()
+            n = self._stale.get(k) if self._n_stale else None
+            if n is None:
+                s.discard(k)
+                continue
+            self._n_stale -= 1
+            if n == 1:
+                del self._stale[k]
+            else:
+                self._stale[k] = n - 1
         return fresh
 
     def forget(self, keys: list[int]) -> None:
         for k in keys:
-            self._set.discard(k)
+            if k in self._set:
+                self._set.discard(k)
+                self._stale[k] = self._stale.get(k, 0) + 1
+                self._n_stale += 1
+        # stale entries leave only from the front of a full window: through an outage that
+        # fails every commit they would pile up, so past half the fifo they are swept out
+        if self._n_stale > max(1024, len(self._fifo) // 2):
+            kept, seen = [], set()
+            for k in reversed(self._fifo):  # a key's live entry is its newest
+                if k in self._set and k not in seen:
+                    seen.add(k)
+                    kept.append(k)
+            self._fifo = collections.deque(reversed(kept))
+            self._stale.clear()
+            self._n_stale = 0
 
 
 class _Claim:

@@ -323,3 +323,36 @@ def test_a_resend_that_races_a_failing_first_attempt_is_stored(tmp_path, monkeyp
     finally:
         release.set()
         c.close()
+
+
+def test_a_key_given_back_and_claimed_again_stays_for_a_whole_window():
+    """A failed commit gives its keys back (forget) and the client's retry claims them
+    again. The key's first, forgotten entry used to stay in the FIFO: when it left the
+    window it took the retry's entry with it, so a second retransmission of that span a
+    moment later was stored twice. The stale entries also counted against the capacity."""
+    from otel_assay.collect.receiver import _RecentKeys
+
+    w = _RecentKeys(4)
+    assert w.add_new([1, 2]) == [True, True]
+    w.forget([1])                     # the commit holding 1 failed
+    assert w.add_new([1]) == [True]   # the retry claims it again
+    assert w.add_new([3, 4]) == [True, True]
+    # the window holds 2, 1, 3, 4; one more key evicts 2, the oldest, and nothing else
+    assert w.add_new([5]) == [True]
+    assert 2 not in w and all(k in w for k in (1, 3, 4, 5))
+    assert w.add_new([1]) == [False]  # a second retransmission is still a duplicate
+    assert w.add_new([6]) == [True]
+    assert 1 not in w and all(k in w for k in (3, 4, 5, 6))
+
+
+def test_an_outage_that_fails_every_commit_keeps_the_window_bounded():
+    from otel_assay.collect.receiver import _RecentKeys
+
+    w = _RecentKeys(1000)
+    for attempt in range(200):        # the same 1000 spans, claimed and given back each time
+        keys = list(range(1000))
+        assert all(w.add_new(keys))
+        w.forget(keys)
+        assert len(w._fifo) <= 3000
+    assert all(w.add_new(list(range(1000))))
+    assert w.add_new(list(range(1000))) == [False] * 1000
