@@ -103,7 +103,12 @@ kinded AS (
         CASE WHEN step_kind = 'llm' THEN
             lower(coalesce(provider, attributes['gen_ai.provider.name'], attributes['llm.provider'],
                            attributes['langsmith.metadata.ls_provider'], attributes['llm.system'], legacy_system))
-        END AS llm_provider
+        END AS llm_provider,
+        -- the parts of the output messages (semconv layout), read once for the answer text
+        -- and for whether the model asked for tools
+        CASE WHEN step_kind IN ('llm', 'agent', 'workflow') AND json_valid(attributes['gen_ai.output.messages']) THEN
+            CAST(json_extract(attributes['gen_ai.output.messages'], '$[*].parts[*]') AS JSON[])
+        END AS output_parts
     FROM classified
 )
 SELECT
@@ -196,9 +201,7 @@ SELECT
     -- the assistant's final text part, in whichever layout the dialect uses
     CASE
         WHEN step_kind IN ('llm', 'agent', 'workflow') THEN coalesce(
-            CASE WHEN json_valid(attributes['gen_ai.output.messages']) THEN
-                list_filter(CAST(json_extract(attributes['gen_ai.output.messages'], '$[*].parts[*]') AS JSON[]),
-                            lambda p: p->>'type' = 'text')[-1]->>'content' END,
+            list_filter(output_parts, lambda p: p->>'type' = 'text')[-1]->>'content',
             attributes['gen_ai.completion.0.content'],
             attributes['llm.output_messages.0.message.content'],
             CASE WHEN json_valid(attributes['gen_ai.completion']) THEN coalesce(
@@ -213,9 +216,7 @@ SELECT
     END AS output_text,
     -- did the LLM ask for tools? NULL when the span does not say
     CASE WHEN step_kind = 'llm' THEN coalesce(
-        CASE WHEN json_valid(attributes['gen_ai.output.messages']) THEN
-            len(list_filter(CAST(json_extract(attributes['gen_ai.output.messages'], '$[*].parts[*]') AS JSON[]),
-                            lambda p: p->>'type' = 'tool_call')) > 0 END,
+        len(list_filter(output_parts, lambda p: p->>'type' = 'tool_call')) > 0,
         -- LangSmith: the LLMResult as JSON; the AIMessage is serialised as a LangChain
         -- constructor (kwargs) or as plain fields. Without this a turn that asked for
         -- tools and was interrupted before them (interrupt_before=["tools"]) read as respond
