@@ -148,9 +148,11 @@ def import_(files, lake_dir):
     """Import OTLP trace files into the lake at --dir.
 
     Accepts OTLP JSON Lines (the OpenTelemetry Collector file exporter's default), a single
-    OTLP JSON document, and length-prefixed OTLP protobuf; each may be gzip or zstd
-    compressed. Importing the same file twice stores its spans once. Exits 4 if any file,
-    record or span could not be imported (the rest is still imported).
+    OTLP JSON document (or several one after another), and length-prefixed OTLP protobuf;
+    each may be gzip or zstd compressed, and the Collector file exporter's `compression: zstd`
+    (each length-prefixed message compressed) is read too. Importing the same file twice
+    stores its spans once. Exits 4 if any file, record or span could not be imported (the
+    rest is still imported).
     """
     from .collect.importer import import_files
     from .collect.lake import LakeError
@@ -197,8 +199,8 @@ def import_(files, lake_dir):
                + (f"; {result.spans_rejected} rejected" if result.spans_rejected else ""))
     if not result.ok:
         raise DataError("some input could not be imported (see above); the rest was imported. Importing the "
-                        "same file again skips it; a fixed file imports again, and `otel-assay compact` then drops "
-                        "the spans stored twice")
+                        "same file again skips it if any of its spans were imported; a fixed file imports again, and "
+                        "`otel-assay compact` then drops the spans stored twice")
 
 
 # ---------------------------------------------------------------------------- compact

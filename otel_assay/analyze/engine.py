@@ -71,8 +71,12 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
         if p.is_dir():
             lake = Lake(p)
             if not any((p / t).is_dir() for t in TABLES):
-                raise LakeError(f"{p} is not a span lake (no spans/ directory); "
-                                "point at the directory given to `otel-assay collect --dir` or OTEL_ASSAY_DIR")
+                hint = "point at the directory given to `otel-assay collect --dir` or OTEL_ASSAY_DIR"
+                if _has_files(p):
+                    # a directory of span exports, the way a span file given as the lake is told
+                    hint += ("; span files from other exporters go into a lake first: "
+                             "otel-assay import FILE... --dir LAKE, then run this on LAKE")
+                raise LakeError(f"{p} is not a span lake (no spans/ directory); {hint}")
             for t in TABLES:
                 files[t].extend(lake.live_files(t))
             files["labels"].extend(label_files(p))
@@ -87,6 +91,13 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
             raise LakeError(f"{src} does not exist; give a lake directory, a Parquet file or a glob")
     files["spans"] = _without_replaced(files["spans"])
     return files
+
+
+def _has_files(directory: Path) -> bool:
+    try:
+        return any(f.is_file() for f in directory.iterdir())
+    except OSError:
+        return False
 
 
 def _without_replaced(paths: list[Path]) -> list[Path]:

@@ -2,18 +2,20 @@
 
 Reads what the OpenTelemetry Collector's file exporter and the SDK's OTLP JSON file
 exporter write (reference/storage.md §3): JSON Lines (one ExportTraceServiceRequest or
-TracesData per line), a single JSON document, or length-prefixed protobuf (4-byte
-big-endian length before each message); any of them gzip- or zstd-compressed (detected by
-magic bytes, not by the file name).
+TracesData per line), a single JSON document (or several, pretty-printed one after
+another), or length-prefixed protobuf (4-byte big-endian length before each message); any
+of them gzip- or zstd-compressed (detected by magic bytes, not by the file name), and
+length-prefixed zstd-compressed JSON or protobuf messages (the Collector file exporter's
+``compression: zstd``).
 
 Import is idempotent: files written for an input are named after the input's content
 hash, so importing the same file twice leaves the lake as importing it once; and a file
 read to its end (bad lines and a damaged compressed tail included: the same bytes never
-give more) is recorded in ``LAKE/_imports/<hash>.json``, so that the same content is
-skipped even after ``compact`` has merged (and renamed) the files it produced. A fixed file,
-or one the Collector has appended to, is new content: its spans that were already imported
-are stored again (the import counts them and says so), and ``compact`` drops such
-duplicates.
+give more) that gave any spans is recorded in ``LAKE/_imports/<hash>.json``, so that the
+same content is skipped even after ``compact`` has merged (and renamed) the files it
+produced. A fixed file, or one the Collector has appended to, is new content: its spans
+that were already imported are stored again (the import counts them and says so), and
+``compact`` drops such duplicates.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
 from .lake import Lake, duckdb_connect, sql_list
-from .otlp import MalformedOTLP, add_json, add_protobuf, parse_protobuf
+from .otlp import MalformedOTLP, add_json, add_protobuf, parse_json, parse_protobuf
 from .schema import DEFAULT_LIMITS, Limits, SpanBatch
 
 CHUNK_SPANS = 200_000
@@ -147,9 +149,55 @@ def _open_decompressed(path: Path, progress) -> tuple[io.BufferedReader, str]:
     if head == _ZSTD:
         import zstandard
 
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
-        return io.BufferedReader(_Decompressed(reader, "zstd", (zstandard.ZstdError,)), 1 << 20), "zstd"
+        return io.BufferedReader(_Decompressed(_ZstdFrames(raw), "zstd", (zstandard.ZstdError,)), 1 << 20), "zstd"
     return raw, ""
+
+
+class _ZstdFrames(io.RawIOBase):
+    """zstd frames one after another, and an error when the file ends inside a frame.
+
+    zstandard's ``stream_reader`` ends quietly where the input ends: a file cut off at a
+    block boundary (a copy of one the Collector is still writing flushes whole blocks) read
+    as complete, imported with exit 0 and was recorded as imported. gzip reports the same
+    cut; here a ``decompressobj`` per frame tells by its ``eof`` whether the frame was whole.
+    """
+
+    STEP = 8 << 10  # compressed bytes per call: zstd expands at most ~32,000x, so at most ~256 MiB out
+
+    def __init__(self, raw: BinaryIO):
+        import zstandard
+
+        self.raw, self.dctx, self.frame = raw, zstandard.ZstdDecompressor(), None
+        self.out, self.pos = b"", 0  # decompressed, not yet handed out
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto1(self, b) -> int:
+        import zstandard
+
+        while self.pos == len(self.out):
+            rest = b""
+            if self.frame is not None and self.frame.eof:
+                rest, self.frame = self.frame.unused_data, None  # the next frame's first bytes
+            data = rest or self.raw.read(self.STEP)
+            if not data:
+                if self.frame is not None:
+                    raise zstandard.ZstdError("the data ends inside a zstd frame")
+                return 0
+            if self.frame is None:
+                self.frame = self.dctx.decompressobj()
+            self.out, self.pos = self.frame.decompress(data), 0
+        n = min(len(b), len(self.out) - self.pos)
+        b[:n] = self.out[self.pos:self.pos + n]
+        self.pos += n
+        return n
+
+    readinto = readinto1
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
 
 
 def _protobuf_records(stream: BinaryIO) -> Iterator[bytes]:
@@ -179,14 +227,22 @@ def import_files(
     lake = Lake(lake_dir)
     lake.ensure_writable()
     result = ImportResult()
+    written: list[tuple[FileReport, list[Path]]] = []
     for p in paths:
         path = Path(p)
         report = FileReport(str(path))
         result.files.append(report)
         try:
-            _import_one(path, lake, limits, report, progress)
+            files = _import_one(path, lake, limits, report, progress)
         except OSError as e:
             report.errors.append(f"cannot read: {e.strerror or e}")
+            continue
+        if files:
+            written.append((report, files))
+    # once for the whole run: a check after each file read every other file of its
+    # partitions again, so a directory of N small exports cost N² file reads (300 files of
+    # 48 spans: 45 s of checks after 5 s of import)
+    _count_already_in_lake(lake, written)
     return result
 
 
@@ -205,7 +261,8 @@ def _record_import(lake: Lake, digest: str, report: FileReport) -> None:
     os.replace(tmp, path)
 
 
-def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, progress) -> None:
+def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, progress) -> list[Path]:
+    """Import one file; return the spans files written for it."""
     digest = _digest(path)
     try:
         before = json.loads(_ledger(lake, digest).read_text())
@@ -214,56 +271,74 @@ def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, prog
     if isinstance(before, dict):
         report.format = str(before.get("format", "?"))
         report.already_imported = str(_ledger(lake, digest))
-        return
+        return []
     # an OSError (reading the file or writing the lake failed) propagates and nothing is
     # recorded: the same content may import fully later
     written = _import_stream(path, digest, lake, limits, report, progress)
     # recorded even with bad lines or a corrupt compressed tail: the same bytes can never
     # import more than they just did, and importing them again after a compaction would
-    # store the good spans twice
-    _record_import(lake, digest, report)
-    if written:
-        report.spans_already_in_lake = _count_already_in_lake(lake, written)
+    # store the good spans twice. Not a file nothing of which was imported (not OTLP, empty,
+    # unreadable from its first byte): importing it again cannot store anything twice, and a
+    # record would make the next run call it "imported before" and exit 0 with none of it in
+    # the lake, even once the file is readable (or otel-assay reads its format)
+    if report.spans_imported or not (report.errors or report.spans_rejected):
+        _record_import(lake, digest, report)
+    return written
 
 
-# Above this many bytes of other files in the partitions an import wrote to, the check for
-# spans stored twice is skipped: it is a notice, and must not cost more than the import did.
+# Above this many bytes of files in the partitions an import wrote to, the check for spans
+# stored twice is skipped: it is a notice, and must not cost more than the import did.
 DUPLICATE_CHECK_MAX_BYTES = 2 << 30
 
 
-def _count_already_in_lake(lake: Lake, written: list[Path]) -> int | None:
-    """How many of the spans in ``written`` the lake already held under other files.
+def _count_already_in_lake(lake: Lake, written: list[tuple[FileReport, list[Path]]]) -> None:
+    """Set each report's ``spans_already_in_lake``: how many of its spans the lake already
+    held under other files, from before this run or from a file imported earlier in it.
 
     A file the Collector has appended to since it was last imported is new content (the
     ledger goes by hash), so all its earlier spans are stored again. Copies of a span land in
-    the same ``dt=`` partition (by start time), so only the other files of the partitions
-    this import wrote to are read, and only their two id columns. Returns None when the
-    check was skipped (too much to read, or the lake could not be read): it is a notice, not
-    part of the import.
+    the same ``dt=`` partition (by start time), so only the files of the partitions this run
+    wrote to are read, and only their two id columns, in one query. Left None when the check
+    was skipped (too much to read, or the lake could not be read): it is a notice, not part
+    of the import.
     """
     import duckdb
+    import pyarrow as pa
 
-    mine = set(written)
-    partitions = {w.parent for w in mine}
-    others = [f for f in lake.live_files("spans") if f.parent in partitions and f not in mine]
-    if not others:
-        return 0
+    if not written:
+        return
+    source = {f: i for i, (_, files) in enumerate(written) for f in files}  # file -> input, in import order
+    partitions = {f.parent for f in source}
+    others = [f for f in lake.live_files("spans") if f.parent in partitions and f not in source]
+    if not others and len(written) == 1:
+        written[0][0].spans_already_in_lake = 0
+        return
+    files = sorted(source) + others
     try:
-        if sum(f.stat().st_size for f in others) > DUPLICATE_CHECK_MAX_BYTES:
-            return None
+        # this run's files too: the one query reads them all
+        if sum(f.stat().st_size for f in files) > DUPLICATE_CHECK_MAX_BYTES:
+            return
     except OSError:  # compacted away meanwhile
-        return None
+        return
 
     con = duckdb_connect()
     try:
-        return con.execute(
-            f"WITH new AS (SELECT DISTINCT trace_id, span_id FROM read_parquet({sql_list(sorted(mine))})) "
-            f"SELECT count(*) FROM new WHERE EXISTS (SELECT 1 FROM read_parquet({sql_list(others)}) o "
-            f"WHERE o.trace_id = new.trace_id AND o.span_id = new.span_id)").fetchall()[0][0]
+        # the lake's earlier files are input -1: a span counts for an input when an earlier
+        # input (or the lake before) holds it, as when each file was checked after its import
+        con.register("sources", pa.table({"filename": [str(f) for f in files],
+                                          "src": [source.get(f, -1) for f in files]}))
+        counts = dict(con.execute(
+            f"WITH r AS (SELECT p.trace_id, p.span_id, s.src FROM read_parquet({sql_list(files)}, filename = true) p "
+            f"JOIN sources s ON p.filename = s.filename) "
+            f"SELECT a.src, count(*) FROM (SELECT DISTINCT trace_id, span_id, src FROM r WHERE src >= 0) a "
+            f"WHERE EXISTS (SELECT 1 FROM r b WHERE b.trace_id = a.trace_id AND b.span_id = a.span_id "
+            f"AND b.src < a.src) GROUP BY a.src").fetchall())
     except duckdb.Error:  # an unreadable file is reported by compact and the views, not by this notice
-        return None
+        return
     finally:
         con.close()
+    for i, (report, _) in enumerate(written):
+        report.spans_already_in_lake = counts.get(i, 0)
 
 
 def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: FileReport,
@@ -321,7 +396,21 @@ def _import_protobuf(stream: BinaryIO, *, batch_ref, flush, report: FileReport) 
     try:
         for n, record in enumerate(_protobuf_records(stream), 1):
             try:
-                report.spans_seen += add_protobuf(parse_protobuf(record), batch_ref())
+                if record[:4] == _ZSTD:
+                    # the Collector's file exporter with `compression: zstd` (its default,
+                    # message-level mode) compresses each length-prefixed message on its own,
+                    # JSON (`format: json`) or protobuf: the file itself starts with a length
+                    record = _unzstd_record(record)
+                    if n == 1 and record[:1] == b"{":
+                        report.format = report.format.replace("protobuf", "json")
+                    if n == 1 and "+zstd" not in report.format:
+                        report.format += "+zstd"
+                # JSON starts with "{"; a serialized ExportTraceServiceRequest with the tag of
+                # field 1 (0x0a), and never with 0x7b (field 15, a group)
+                if record[:1] == b"{":
+                    report.spans_seen += add_json(parse_json(record), batch_ref())
+                else:
+                    report.spans_seen += add_protobuf(parse_protobuf(record), batch_ref())
             except MalformedOTLP as e:
                 report.errors.append(f"record {n}: {e}")
             if len(batch_ref()) >= CHUNK_SPANS:
@@ -338,12 +427,33 @@ def _import_protobuf(stream: BinaryIO, *, batch_ref, flush, report: FileReport) 
             report.errors.append(f"after record {n}: {e}; the rest of the file is unreadable")
 
 
+def _unzstd_record(record: bytes) -> bytes:
+    """One zstd-compressed record, at most MAX_RECORD bytes decompressed (a record is read whole)."""
+    import zstandard
+
+    frames, body, buf = _ZstdFrames(io.BytesIO(record)), bytearray(), memoryview(bytearray(1 << 20))
+    try:
+        while n := frames.readinto1(buf):
+            body += buf[:n]
+            if len(body) > MAX_RECORD:
+                raise MalformedOTLP(f"zstd-compressed record decompresses to more than {MAX_RECORD} bytes")
+    except zstandard.ZstdError as e:
+        raise MalformedOTLP(f"corrupt zstd-compressed record: {e}") from None
+    return bytes(body)
+
+
 def _import_json(stream: BinaryIO, *, batch_ref, flush, report: FileReport) -> None:
     foreign: set[str] = set()  # top-level keys of documents that are not OTLP
     _import_json_docs(stream, batch_ref=batch_ref, flush=flush, report=report, foreign=foreign)
     if report.spans_seen == 0 and not report.errors and foreign:
         # valid JSON, but not OTLP (a Jaeger or Zipkin export, a report): saying "0 spans
         # imported" and succeeding would hide that nothing of it can be analysed
+        if {"context", "start_time", "end_time"} <= foreign:  # span.to_json(), as ConsoleSpanExporter writes
+            report.errors.append(
+                "no OTLP spans: this is the OpenTelemetry SDK's ConsoleSpanExporter output (span.to_json()), which "
+                "is not OTLP; write spans with the OTLP JSON file exporter (package opentelemetry-exporter-otlp-json-file, "
+                "FileSpanExporter) or send them to `otel-assay collect`")
+            return
         report.errors.append(
             "no OTLP spans: the JSON has no resourceSpans (its top-level keys: " + ", ".join(sorted(foreign)[:8]) +
             "); export OTLP/JSON, for example with the OpenTelemetry Collector's file exporter")
@@ -371,24 +481,50 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport,
         try:
             doc = json.loads(text)
         except (ValueError, RecursionError) as e:
-            # not one document either: read line by line, so that one bad line (a record cut
-            # off by a crash, a stray log line) costs that line and not the whole file
-            errors = len(report.errors)
-            good = _add_json_lines(_parse_lines(io.BytesIO(text)), batch_ref=batch_ref, flush=flush,
-                                   report=report, foreign=foreign)
-            if not good:  # a broken document, not JSON Lines: one error, not one per line
-                del report.errors[errors:]
-                report.errors.append(f"not valid JSON: {e}")
-            return
+            doc = _concatenated(text)
+            if doc is None:
+                # not one document either: read line by line, so that one bad line (a record cut
+                # off by a crash, a stray log line) costs that line and not the whole file
+                errors = len(report.errors)
+                good = _add_json_lines(_parse_lines(io.BytesIO(text)), batch_ref=batch_ref, flush=flush,
+                                       report=report, foreign=foreign)
+                if not good:  # a broken document, not JSON Lines: one error, not one per line
+                    del report.errors[errors:]
+                    report.errors.append(f"not valid JSON: {e}")
+                return
         for d in doc if isinstance(doc, list) else [doc]:
             _note_foreign(d, foreign)
             try:
                 report.spans_seen += add_json(d, batch_ref())
             except MalformedOTLP as e:
                 report.errors.append(str(e))
+            if len(batch_ref()) >= CHUNK_SPANS:  # many documents one after another: as JSON Lines
+                flush()
         return
     docs = _chain_first(skipped.count(b"\n"), first_doc, lines)
     _add_json_lines(docs, batch_ref=batch_ref, flush=flush, report=report, foreign=foreign)
+
+
+def _concatenated(text: bytes) -> list | None:
+    """The documents of ``text`` when it is several JSON documents one after another, each
+    over many lines: ``jq . traces.jsonl`` pretty-prints each line's document so, and the
+    SDK's ConsoleSpanExporter writes its spans so. Neither one document nor JSON Lines, such
+    a file was refused whole as "not valid JSON: Extra data". None when it is not that."""
+    decoder, docs, i = json.JSONDecoder(), [], 0
+    try:
+        s = text.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    while True:
+        while i < len(s) and s[i] in " \t\r\n":  # raw_decode takes no whitespace before a document
+            i += 1
+        if i == len(s):
+            return docs if len(docs) > 1 else None
+        try:
+            doc, i = decoder.raw_decode(s, i)
+        except (ValueError, RecursionError):
+            return None
+        docs.extend(doc if isinstance(doc, list) else [doc])
 
 
 def _add_json_lines(docs: Iterator, *, batch_ref, flush, report: FileReport, foreign: set[str]) -> int:

@@ -78,6 +78,17 @@ def test_an_exported_span_file_given_as_the_lake_points_to_import(capsys, tmp_pa
     assert code == 4 and "not a span lake" in err and "otel-assay import" in err
 
 
+def test_a_directory_of_exported_span_files_given_as_the_lake_points_to_import(capsys, tmp_path):
+    # it said only to point at the directory given to `collect --dir`, which such a user has not got
+    (tmp_path / "exports").mkdir()
+    (tmp_path / "exports" / "traces.jsonl").write_text('{"resourceSpans": []}\n')
+    code, _, err = run(capsys, "trials", str(tmp_path / "exports"))
+    assert code == 4 and "is not a span lake" in err and "otel-assay import" in err, err
+    (tmp_path / "empty").mkdir()  # no files: nothing to import, no such hint
+    code, _, err = run(capsys, "trials", str(tmp_path / "empty"))
+    assert code == 4 and "is not a span lake" in err and "otel-assay import" not in err, err
+
+
 @pytest.mark.parametrize("command", ["steps", "trials", "fingerprint", "coverage", "stability", "pass-rates"])
 def test_every_command_runs(capsys, lake, command):
     code, out, err = run(capsys, command, str(lake), "--format", "json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import struct
 import subprocess
@@ -238,3 +239,105 @@ def test_a_json_array_of_documents_imports_on_one_line_as_when_indented(tmp_path
     assert r.ok, r.files[0].errors
     assert r.spans_imported == len(spans)
     assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+@pytest.mark.parametrize("fmt", ["json", "proto"])
+def test_the_collector_file_exporters_zstd_compressed_messages_are_imported(tmp_path, fmt):
+    # the Collector's file exporter with `compression: zstd` (its default, message-level
+    # mode; collectors/write-files-for-import.yaml calls it fine) compresses each message on
+    # its own behind the 4-byte length: every record was refused as corrupt protobuf
+    spans = recorded_trials(5)
+    out = b""
+    for i in range(0, len(spans), 5):
+        batch = spans[i:i + 5]
+        msg = json.dumps(encode_json(batch).to_dict()).encode() if fmt == "json" else encode_proto(batch).SerializeToString()
+        z = zstandard.ZstdCompressor().compress(msg)
+        out += struct.pack(">I", len(z)) + z
+    f = tmp_path / "traces"
+    f.write_bytes(out)
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"{'json' if fmt == 'json' else 'protobuf'}+zstd, {len(spans)} spans imported" in r.stdout
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+@pytest.mark.parametrize("content", [b"2026-01-01 12:00:00 INFO started\n", b"", b'{"decision": "deploy"}\n'],
+                         ids=["text", "empty", "not-otlp"])
+def test_a_file_nothing_of_which_was_imported_is_not_skipped_as_imported_before(tmp_path, content):
+    # it was recorded as imported: the second run said "skipped: the same content was
+    # imported before" and exited 0 with none of it in the lake
+    f = tmp_path / "export.jsonl"
+    f.write_bytes(content)
+    first = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert first.returncode == 4, first.stdout + first.stderr
+    again = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert again.returncode == 4 and "skipped" not in again.stdout, again.stdout + again.stderr
+    assert again.stderr == first.stderr
+
+
+def test_a_zstd_file_cut_off_at_a_block_boundary_is_reported_as_truncated(tmp_path):
+    # a copy of a file the Collector is still writing ends where it last flushed a block:
+    # zstandard's stream reader ends there quietly, so the part imported with exit 0 and the
+    # file was recorded as imported whole (gzip reports the same cut)
+    spans = recorded_trials(30)
+    data = jsonl(spans)
+    head = data[:data.index(b"\n", len(data) // 2) + 1]  # whole lines, as a writer flushes them
+    buf = io.BytesIO()
+    w = zstandard.ZstdCompressor().stream_writer(buf, closefd=False)
+    w.write(head)
+    w.flush(zstandard.FLUSH_BLOCK)
+    f = tmp_path / "traces.jsonl.zst"
+    f.write_bytes(buf.getvalue())  # the frame never ends
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "corrupt or truncated zstd file" in r.stderr and "the spans before the damage were imported" in r.stderr
+    got, want = lake_view(tmp_path / "lake"), expected_view(spans)
+    assert 0 < len(got) < len(want) and all(got[k] == want[k] for k in got)
+    # several frames one after another are one stream, as before
+    f.write_bytes(zstandard.ZstdCompressor().compress(head) + zstandard.ZstdCompressor().compress(data[len(head):]))
+    r = run_cli("import", f, "--dir", tmp_path / "lake2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert lake_view(tmp_path / "lake2") == want
+
+
+def test_pretty_printed_documents_one_after_another_are_imported(tmp_path):
+    # `jq . traces.jsonl > traces.json` spreads each line's document over many lines: neither
+    # one document nor JSON Lines, the file was refused whole ("not valid JSON: Extra data")
+    spans = recorded_trials(4)
+    f = tmp_path / "traces.json"
+    f.write_text("".join(json.dumps(encode_json(spans[i:i + 5]).to_dict(), indent=2) + "\n"
+                         for i in range(0, len(spans), 5)))
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"json, {len(spans)} spans imported" in r.stdout
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_console_span_exporter_output_is_named_and_the_otlp_exporter_suggested(tmp_path):
+    # what ConsoleSpanExporter writes to a file: each span's to_json(), one after another
+    f = tmp_path / "console.json"
+    f.write_text("".join(s.to_json() + "\n" for s in recorded_trials(1)))
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+    assert "ConsoleSpanExporter output" in r.stderr and "opentelemetry-exporter-otlp-json-file" in r.stderr, r.stderr
+
+
+def test_the_stored_twice_check_reads_the_lake_once_per_run_not_once_per_file(tmp_path, monkeypatch):
+    # it ran after each file and read every other file of its partitions again: importing a
+    # directory of N small exports cost N² file reads (300 files of 48 spans: 45 s of checks
+    # after 5 s of import)
+    import otel_assay.collect.importer as importer
+
+    spans = recorded_trials(6)
+    lake = tmp_path / "lake"
+    (tmp_path / "a.jsonl").write_bytes(jsonl(spans[:10]))
+    assert importer.import_files([tmp_path / "a.jsonl"], lake).ok
+    for name, part in (("b", spans[10:20]), ("c", spans[5:15]), ("d", spans[20:])):
+        (tmp_path / f"{name}.jsonl").write_bytes(jsonl(part))
+    connects = []
+    real = importer.duckdb_connect
+    monkeypatch.setattr(importer, "duckdb_connect", lambda *a, **k: connects.append(1) or real(*a, **k))
+    r = importer.import_files([tmp_path / f"{n}.jsonl" for n in "bcd"], lake)
+    assert r.ok and len(connects) == 1
+    # c holds 5 spans of the lake's a and 5 of b, imported before it in the same run
+    assert [f.spans_already_in_lake for f in r.files] == [0, 10, 0]
