@@ -347,9 +347,11 @@ def parse_config(text: str, source: str = "<config>") -> GateConfig:
             raise loc.error(("correction",), f"must be one of {', '.join(CORRECTIONS)}, got {data['correction']!r}")
         cfg.correction = data["correction"]
     if "pairing" in data:
-        if data["pairing"] not in ("auto", "off"):
+        # YAML reads a bare `off` (the documented value) as false
+        pairing = "off" if data["pairing"] is False else data["pairing"]
+        if pairing not in ("auto", "off"):
             raise loc.error(("pairing",), f"must be auto or off, got {data['pairing']!r}")
-        cfg.pairing = data["pairing"]
+        cfg.pairing = pairing
     cfg.checks.update(_checks(loc, ("checks",), data.get("checks")))
 
     fp = _keys(loc, ("fingerprint",), data.get("fingerprint"), ("exclude", "permutations", "seed"))
@@ -803,6 +805,12 @@ def _pass_rate_checks(results: list[ScenarioResult], cfg: GateConfig, family: _F
             continue
         if s.threshold is None:
             continue
+        if r.candidate.trials == 0:
+            # a scenario only the baseline ran: open, as the regression check has it; SKIPPED
+            # ("no outcome") left it unjudged, so with pass_rate the only gating check a
+            # candidate that dropped a scenario deployed
+            r.checks.append(Check("pass_rate", INCONCLUSIVE, "the candidate did not run this scenario"))
+            continue
         if r.candidate.with_outcome == 0:
             r.checks.append(Check("pass_rate", SKIPPED, "no candidate trial has an outcome; judged by the "
                                   "checks that need none (fingerprint, stability, coverage)", gating=False))
@@ -1154,7 +1162,11 @@ def _coverage(eng, table: str, cfg: GateConfig, use_minimum: bool) -> dict[str, 
                           models_target=cfg.coverage_models or None, state_lambda=cfg.state_lambda,
                           weights=cfg.coverage_weights)
     minimum = cfg.min_coverage if use_minimum else None
-    if minimum is None:
+    if minimum is None and cfg.min_coverage is not None:
+        # regress: the config has a minimum, which "none configured" would deny
+        verdict, reason = SKIPPED, (f"regress does not judge coverage (min_coverage {cfg.min_coverage} is for "
+                                    "gate): reported only")
+    elif minimum is None:
         verdict, reason = SKIPPED, "no coverage minimum configured: reported only"
     elif rep.overall is None:
         verdict, reason = INCONCLUSIVE, ("coverage is undefined (every dimension n/a or weighted 0): declare "
@@ -1500,6 +1512,12 @@ def _oracle_checks(results: list[ScenarioResult], oracle_b: _Oracles | None, ora
                 r.checks.append(Check(kind, SKIPPED, "turned off for this scenario", gating=False))
                 continue
             applicable = [it for it in items if getattr(it, "applies_to", lambda s: True)(r.scenario)]
+            if r.candidate.trials == 0:
+                # only the baseline ran it: open, as in _pass_rate_checks (no check at all left a
+                # candidate that dropped the scenario to deploy when these were the gating checks)
+                if applicable:
+                    r.checks.append(Check(kind, INCONCLUSIVE, "the candidate did not run this scenario"))
+                continue
             judged = [it for it in applicable if _counts(cand, r.scenario, it.name)[0] > 0]
             # configured but judged in no trial (an unpriced model, text not recorded): say so,
             # rather than leave the user to think it held

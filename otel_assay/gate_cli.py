@@ -109,21 +109,27 @@ def check_output_paths(*, config: str | None = None, **paths) -> None:
         if path is not None and str(path).strip() in ("", "-"):
             raise UsageError(f"--{flag} {str(path)!r}: give a file path (the terminal report already goes to stdout)")
         if path and not Path(path).parent.is_dir():
-            raise UsageError(f"--{flag} {path}: directory {Path(path).parent} does not exist; create it first")
+            parent = Path(path).parent
+            if parent.exists():  # a file: "create it first" would send the user looking for nothing
+                raise UsageError(f"--{flag} {path}: {parent} is a file, not a directory; give a path in a directory")
+            raise UsageError(f"--{flag} {path}: directory {parent} does not exist; create it first")
         if path:
             other = seen.setdefault(Path(path).resolve(), f"--{flag}")
             if other != f"--{flag}":
                 raise UsageError(f"--{flag} {path} is also the file of {other}; give each report its own file")
 
 
-def remove_stale_reports(*paths) -> None:
+def remove_stale_reports(*paths, config: str | None = None) -> None:
     """Delete reports an earlier run left at these paths. Should this run stop with an error
     (exit 3 or 4) they would pass for its own: CI steps upload whatever file is there. Only
-    regular files go (never a device such as /dev/stdout, nor what a symlink points to)."""
+    regular files go (never a device such as /dev/stdout, nor what a symlink points to), and
+    never the ``config`` (a report path may name it by mistake: check_output_paths refuses
+    that) nor a file called "-" (which --json - does not mean)."""
+    keep = Path(config).resolve() if config else None
     for path in paths:
-        if path:
+        if path and str(path).strip() not in ("", "-"):
             p = Path(path)
-            if p.is_file() and not p.is_symlink():
+            if p.is_file() and not p.is_symlink() and p.resolve() != keep:
                 p.unlink(missing_ok=True)
 
 
@@ -168,7 +174,7 @@ def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, qu
         code = f"exit {result.exit_code}" if exit_with_decision else f"the gate would exit {result.exit_code}"
         click.echo(f"decision: {result.decision} ({code})")
     else:
-        render(result)
+        render(result, exit_with_decision=exit_with_decision)
     try:
         if json_path:
             from .report.json_report import write_json
@@ -222,10 +228,11 @@ def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, thres
          junit_path, html_path, emit_otel, quiet, *, exit_with_decision=True):
     from .gate import run_gate
 
+    # before any check that can stop the run with exit 3, the report paths' own included (a
+    # missing directory, two reports on one file): the reports of an earlier run must not
+    # stay behind to be uploaded as this run's
+    remove_stale_reports(json_path, junit_path, html_path, config=config_path)
     check_output_paths(json=json_path, junit=junit_path, html=html_path, config=config_path)
-    # before any other check that can stop the run with exit 3: the reports of an earlier run
-    # must not stay behind to be uploaded as this run's
-    remove_stale_reports(json_path, junit_path, html_path)
     _check_emit_target(emit_otel, lake)
     cfg = _config(config_path, threshold, alpha, delta)
     with _progress() as say:
@@ -316,8 +323,8 @@ def verdict(ctx, lake, select, threshold, alpha, config_path, json_path, junit_p
     """
     from .gate import run_verdict
 
+    remove_stale_reports(json_path, junit_path, html_path, config=config_path)  # first, as in _run
     check_output_paths(json=json_path, junit=junit_path, html=html_path, config=config_path)
-    remove_stale_reports(json_path, junit_path, html_path)
     cfg = _config(config_path, threshold, alpha)
     with _progress() as say:
         result = run_verdict(lake, cfg, select=select, progress=say)
@@ -362,7 +369,7 @@ def demo(out_dir, trials, seed):
     from .report.terminal import render
 
     result = run_demo(out_dir, trials=trials, seed=seed, log=lambda m: click.echo(m, err=True))
-    render(result.gate)
+    render(result.gate, exit_with_decision=False)  # the demo exits 0 whatever the gate decided
     click.echo("")
     click.echo(f"In CI this gate would exit {result.gate.exit_code} ({result.gate.decision}).")
     click.echo(f"Reports: {result.html}  {result.json}  {result.junit}")

@@ -78,20 +78,23 @@ def _detail(check) -> list[str]:
     return []
 
 
-def render(result, out: TextIO | None = None, *, width: int | None = None, color: bool | None = None) -> None:
-    """Print the report of a :class:`~otel_assay.gate.GateResult` to ``out`` (stdout)."""
+def render(result, out: TextIO | None = None, *, width: int | None = None, color: bool | None = None,
+           exit_with_decision: bool = True) -> None:
+    """Print the report of a :class:`~otel_assay.gate.GateResult` to ``out`` (stdout).
+    ``exit_with_decision`` False: the command exits 0 whatever the decision (``report``), so
+    the decision line gives the code the gate would exit with, not one this process exits with."""
     out = out or sys.stdout
     tty = out.isatty() if color is None else color
     target = out if tty else io.StringIO()
     console = Console(file=target, width=width or (None if tty else 80), force_terminal=tty,
                       color_system="auto" if tty else None, highlight=False, soft_wrap=False,
                       markup=False, emoji=False)  # scenario and tool names are data, not markup
-    _render(result, console, tty)
+    _render(result, console, tty, exit_with_decision)
     if not tty:  # rich pads cells with spaces; a log reads better without them
         out.write("".join(line.rstrip() + "\n" for line in target.getvalue().splitlines()))
 
 
-def _render(result, console: Console, tty: bool) -> None:
+def _render(result, console: Console, tty: bool, exit_with_decision: bool = True) -> None:
     cfg = result.config
     c = result.candidate
     console.print(Text(f"otel-assay {result.mode}", style="bold"))
@@ -161,7 +164,8 @@ def _render(result, console: Console, tty: bool) -> None:
         console.print(f"note: {printable(note)}", style="dim" if tty else "")
     decision = Text("decision: ", style="bold")
     decision.append(result.decision.upper(), style=STYLE[result.decision])
-    decision.append(f" (exit {result.exit_code})")
+    decision.append(f" (exit {result.exit_code})" if exit_with_decision
+                    else f" (the gate would exit {result.exit_code})")
     console.print(decision)
     grid = Table.grid(padding=(0, 1))
     grid.add_column(width=3)

@@ -112,6 +112,33 @@ def test_a_bad_emit_target_leaves_no_earlier_report_behind(small_lake, tmp_path)
     assert not any(r.exists() for r in reports)
 
 
+def test_a_report_path_under_a_file_says_so(small_lake, tmp_path):
+    # "directory x does not exist; create it first" of an x that exists (as a file)
+    (tmp_path / "out").write_text("a file")
+    _check(cli("gate", small_lake, "--json", tmp_path / "out" / "r.json"), 3,
+           f"--json {tmp_path}/out/r.json: {tmp_path}/out is a file, not a directory")
+
+
+@pytest.mark.parametrize("command", ["gate", "verdict"])
+@pytest.mark.parametrize("bad", [["--html", "{tmp}/no-such-dir/report.html"], ["--html", "{tmp}/junit.xml"],
+                                 ["--html", ""]])
+def test_a_bad_report_path_leaves_no_earlier_report_behind(small_lake, tmp_path, command, bad):
+    # the report paths were checked (exit 3) before the earlier run's reports were removed:
+    # a typo in one path left the other two for the CI step to upload as this run's
+    reports = [tmp_path / "report.json", tmp_path / "junit.xml"]
+    config = tmp_path / "assay.yaml"
+    for r in (*reports, config):
+        r.write_text("from an earlier run")
+    sel = ["--baseline", "version=v1", "--candidate", "version=v2"] if command == "gate" else ["--select",
+                                                                                               "version=v2"]
+    _check(cli(command, small_lake, *sel, "--threshold", "0.5", "--config", config, "--json", reports[0],
+               "--junit", reports[1], *(b.format(tmp=tmp_path) for b in bad)), 3, "--html")
+    assert not any(r.exists() for r in reports)
+    # a report on the config is refused, and the config stays
+    _check(cli(command, small_lake, *sel, "--config", config, "--json", f"{tmp_path}/./assay.yaml"), 3, "--config")
+    assert config.read_text() == "from an earlier run"
+
+
 @pytest.mark.parametrize("command", ["gate", "regress", "report", "verdict"])
 @pytest.mark.parametrize("bad", [["--alpha", "2"], ["--bogus"], ["--quiet=yes"]])
 def test_a_command_line_that_does_not_parse_leaves_no_earlier_report_behind(small_lake, tmp_path, command, bad):

@@ -23,6 +23,13 @@ def test_empty_file_gives_defaults():
     assert parse_config("", "x").alpha == 0.05
 
 
+@pytest.mark.parametrize("text", ["pairing: off\n", "pairing: 'off'\n", "pairing: false\n"])
+def test_pairing_off_as_documented(text):
+    """YAML 1.1 reads the documented `pairing: off` as false, which was refused as "must be
+    auto or off, got False"."""
+    assert parse_config(text, "x.yaml").pairing == "off"
+
+
 @pytest.mark.parametrize("text, needle", [
     ("alpha: 0\n", "x.yaml:1: alpha: must be in (0, 1)"),
     ("alpha: true\n", "alpha: must be a number"),
@@ -94,6 +101,23 @@ def test_ci_example_is_valid():
     workflow = yaml.safe_load((ci / "github-actions.yml").read_text())
     assert "otel-assay gate" in str(workflow["jobs"]["gate"]["steps"])
     assert load_config(ci / "assay.yaml").exclude_features == ("latency_s",)
+
+
+def test_ci_example_may_download_the_stored_baseline():
+    """A workflow that lists its permissions gets none it does not list: the step that fetches
+    the baseline lake from a run on main goes through the Actions API (list runs, download an
+    artifact), which needs `actions: read`; without it the PR's gate never ran."""
+    from pathlib import Path
+
+    import yaml
+
+    workflow = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "ci" / "github-actions.yml")
+                              .read_text())
+    for name, job in workflow["jobs"].items():
+        if any("download-artifact" in step.get("uses", "") for step in job["steps"]):
+            permissions = job.get("permissions", workflow.get("permissions"))
+            if permissions is not None:  # absent: the repository's defaults, which include it
+                assert permissions.get("actions") in ("read", "write"), (name, permissions)
 
 
 def test_coverage_weights_not_listed_keep_their_default():

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from otel_assay.gate import parse_config, run_gate
+
 from .conftest import cli
 from .lakes import write_trials
 
@@ -202,3 +206,22 @@ def test_a_contract_that_judged_no_trial_is_named_not_dropped(tmp_path):
             "--json", str(out))
         c = next(c for c in json.loads(out.read_text())["scenarios"][0]["checks"] if c["name"] == "contracts")
         assert c["verdict"] == verdict and reason in c["reason"], c
+
+
+@pytest.mark.parametrize("config", [
+    "threshold: 0.5\nchecks: {regression: false, fingerprint: false}\n",
+    "checks: {regression: false, fingerprint: false}\ncontracts:\n  - max_steps: 20\n    threshold: 0.5\n",
+], ids=["pass_rate", "contracts"])
+def test_a_scenario_the_candidate_did_not_run_is_open_not_unjudged(tmp_path, config):
+    # with pass_rate (or contracts) the only gating check, a candidate that dropped a scenario
+    # deployed: pass_rate was SKIPPED "no candidate trial has an outcome", contracts absent
+    trials = [{"scenario": s, "version": "v1", "outcome": "pass"} for s in ("a", "b") for _ in range(20)]
+    trials += [{"scenario": "a", "version": "v2", "outcome": "pass"} for _ in range(20)]
+    lake = write_trials(tmp_path / "lake", trials)
+    r = run_gate(lake, parse_config(config, "x"), baseline="version=v1", candidate="version=v2")
+    kind = "pass_rate" if "threshold: 0.5\nchecks" in config else "contracts"
+    a, b = r.scenarios
+    assert a.check(kind).verdict == "PASS"
+    assert (b.check(kind).verdict, b.check(kind).gating) == ("INCONCLUSIVE", True)
+    assert b.check(kind).reason == "the candidate did not run this scenario"
+    assert r.decision == "manual" and r.exit_code == 2

@@ -150,6 +150,33 @@ def test_html_renders_in_chromium(results, tmp_path):
     assert "BLOCK (exit 1)" in dom.stdout
 
 
+def test_report_command_prints_the_exit_code_the_gate_would_have(results, tmp_path):
+    """`report` exits 0 whatever the decision; its terminal report said "decision: BLOCK
+    (exit 1)" (only -q said "the gate would exit 1"), which a CI log then contradicted."""
+    from .conftest import cli
+
+    p = cli("report", results["dir"] / "lake", "--baseline", "version=v1", "--candidate", "version=v2",
+            "--threshold", "0.8", "--json", tmp_path / "r.json")
+    assert p.returncode == 0, p.stderr
+    assert "decision: BLOCK (the gate would exit 1)" in p.stdout, p.stdout
+    assert "(exit 1)" not in p.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["exit_code"] == 1  # the gate's, as documented
+    g = cli("gate", results["dir"] / "lake", "--baseline", "version=v1", "--candidate", "version=v2",
+            "--threshold", "0.8")
+    assert g.returncode == 1 and "decision: BLOCK (exit 1)" in g.stdout, g.stdout
+
+
+def test_regress_does_not_deny_a_configured_coverage_minimum(results):
+    # regress ignores min_coverage; its coverage reason said "no coverage minimum configured"
+    # of a config that had one
+    lake = results["dir"] / "lake"
+    r = run_gate(lake, GateConfig(min_coverage=0.5), baseline="version=v1", candidate="version=v2", mode="regress")
+    assert r.coverage["verdict"] == "SKIPPED" and r.coverage["minimum"] is None
+    assert r.coverage["reason"] == "regress does not judge coverage (min_coverage 0.5 is for gate): reported only"
+    r = run_gate(lake, GateConfig(), baseline="version=v1", candidate="version=v2", mode="regress")
+    assert r.coverage["reason"] == "no coverage minimum configured: reported only"
+
+
 def test_terminal_report_says_why_overall_coverage_is_zero(results):
     import copy
     import io
