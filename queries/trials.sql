@@ -1,5 +1,6 @@
 -- trials: one row per trace (a trial is one trace, DESIGN §2), steps rolled up; except
--- traces made only of the gate's own verdict spans (scope otel_assay.gate).
+-- traces made only of the gate's own verdict spans (scope otel_assay.gate) or of agent
+-- set-up (create_agent) spans.
 --
 --   trace_id, run_id, scenario, version, trial_index
 --       from the assay.* attributes (on every span of a trial; the earliest span that has
@@ -64,7 +65,10 @@ WITH span_aggregates AS (
         arg_min(start_time_unix_nano + duration_ns, start_time_unix_nano)
             FILTER (WHERE parent_span_id IS NULL) AS root_end_time_unix_nano,
         -- the gate's own verdicts written back into the lake (gate --emit-otel lake)
-        bool_and(scope_name IS NOT DISTINCT FROM 'otel_assay.gate') AS gate_record
+        bool_and(scope_name IS NOT DISTINCT FROM 'otel_assay.gate') AS gate_record,
+        -- an agent built outside any trial: AutoGen records each construction as a trace of
+        -- one create_agent span, set-up rather than a run (each was listed as an empty run)
+        bool_and(op IS NOT DISTINCT FROM 'create_agent') AS setup_record
     FROM spans
     -- spans without a trace id (a foreign file's) are no trial: grouped together they made
     -- one fake trial, without steps, that pass rates counted as an empty run of its scenario
@@ -147,7 +151,7 @@ joined AS (
     LEFT JOIN step_facts st USING (trace_id)
     LEFT JOIN trial_models tm USING (trace_id)
     LEFT JOIN trial_labels l USING (trace_id)
-    WHERE NOT f.gate_record
+    WHERE NOT f.gate_record AND NOT f.setup_record
 ),
 classified AS (
     SELECT *,

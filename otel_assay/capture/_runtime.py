@@ -274,6 +274,13 @@ def _install(lake: str | os.PathLike | None = None) -> Pipeline | None:
                             "otel-assay records only its own spans", type(current).__name__)
             owned = True
         kind = "parquet" if lake is not None else exporter_kind()
+        if kind == "otlp" and not owned and not os.environ.get("OTEL_ASSAY_EXPORTER", "").strip():
+            # an OTLP endpoint in the environment configures the application's own exporter (or
+            # opentelemetry-instrument's), which already sends every span of its provider there,
+            # ours included with their assay.* attributes: a second OTLP exporter on the same
+            # provider sent each span, the application's too, twice. Asked for by name
+            # (OTEL_ASSAY_EXPORTER=otlp), it is still added
+            kind = "parquet"
         exporter, export_processor, target = _make_export(kind, lake)
         attrs_processor = AssayAttributesProcessor()
         provider.add_span_processor(attrs_processor)

@@ -19,7 +19,9 @@ that provider, so they carry the trial's ``assay.*`` attributes. We add what the
   used as tools), so the arguments and the result land on that one span — one tool call is
   one span, not two;
 * a root ``invoke_workflow {team}`` span around a team run (``run`` / ``run_stream`` of
-  group chats), which native tracing lacks, so the agents of a group chat share a parent.
+  group chats), which native tracing lacks, so the agents of a group chat share a parent;
+* an agent run without a team (``run`` / ``run_stream`` of an agent) records AutoGen's own
+  ``invoke_agent`` span as its root, an implicit trial under ``OTEL_ASSAY_SCENARIO``.
 
 AutoGen's runtime messaging spans (``autogen publish ...``, ~10 per step, not steps) are
 switched off by setting ``AUTOGEN_DISABLE_RUNTIME_TRACING=true`` unless the environment
@@ -356,6 +358,60 @@ def _run_stream(wrapped, instance, args, kwargs):
     return gen()
 
 
+# ------------------------------------------------------------------ single agents
+# An agent run on its own (``agent.run`` / ``agent.run_stream``; a team calls the agents'
+# ``on_messages_stream`` instead): AutoGen's own ``invoke_agent`` span is its first span.
+# The pipeline is installed before it starts: outside a trial, in a process whose global
+# provider is still OpenTelemetry's proxy, that span was a no-op, and the first run's chat and
+# tool spans became the roots of traces of their own. Under OTEL_ASSAY_SCENARIO the run is an
+# implicit trial, as a team run is.
+async def _agent_run(wrapped, instance, args, kwargs):
+    _runtime.pipeline()
+    t = implicit_trial(getattr(instance, "name", None), attach=True)
+    if t is None:
+        return await wrapped(*args, **kwargs)
+    try:
+        out = await wrapped(*args, **kwargs)
+    except BaseException as e:
+        t.finish(e)
+        raise
+    t.finish()
+    return out
+
+
+def _agent_run_stream(wrapped, instance, args, kwargs):
+    async def gen():
+        _runtime.pipeline()
+        t = implicit_trial(getattr(instance, "name", None))
+        agen = wrapped(*args, **kwargs)
+        if t is None:
+            async for item in agen:
+                yield item
+            return
+        ctx = trace.set_span_in_context(t.span)
+        try:
+            while True:
+                token = otel_context.attach(ctx)
+                try:
+                    item = await agen.__anext__()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    # AutoGen's invoke_agent span stays current across the generator's yields:
+                    # its next step runs in what it left current, the consumer in its own context
+                    ctx = otel_context.get_current()
+                    otel_context.detach(token)
+                yield item
+        except GeneratorExit:  # the consumer stopped reading: not a failure of the agent
+            t.finish()
+            raise
+        except BaseException as e:
+            t.finish(e)
+            raise
+        t.finish()
+    return gen()
+
+
 def _agent_init(wrapped, instance, args, kwargs):
     out = wrapped(*args, **kwargs)
     client = getattr(instance, "_model_client", None)
@@ -372,20 +428,22 @@ def _patch(owner, attr, wrapper) -> None:
     _PATCHES.append((owner, attr, orig))
 
 
-_AGENTCHAT = {  # module -> (class, method, wrapper); patched when that module has finished importing
-    "autogen_agentchat.teams._group_chat._base_group_chat": ("BaseGroupChat", "run_stream", _run_stream),
-    "autogen_agentchat.agents._assistant_agent": ("AssistantAgent", "__init__", _agent_init),
+_AGENTCHAT = {  # module -> (class, method, wrapper)...; patched when that module has finished importing
+    "autogen_agentchat.teams._group_chat._base_group_chat": (("BaseGroupChat", "run_stream", _run_stream),),
+    "autogen_agentchat.agents._base_chat_agent": (("BaseChatAgent", "run", _agent_run),
+                                                  ("BaseChatAgent", "run_stream", _agent_run_stream)),
+    "autogen_agentchat.agents._assistant_agent": (("AssistantAgent", "__init__", _agent_init),),
 }
 
 
 def _patch_agentchat_module(mod) -> None:
     if not _PATCHES:  # uninstrumented meanwhile
         return
-    cls_name, attr, wrapper = _AGENTCHAT[mod.__name__]
-    cls = getattr(mod, cls_name, None)
-    if cls is None or any(o is cls and a == attr for o, a, _ in _PATCHES):
-        return
-    _patch(cls, attr, wrapper)
+    for cls_name, attr, wrapper in _AGENTCHAT[mod.__name__]:
+        cls = getattr(mod, cls_name, None)
+        if cls is None or any(o is cls and a == attr for o, a, _ in _PATCHES):
+            continue
+        _patch(cls, attr, wrapper)
 
 
 def instrument(module=None) -> bool:
@@ -404,7 +462,7 @@ def instrument(module=None) -> bool:
     # hooks for the others (registering them here could catch a module half-imported)
     for name in _AGENTCHAT:
         mod = sys.modules.get(name)
-        if mod is not None and hasattr(mod, _AGENTCHAT[name][0]):
+        if mod is not None and hasattr(mod, _AGENTCHAT[name][0][0]):
             _patch_agentchat_module(mod)
     return True
 

@@ -8,7 +8,7 @@ from ._helpers import need  # noqa: E402
 
 need("autogen_agentchat", "autogen_ext")
 
-from ._helpers import jload, parent_of, root, run_script, spans, steps, trial_spans  # noqa: E402
+from ._helpers import jload, parent_of, query, root, run_script, spans, steps, trial_spans  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -223,3 +223,48 @@ def test_a_client_stream_stopped_by_its_reader_is_not_a_failed_call(clients_lake
     tr = one(clients_lake, "stream-stopped")
     (chat,) = [s for s in tr if s["op"] == "chat"]
     assert (chat["name"], chat["status_code"], chat["error_type"]) == ("chat scripted-1", 0, None)
+
+
+@pytest.mark.parametrize("scenario", [None, "solo"])
+def test_single_agent_runs_outside_trials(tmp_path, scenario):
+    # agent.run / agent.run_stream without a team or a trial: the first run of the process
+    # kept no invoke_agent span (AutoGen's own span came before our pipeline was installed), so
+    # its chat and tool spans were three traces of their own; under OTEL_ASSAY_SCENARIO each
+    # run is an implicit trial, as a team run is
+    lake = tmp_path / "lake"
+    run_script("autogen_implicit.py", lake, env={"OTEL_ASSAY_SCENARIO": scenario})
+    rows = spans(lake, "name NOT LIKE 'create_agent %'")
+    traces: dict = {}
+    for r in rows:
+        traces.setdefault(r["trace_id"], []).append(r)
+    top = "assay.trial solo" if scenario else None
+    expected = {
+        "first": [("chat scripted-1", "invoke_agent first"), ("execute_tool add", "invoke_agent first"),
+                  ("chat scripted-1", "invoke_agent first")],
+        "streamer": [("chat scripted-1", "invoke_agent streamer"), ("execute_tool add", "invoke_agent streamer"),
+                     ("chat scripted-1", "invoke_agent streamer")],
+        "broken": [("chat scripted-1", "invoke_agent broken")],
+    }
+    assert len(traces) == 3
+    for tr, (name, inner) in zip(sorted(traces.values(), key=lambda t: t[0]["start_time_unix_nano"]), expected.items()):
+        r = root(tr)
+        if scenario:
+            assert r["name"] == top and steps(tr) == [(f"invoke_agent {name}", top)] + inner
+            assert (r["outcome"], r["error_class"]) == (("fail", "exception") if name == "broken" else ("pass", None))
+            assert all(s["scenario"] == "solo" for s in tr)
+        else:
+            assert r["name"] == f"invoke_agent {name}" and steps(tr) == inner
+    tools = [s for s in rows if s["op"] == "execute_tool"]
+    assert [(s["tool_call_id"], s["attributes"]["gen_ai.tool.call.result"]) for s in tools] == [("f1", "5"), ("s1", "2")]
+
+
+def test_agents_built_outside_trials_are_no_trials(tmp_path):
+    # AutoGen records each agent's construction as a create_agent span: an agent built outside
+    # any trial is a trace of that one span, which the trials view listed as an empty run (a
+    # row without scenario in pass-rates), one per agent built
+    lake = tmp_path / "lake"
+    run_script("autogen_implicit.py", lake, env={"OTEL_ASSAY_SCENARIO": "solo"})
+    assert spans(lake, "name LIKE 'create_agent %' AND parent_span_id IS NULL")  # the lake keeps them
+    rows = query(lake, "SELECT scenario, outcome, error_class FROM trials ORDER BY start_time_unix_nano")
+    assert rows == [{"scenario": "solo", "outcome": "pass", "error_class": None}] * 2 + [
+        {"scenario": "solo", "outcome": "fail", "error_class": "exception"}]

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
@@ -173,6 +174,26 @@ def test_otlp_exporter_to_a_collector(tmp_path):
     assert names["assay.trial otlp"]["assay.trial.outcome"].string_value == "pass"
     # and the parquet run wrote the lake
     assert [s["name"] for s in trial_spans(lake, "otlp")[0]] == ["assay.trial otlp", "execute_tool send"]
+
+
+def test_app_exporting_over_otlp_gets_each_span_once(tmp_path):
+    # an application whose own provider exports over OTLP, configured the standard way
+    # (OTEL_EXPORTER_OTLP_ENDPOINT), adds the import: otel-assay added a second OTLP exporter
+    # to that provider, so the application's collector received every span twice
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    with otlp_sink() as (endpoint, bodies):
+        p = run_script("core_run.py", tmp_path / "unused", "app-provider-otlp", str(tmp_path),
+                       env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                            "OTEL_ASSAY_DIR": None})
+    names = Counter(s.name for _, _, body in bodies
+                    for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+                    for ss in rs.scope_spans for s in ss.spans)
+    assert names == {"http POST /chat": 1, "assay.trial app-otlp": 1, "execute_tool lookup": 1}
+    assert json.loads(p.stdout.strip().splitlines()[-1])["exporter"] == "parquet"
+    # the trial is in the default lake (./traces of the application's directory)
+    assert [s["name"] for s in trial_spans(tmp_path / "traces", "app-otlp")[0]] == [
+        "assay.trial app-otlp", "execute_tool lookup"]
 
 
 def test_trial_and_step_api_edges(tmp_path):

@@ -144,6 +144,28 @@ elif MODE == "otlp":
     assert otel_assay.flush()
     print(json.dumps(otel_assay.capture._runtime.stats()))
 
+elif MODE == "app-provider-otlp":
+    # the application exports its traces over OTLP, configured by OTEL_EXPORTER_OTLP_ENDPOINT
+    # (as opentelemetry-instrument does), with no OTEL_ASSAY_* setting; run in the directory argv[2]
+    import os
+    os.chdir(sys.argv[2])
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    tp = TracerProvider()
+    tp.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(tp)
+    import otel_assay.auto  # noqa: F401
+    import otel_assay
+    with trace.get_tracer("app").start_as_current_span("http POST /chat"):
+        with otel_assay.trial("app-otlp", version="v1") as t:
+            with otel_assay.step("lookup", kind="tool"):
+                pass
+            t.outcome(passed=True)
+    assert otel_assay.flush() and tp.force_flush()
+    print(json.dumps(otel_assay.capture._runtime.stats()))
+
 elif MODE == "uninstrument":
     import otel_assay
     print("ACTIVE", otel_assay.instrument(["langgraph"]))
