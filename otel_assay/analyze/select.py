@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..report.output import printable
+
 # selector key -> SQL predicate over the trials view (one parameter)
 SELECTOR_KEYS = {
     "version": "version = ?",
@@ -104,6 +106,7 @@ def select_trials(engine, selection: Selection, table: str = "selected_trials") 
     found = []
     for key in dict(selection.pairs):
         rows = engine.rows(_FOUND_SQL[key])
-        found.append(f"{key}: " + (", ".join(f"{'(none)' if v is None else v} ({n})" for v, n in rows)
+        # the values are the lake's data: control characters are shown, not sent to the terminal
+        found.append(f"{key}: " + (", ".join(f"{'(none)' if v is None else printable(v)} ({n})" for v, n in rows)
                                    or "none recorded"))
     raise NoTrialsError(f"no trials match {selection}; the lake has {total} trials, with " + "; ".join(found))

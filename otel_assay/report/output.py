@@ -88,6 +88,21 @@ def _text(value: Any, exact: bool = False) -> str:
     return str(value)
 
 
+def _unique_names(names: list[str]) -> list[str]:
+    """``names`` with repeats renamed the way DuckDB names them in a subquery (a, a_1, a_2):
+    a JSON object holds each key once."""
+    taken: set[str] = set()
+    out = []
+    for name in names:
+        unique, i = name, 0
+        while unique in taken:
+            i += 1
+            unique = f"{name}_{i}"
+        taken.add(unique)
+        out.append(unique)
+    return out
+
+
 def write_table(table: pa.Table, fmt: str = "table", out: TextIO | None = None, *, max_width: int = 60) -> None:
     """Write ``table`` to ``out`` (stdout by default) as ``table``, ``csv`` or ``json``.
 
@@ -102,30 +117,42 @@ def write_table(table: pa.Table, fmt: str = "table", out: TextIO | None = None, 
         if pa.types.is_map(col.type):  # Arrow gives a MAP as a list of (key, value) pairs
             values = [dict(v) if v is not None else None for v in values]
         columns.append(values)
-    rows = [dict(zip(names, r)) for r in zip(*columns)] if columns else []
+    # rows by position, not by name: a query may name two columns alike (SELECT * over a
+    # join: steps and trials both have input_tokens), and keyed by name the last one's
+    # values showed under both
+    rows = list(zip(*columns)) if columns else []
     if fmt == "json":
-        json.dump([{k: _cell(v) for k, v in r.items()} for r in rows], out, ensure_ascii=False, default=str)
+        keys = _unique_names(names)
+        json.dump([{k: _cell(v) for k, v in zip(keys, r)} for r in rows], out, ensure_ascii=False, default=str)
         out.write("\n")
         return
     if fmt == "csv":
         w = csv.writer(out, lineterminator="\n")
         w.writerow(names)
         for r in rows:
-            w.writerow([_text(r[n], exact=True) for n in names])
+            w.writerow([_text(v, exact=True) for v in r])
         return
     if fmt != "table":
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    cells = [[printable(_text(r[n])) for n in names] for r in rows]
+    cells = [[printable(_text(v)) for v in r] for r in rows]
+    # column names carry data too: the fingerprint's `tool:<name>` columns are named after
+    # the lake's tool names, and a user's SQL names its own columns
+    names = [printable(n) for n in names]
     if out.isatty():
         from rich.console import Console
+        from rich.measure import Measurement
         from rich.table import Table
 
         t = Table(*names, show_lines=False)
         for c in cells:
             t.add_row(*c)
         # values are data: "[/x]" or ":smile:" in a tool name is printed as it is
-        Console(file=out, markup=False, emoji=False, highlight=False).print(t)
-        return
+        console = Console(file=out, markup=False, emoji=False, highlight=False)
+        # a table wider than the terminal is written as plain text below, whole: rich would
+        # cut every cell to fit (a duration 43142135 read 43142…, trace ids could not be copied)
+        if Measurement.get(console, console.options.update_width(1 << 20), t).maximum <= console.width:
+            console.print(t)
+            return
 
     from rich.cells import cell_len, set_cell_size
 

@@ -341,3 +341,66 @@ def test_a_number_that_is_not_finite_is_a_usage_error(capsys, tmp_path, lake, ar
     scenarios.write_text("agent: x:y\nscenarios: []\n")
     code, _, err = run(capsys, *(a.format(lake=lake, scenarios=scenarios) for a in args))
     assert code == 3 and "is not a finite number" in err, err
+
+
+def test_sql_columns_named_alike_keep_their_own_values(capsys, lake):
+    # a query over a join may name two columns alike (SELECT * over steps and trials has
+    # input_tokens twice): each column shows its own values, not the last one's
+    query = (f"SELECT s.seq AS n, t.n_steps AS n FROM steps s JOIN trials t USING (trace_id) "
+             f"WHERE s.seq = 1 AND trace_id = '{tid(1)}'")
+    code, out, _ = run(capsys, "sql", str(lake), query, "--format", "csv")
+    assert code == 0
+    assert out.splitlines()[:2] == ["n,n", "1,2"]
+    code, out, _ = run(capsys, "sql", str(lake), query)
+    assert code == 0 and out.splitlines()[2].split() == ["1", "2"]
+    # a JSON object holds a key once: the second is renamed as DuckDB renames it in a subquery
+    code, out, _ = run(capsys, "sql", str(lake), query, "--format", "json")
+    assert code == 0 and json.loads(out) == [{"n": 1, "n_1": 2}]
+
+
+EVIL = "bad\x1b]0;PWNED\x07\x1b[2Jname\nx"
+
+
+@pytest.fixture
+def evil_lake(tmp_path):
+    a = {"assay.scenario": EVIL, "assay.agent.version": "v1", "assay.trial.outcome": "pass"}
+    return write_lake(tmp_path / "lake", [
+        span(1, 1, None, "assay.trial", 0, 10, a),
+        span(1, 2, 1, "execute_tool", 1, 2, {**a, "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": EVIL}),
+    ])
+
+
+def test_a_column_named_after_a_tool_reaches_the_terminal_escaped(capsys, evil_lake):
+    # the fingerprint's tool:<name> column is named after the lake's tool name
+    code, out, _ = run(capsys, "fingerprint", str(evil_lake))
+    assert code == 0 and "\x1b" not in out and "\\x1b]0;PWNED" in out
+    assert len(out.splitlines()) == 4  # header, rule, one row, count: no newline from the name
+
+
+def test_no_trials_match_lists_the_lake_values_escaped(capsys, evil_lake):
+    # the message lists the lake's scenarios, on stderr, which is the terminal
+    code, _, err = run(capsys, "trials", str(evil_lake), "--select", "scenario=other")
+    assert code == 4 and "\x1b" not in err and "\x07" not in err and "\\x1b]0;PWNED" in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_a_table_wider_than_the_terminal_keeps_every_value_whole(monkeypatch):
+    import pyarrow as pa
+
+    from otel_assay.report.output import write_table
+
+    monkeypatch.setenv("COLUMNS", "80")
+    wide = pa.table({"trace_id": [tid(1)], "scenario": ["refund-request"], "run_id": [tid(2)],
+                     "duration_ns": [43142135], "per_protocol_rate": [0.833333]})
+    out = _Terminal()
+    write_table(wide, "table", out)
+    # rich cut each cell to fit 80 columns: 43142…, a trace id nobody could copy
+    text = out.getvalue()
+    assert tid(1) in text and tid(2) in text and "43142135" in text and "0.833333" in text and "…" not in text
+    out = _Terminal()
+    write_table(pa.table({"scenario": ["refund-request"], "n": [3]}), "table", out)
+    assert "│ refund-request │ 3 │" in out.getvalue()  # a table that fits is still drawn by rich
