@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 
 import jsonschema
 import pytest
 
-from .conftest import UNCHANGED, cli
+from .conftest import REPO, UNCHANGED, cli
 
 pytestmark = pytest.mark.slow
 
@@ -150,3 +151,24 @@ def test_demo_runs_the_agents_and_the_gate(tmp_path):
     (other / "keep.txt").write_text("data")
     refused = cli(_demo_command(), "--dir", other)
     assert refused.returncode == 3 and (other / "keep.txt").exists()
+
+
+def test_a_reader_that_stops_early_changes_neither_the_decision_nor_the_reports(agent_lakes, tmp_path):
+    """`gate ... | head`: click exited 1 on the broken pipe, which under `set -o pipefail` (GitHub
+    Actions' default shell) blocked a candidate the gate deployed, and the reports after the
+    terminal one were never written. A reader that exits at once (`true`) breaks the pipe
+    before the gate's first line, however fast the machine."""
+    import shlex
+    import subprocess
+    import sys
+
+    out = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    cmd = " ".join(shlex.quote(str(a)) for a in (sys.executable, "-m", "otel_assay", "gate", agent_lakes["lake"],
+                                                 "--baseline", "version=v1", "--candidate", "version=v1.1",
+                                                 "--json", out))
+    p = subprocess.run(["bash", "-o", "pipefail", "-c", f"{cmd} | true"], capture_output=True, text=True,
+                       timeout=300, env=env, cwd=REPO)
+    decision = json.loads(out.read_text())
+    assert p.returncode == decision["exit_code"], p.stderr
+    assert "Traceback" not in p.stderr and "Broken pipe" not in p.stderr, p.stderr
