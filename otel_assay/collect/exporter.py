@@ -75,6 +75,9 @@ class ParquetSpanExporter(SpanExporter):
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._batch = SpanBatch(limits)
+        # (tables, rows) of flushes whose write failed, oldest first: rewritten before anything
+        # newer at the next flush, so spans that arrive while a write is failing wait their turn
+        self._unwritten: list[tuple[dict, int]] = []
         self._oldest: float | None = None
         self._resources: dict[int, tuple[object, Resource]] = {}
         self.spans_received = 0
@@ -125,11 +128,12 @@ class ParquetSpanExporter(SpanExporter):
         ok = self._flush()
         self._shutdown = True
         if not ok:
-            with self._lock:
-                self.spans_lost += len(self._batch)
-                log.error("otel-assay: %d spans could not be written to %s: %s",
-                          len(self._batch), self.lake.root, self.last_error)
+            with self._write_lock, self._lock:  # the order _flush takes them in
+                lost = len(self._batch) + sum(n for _t, n in self._unwritten)
+                self.spans_lost += lost
+                log.error("otel-assay: %d spans could not be written to %s: %s", lost, self.lake.root, self.last_error)
                 self._batch = SpanBatch(self.limits)
+                self._unwritten = []
 
     # ----------------------------------------------------------- internals
     def _start_timer(self) -> None:
@@ -142,6 +146,7 @@ class ParquetSpanExporter(SpanExporter):
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._batch = SpanBatch(self.limits)
+        self._unwritten = []
         self._oldest = None
         self.spans_received = self.spans_written = self.spans_rejected = self.spans_lost = 0
         self.files_written = 0
@@ -163,34 +168,29 @@ class ParquetSpanExporter(SpanExporter):
         with self._write_lock:
             with self._lock:
                 batch = self._batch
-                if not len(batch):
-                    return True
-                self._batch = SpanBatch(self.limits)
-                self._oldest = None
-            try:
-                self.lake.write(batch.tables(), fsync=self.fsync)
-            except (OSError, LakeError) as e:
-                self.last_error = str(e)
-                log.warning("otel-assay: writing %d spans to %s failed (%s); will retry", len(batch), self.lake.root, e)
-                with self._lock:
-                    # put the rows back in front of anything that arrived meanwhile
-                    pending = self._batch
-                    self._batch = batch
-                    if len(pending):
-                        self._merge(pending)
-                    self._oldest = self._oldest or time.monotonic()
-                return False
-            self.spans_written += len(batch)
-            self.files_written += 1
+                if len(batch):
+                    self._batch = SpanBatch(self.limits)
+                    self._oldest = None
+            if len(batch):
+                self._unwritten.append((batch.tables(), len(batch)))
+            while self._unwritten:
+                tables, n = self._unwritten[0]
+                try:
+                    self.lake.write(tables, fsync=self.fsync)
+                except (OSError, LakeError) as e:
+                    # the rows stay in _unwritten: putting them back into the buffer (and
+                    # writing what arrived meanwhile at once) lost that second part when its
+                    # write failed too, as it does on a full disk
+                    self.last_error = str(e)
+                    log.warning("otel-assay: writing %d spans to %s failed (%s); will retry",
+                                sum(m for _t, m in self._unwritten), self.lake.root, e)
+                    with self._lock:
+                        self._oldest = self._oldest or time.monotonic()  # the age flusher retries
+                    return False
+                self._unwritten.pop(0)
+                self.spans_written += n
+                self.files_written += 1
             return True
-
-    def _merge(self, other: SpanBatch) -> None:
-        # rare path (a failed write raced with new spans): keep both by writing them in turn
-        try:
-            self.lake.write(other.tables(), fsync=self.fsync)
-            self.spans_written += len(other)
-        except (OSError, LakeError):
-            self.spans_lost += len(other)
 
     def _age_flusher(self) -> None:
         interval = max(0.05, min(1.0, self.max_age_s / 4))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import hmac
+import io
 import ipaddress
 import json
 import logging
@@ -487,6 +488,26 @@ class _TooLarge(Exception):
         super().__init__(f"request body exceeds {limit} bytes after decompression")
 
 
+class _DeadlineReader(io.RawIOBase):
+    """The connection's bytes, each read bounded by ``deadline`` (monotonic) when one is set:
+    the socket timeout alone bounds the wait for each next byte, not for all of them."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request line and headers did not arrive in time")
+            self.sock.settimeout(left)
+        return self.sock.recv_into(b)
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "otel-assay"
@@ -499,10 +520,42 @@ class _Handler(BaseHTTPRequestHandler):
     # likes, 60 s per byte
     body_grace_s = 10.0
     min_body_rate = 64 << 10  # bytes per second
+    # the request line and headers, from their first byte: each header byte resetting the 60 s
+    # timeout let a client trickling them hold its connection (a thread and a descriptor) for
+    # ever, and a thousand such clients used up the descriptors, so that nobody else, over
+    # HTTP or gRPC, could connect (the Collector's ReadHeaderTimeout, shorter)
+    head_timeout_s = 10.0
     collector: Collector
     token: str | None
     max_body: int
     slots: threading.BoundedSemaphore  # requests being read and decoded at once (bounds memory)
+
+    def setup(self):
+        super().setup()
+        self.rfile.close()  # replaced by a reader that can hold the request head to a deadline
+        self._reader = _DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self):
+        reader = self._reader
+        # waiting for the next request (and the TLS handshake) keeps the idle timeout
+        reader.deadline = time.monotonic() + self.timeout
+        try:
+            if not self.rfile.peek(1):
+                self.close_connection = True
+                return
+        except TimeoutError:
+            self.close_connection = True
+            return
+        reader.deadline = time.monotonic() + self.head_timeout_s
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        # the body has its own schedule (_read_body), and the drain of a refused one the timeout
+        self._reader.deadline = None
+        self.connection.settimeout(self.timeout)
+        return ok
 
     def log_message(self, fmt, *args):  # the collector reports through logging, not stderr noise
         log.debug("%s - " + fmt, self.address_string(), *args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -110,6 +111,43 @@ def test_failed_write_keeps_spans_and_retries(tmp_path):
     assert exp.force_flush() is True
     assert exp.spans_written == 1
     tp.shutdown()
+
+
+def test_spans_exported_while_a_write_fails_are_kept_for_the_retry(tmp_path):
+    """A flush whose write failed put its rows back and wrote the spans exported meanwhile
+    at once; on a full disk that write failed too and those spans were dropped (counted in
+    spans_lost, not logged), though the exporter promises to keep them until shutdown."""
+    lake = tmp_path / "lake"
+    exp = ParquetSpanExporter(lake, max_age_s=3600)
+    tp = make_provider(SimpleSpanProcessor(exp))
+    tracer = tp.get_tracer("t")
+    spans_dir = lake / "spans"
+    os.rename(spans_dir, tmp_path / "moved")
+    spans_dir.write_text("a file where the spans directory should be")  # every write now fails
+    stop = threading.Event()
+
+    def agent_runs():
+        i = 0
+        while not stop.is_set():
+            agent_trial(tracer, index=i)
+            i += 1
+
+    worker = threading.Thread(target=agent_runs)
+    worker.start()
+    try:
+        for _ in range(10):  # failing flushes while spans keep arriving
+            time.sleep(0.05)
+            assert exp.force_flush() is False
+    finally:
+        stop.set()
+        worker.join()
+    spans_dir.unlink()
+    os.rename(tmp_path / "moved", spans_dir)
+    assert exp.force_flush() is True
+    tp.shutdown()
+    assert exp.spans_lost == 0
+    assert exp.spans_written == exp.spans_received > 0
+    assert len(lake_view(lake)) == exp.spans_received
 
 
 def test_hand_built_readable_spans_with_plain_dict_attributes(tmp_path):

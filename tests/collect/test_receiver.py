@@ -475,3 +475,47 @@ def test_a_client_that_declares_a_large_body_and_sends_nothing_loses_its_slot_af
     finally:
         slow.close()
         receiver.stop()
+
+
+def test_a_client_that_trickles_its_headers_is_cut_off(tmp_path):
+    """Slowloris on the request head: each header byte reset the 60 s timeout, so a client
+    sending one every few seconds held its connection, a thread and a file descriptor, for
+    ever; with the process's descriptors (often 1024) used up that way the collector could
+    accept nobody, over HTTP or gRPC. The head now has to arrive within head_timeout_s."""
+    import socket
+
+    from otel_assay.collect.receiver import Collector, Receiver
+
+    collector = Collector(tmp_path / "lake", flush_seconds=30)
+    receiver = Receiver(collector, grpc_addr=None, http_addr=("127.0.0.1", 0))
+    receiver._http.RequestHandlerClass.head_timeout_s = 1.0  # a second, not ten, for the test
+    receiver.start()
+    port = receiver.listeners[0].port
+    slow = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        slow.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n")
+        t = time.monotonic()
+        closed = False
+        while not closed and time.monotonic() - t < 8:
+            time.sleep(0.2)
+            try:
+                slow.sendall(b"X")  # one more byte of a header that never ends
+                slow.settimeout(0.01)
+                closed = slow.recv(1) == b""
+            except socket.timeout:
+                pass
+            except OSError:  # reset: the server closed it
+                closed = True
+        assert closed and time.monotonic() - t < 4
+        # a client that sends its request at once is still served, on a kept-alive connection too
+        one = encode_proto(recorded_trials(1)).SerializeToString()
+        url = f"http://127.0.0.1:{port}/v1/traces"
+        h = HttpExporter(endpoint=url)
+        assert h.export(recorded_trials(1)) == SpanExportResult.SUCCESS
+        time.sleep(1.5)  # idle past head_timeout_s between two requests of one connection
+        assert h.export(recorded_trials(1)) == SpanExportResult.SUCCESS
+        h.shutdown()
+        assert post(url, one)[0] == 200
+    finally:
+        slow.close()
+        receiver.stop()
