@@ -38,7 +38,6 @@ with a deterministic (scripted) agent the score is exactly reproducible.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Mapping
@@ -386,7 +385,7 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
     from scipy.stats import fisher_exact
 
     from ..stats import SPRT, verdict
-    from .runner import step_collector, use_lake_or_refuse
+    from .runner import _DaemonThreads, step_collector, use_lake_or_refuse
 
     if not callable(factory):
         raise UsageError("the factory must be a callable make_agent(config) -> agent")
@@ -404,7 +403,7 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
     use_lake_or_refuse(lake)
     first_index = _next_indices(lake, version)
     collector = step_collector()
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
+    pool = _DaemonThreads()  # a hung trial's thread must not keep the process from exiting
     total = 0
     try:
         original_agent = _make(factory, config)

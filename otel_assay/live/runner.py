@@ -601,9 +601,32 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
     return result
 
 
+class _DaemonThreads(concurrent.futures.Executor):
+    """Each call in a new daemon thread. A sync agent's trial that outlives its timeout cannot
+    be killed: in a ThreadPoolExecutor it kept its worker, so a few hung trials left later
+    ones queued until they timed out unrun, and the pool's threads are joined at interpreter
+    exit, so `otel-assay run` never exited after an agent hung (its verdict printed, the CI
+    job stuck). A daemon thread is left behind instead; at most ``concurrency`` trials run at
+    once all the same (the runner's semaphore)."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def work():
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting trial, as a pool does
+                fut.set_exception(e)
+
+        threading.Thread(target=work, name="otel-assay-trial", daemon=True).start()
+        return fut
+
+
 async def _run_all(states, agent, version, conc, timeout, retries, budget, collector, progress):
     sem = asyncio.Semaphore(conc)
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=conc + 4, thread_name_prefix="otel-assay-trial")
+    pool = _DaemonThreads()
     is_async = _is_async(agent)
     try:
         await asyncio.gather(*[
@@ -689,6 +712,23 @@ async def _one_index(st, idx, agent, is_async, version, sem, pool, timeout, retr
         sem.release()
 
 
+def _agent_exit(e: SystemExit) -> RuntimeError:
+    """sys.exit() in the agent (a script's main reused as the agent) ends its trial, not the
+    run: raised on, it ended `otel-assay run` with the agent's code, sys.exit(0) as exit 0
+    (deploy) after one trial. It is a failed trial, recorded as an exception so the lake says
+    so too (a SystemExit(0) on the trial root reads as a trial that did not fail)."""
+    return RuntimeError(f"the agent called sys.exit({e.code!r}) instead of returning its output")
+
+
+async def _exit_as_error(aw):
+    # before asyncio sees it: a SystemExit escaping a task stops the event loop, and the run
+    # ended silently with the agent's exit code
+    try:
+        return await aw
+    except SystemExit as e:
+        raise _agent_exit(e) from None
+
+
 async def _one_trial(st: _ScenarioState, idx: int, attempt: int, agent, is_async, version, pool, timeout,
                      collector) -> TrialRecord:
     from ..capture.trial import Trial, classify_error
@@ -704,7 +744,7 @@ async def _one_trial(st: _ScenarioState, idx: int, attempt: int, agent, is_async
     output, exc = None, None
     try:
         if is_async:
-            output = await asyncio.wait_for(agent(sc.input), timeout)
+            output = await asyncio.wait_for(_exit_as_error(agent(sc.input)), timeout)
         else:
             ctx = contextvars.copy_context()
             fut = asyncio.get_running_loop().run_in_executor(pool, ctx.run, _call_agent_sync, agent, sc.input)
@@ -715,6 +755,8 @@ async def _one_trial(st: _ScenarioState, idx: int, attempt: int, agent, is_async
             exc = TimeoutError(f"trial exceeded {timeout}s")
     except Exception as e:  # noqa: BLE001 - the agent's failure is the trial's outcome
         exc = e
+    except SystemExit as e:  # a sync agent's (an async one's is converted in _exit_as_error)
+        exc = _agent_exit(e)
     except BaseException as e:
         # cancelled: Ctrl-C or SIGTERM stopped the run mid-trial. The trial is ended, not left
         # without its root span, and excluded like an infrastructure error: it measured

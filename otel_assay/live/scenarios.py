@@ -333,7 +333,20 @@ def _contract_evaluator(spec: Mapping, where: str) -> Evaluator:
         if c.kind not in LIVE_CONTRACT_KINDS:
             raise UsageError(f"{where}: contract {c.name!r} ({c.kind}) is judged on the lake by `otel-assay gate`; "
                              f"live evaluators support {', '.join(LIVE_CONTRACT_KINDS)}")
+    import threading
+
+    import duckdb
     import jsonschema
+
+    # final_output_matches is RE2, as in the lake (the pattern was checked with it): Python's re
+    # rejected RE2 patterns such as `\z` or `\pL` at the first trial (exit 3 after paying for it),
+    # read `$` differently, and a pattern like `(a+)+$` backtracked without end on an output,
+    # past the trial's timeout. One connection per evaluator; trials may be judged in threads
+    re2, re2_lock = duckdb.connect(), threading.Lock()
+
+    def re2_search(pattern: str, text: str) -> bool:
+        with re2_lock:
+            return bool(re2.execute("SELECT regexp_matches(?, ?)", [text, pattern]).fetchone()[0])
 
     def holds(c, output, f: StepFacts) -> bool:
         v, text = c.value, _text(output)
@@ -353,7 +366,7 @@ def _contract_evaluator(spec: Mapping, where: str) -> Evaluator:
         if c.kind == "max_latency_s":
             return f.duration_s <= v
         if c.kind == "final_output_matches":
-            return re.search(v, text) is not None
+            return re2_search(v, text)
         if c.kind == "final_output_contains":
             return str(v) in text
         doc = output
@@ -480,6 +493,16 @@ def parse_scenarios(doc: Any, source: str = "<scenarios>") -> Suite:
         for k in ("max_steps", "max_tool_calls"):
             if k in props:
                 props[k] = _num(where, k, props[k], 0, integer=True, open_lo=False)
+        for k in ("must_call", "never_call"):
+            # checked here, not at the first trial: `must_call: 5` stopped the run after paying for
+            # one ("the evaluator raised TypeError"), and an empty list held in every trial
+            if k not in props:
+                continue
+            v = props[k]
+            names = [v] if isinstance(v, str) else v
+            if not isinstance(names, list) or not names or not all(isinstance(t, str) and t for t in names):
+                raise UsageError(f"{where}: {k} must be a tool name or a non-empty list of tool names "
+                                 f"(quote names YAML reads as numbers or booleans), got {v!r}")
         ev = make_evaluator(s.get("evaluator"), props, where)
         scenarios.append(Scenario(name, s["input"], props, ev, parse_config(s.get("config"), where, config)))
     agent = doc.get("agent")

@@ -145,8 +145,9 @@ def register(cli: click.Group) -> None:
         } for v in verdicts(results)]
         write_table(pa.Table.from_pylist(rows), fmt)
         if not rows:
-            click.echo("no contract applies to the selected trials (each is scoped to other scenarios): "
-                       "nothing was judged", err=True)
+            click.echo("nothing was judged: no selected trial counts (infrastructure errors, empty runs and "
+                       "timeouts before any tool call do not) or each contract is scoped to other scenarios",
+                       err=True)
         sys.exit(_exit_for({r["verdict"] for r in rows}))
 
     @cli.command()

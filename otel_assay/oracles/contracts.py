@@ -11,7 +11,8 @@ Python on the values the query returns.
 A contract holds, fails, or cannot be judged for a trial (NULL: for example ``max_cost_usd``
 when the model has no price, or the output and argument contracts when the trial's text was
 not recorded, OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=NO_CONTENT; a trial that
-gave no answer at all fails the output contracts). Per scenario and version, the share of
+gave no answer at all fails the output contracts; trials that do not count in pass rates, such
+as infrastructure errors and empty runs, are left out). Per scenario and version, the share of
 judged trials where it holds gets a Wilson interval and the three-valued verdict against the contract's
 ``threshold`` (the share it must hold in, default 0.95): PASS when the interval's lower bound
 reaches it — with α = 0.05 that takes at least 73 trials without a violation — FAIL when the
@@ -333,8 +334,11 @@ def evaluate(engine, contracts: Sequence[Contract], *, trials: str = "trials") -
         expr = _expression(c, params)
         if expr is not None:
             cols.append(f"CAST({expr} AS BOOLEAN) AS c{i}")
+    # only the trials that count, as in the pass rates and the run (DESIGN §7): an infrastructure
+    # error, a pre-validation failure, an empty run or a timeout before any tool call measured
+    # nothing about the agent, yet (no tools, no answer) failed must_call and the output contracts
     sql = _FACTS.format(trials=trials) + "SELECT trace_id, scenario, version" + "".join(", " + c for c in cols) + \
-        " FROM facts ORDER BY scenario, version, trace_id"
+        " FROM facts WHERE counted ORDER BY scenario, version, trace_id"
     try:
         base = engine.con.sql(sql, params=params).to_arrow_table()
     except duckdb.Error as e:

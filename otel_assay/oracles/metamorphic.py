@@ -110,7 +110,8 @@ SELECT f.relation, f.transform, f.trace_id AS follow_up, f.source, ft.scenario, 
        st.trace_id IS NOT NULL AS source_found, st.version AS source_version,
        sf.output AS source_output, ff.output AS follow_output,
        coalesce(ss.tools, []::VARCHAR[]) AS source_tools, coalesce(fs.tools, []::VARCHAR[]) AS follow_tools,
-       st.outcome AS source_outcome, ft.outcome AS follow_outcome
+       st.outcome AS source_outcome, ft.outcome AS follow_outcome,
+       coalesce(st.counted AND ft.counted, false) AS counted
 FROM follow f
 JOIN {{trials}} ft ON ft.trace_id = f.trace_id
 LEFT JOIN trials st ON st.trace_id = f.source
@@ -193,7 +194,10 @@ def evaluate(engine, relations: list[Relation], *, trials: str = "trials") -> li
                                     f"of version {p['version']!r}, source {p['source']} of version "
                                     f"{p['source_version']!r}); record each follow-up with its source's version")
     for p in pairs:
-        p["holds"] = holds(by_name[p["relation"]], p)
+        # a pair with a trial that does not count (an infrastructure error, an empty run: no
+        # tools, no answer, outcome fail) measured nothing about the agent: not judged, rather
+        # than a violation of same_tool_set or same_verdict
+        p["holds"] = holds(by_name[p["relation"]], p) if p["counted"] else None
     return pairs
 
 

@@ -31,7 +31,8 @@ class _SeededIds(RandomIdGenerator):
 def write_trials(lake: Path, trials: list[dict], seed: int = 0, *, id_seed: int | None = None) -> Path:
     """One trace per trial: ``{"scenario", "version", "outcome" ("pass"/"fail"/None),
     "tools": [...], "cost": the LLM span's llm.cost.total (optional), "follow_up": (relation,
-    index of an earlier trial in ``trials``) for a metamorphic follow-up (optional)}``;
+    index of an earlier trial in ``trials``) for a metamorphic follow-up (optional), "error_class"
+    (optional)}``;
     ``scenario=None`` writes a plain trace with no assay.* attributes. ``id_seed``: ids from
     a seeded generator instead of the SDK's random ones (a test that needs an exact p-value)."""
     rng = random.Random(seed)
@@ -65,5 +66,7 @@ def write_trials(lake: Path, trials: list[dict], seed: int = 0, *, id_seed: int 
                     pass
             if t.get("outcome") is not None:
                 root.set_attribute("assay.trial.outcome", t["outcome"])
+            if t.get("error_class") is not None:
+                root.set_attribute("assay.error.class", t["error_class"])
     tp.shutdown()
     return lake

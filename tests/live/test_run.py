@@ -270,6 +270,13 @@ def test_a_baseline_in_the_file_must_be_a_selector_string(tmp_path, value):
      "agent must be module:callable"),
     ("scenarios:\n  - {name: a, input: x, evaluator: 'tests.live.agents:nope'}\n", "tests.live.agents:good",
      "evaluator 'tests.live.agents:nope'"),
+    # a step property that is no tool name failed only at the first trial, or held vacuously
+    ("scenarios:\n  - {name: a, input: x, properties: {must_call: 5}}\n", "tests.live.agents:good",
+     "must_call must be a tool name"),
+    ("scenarios:\n  - {name: a, input: x, properties: [{never_call: []}]}\n", "tests.live.agents:good",
+     "never_call must be a tool name"),
+    ("scenarios:\n  - {name: a, input: x, properties: {must_call: [lookup, true]}}\n", "tests.live.agents:good",
+     "must_call must be a tool name"),
 ])
 def test_bad_input_exits_3_naming_the_item(tmp_path, text, agent, needle):
     f = tmp_path / "s.yaml"
@@ -484,3 +491,74 @@ def test_a_command_line_that_does_not_parse_leaves_no_earlier_report_behind(tmp_
                                   "--bogus"])
     assert r.exit_code == 2, r.output  # click's usage error; `otel-assay` exits 3 for it
     assert "--bogus" in r.output and not report.exists() and config.exists()
+
+
+@pytest.mark.parametrize("code", [0, None, 3])
+@pytest.mark.parametrize("is_async", [False, True])
+def test_an_agent_that_calls_sys_exit_fails_its_trial_not_the_run(tmp_path, code, is_async):
+    """sys.exit() in the agent used to end `otel-assay run` with the agent's code after one
+    trial: sys.exit(0) exited 0 (deploy) with no verdict, under a traceback (a sync agent)
+    or silently (an async one)."""
+    import sys
+
+    class Exits(Router):
+        def __call__(self, text):
+            super().__call__(text)  # records an LLM call and a tool call, then exits
+            sys.exit(code)
+
+    class AsyncExits(Router):
+        async def __call__(self, text):  # exits in the task's first step, before any await
+            Router.__call__(self, text)
+            sys.exit(code)
+
+    agent = AsyncExits(1.0) if is_async else Exits(1.0)
+    # with a timeout, an async agent runs in a task of its own, out of which asyncio raises a
+    # SystemExit past everything
+    r = run_suite(suite(), agent, version="v", lake=str(tmp_path), concurrency=1, timeout=30)
+    s = r.scenarios[0]
+    assert s.decision == "FAIL" and s.successes == 0 and r.exit_code == 1
+    assert "sys.exit" in s.records[0].reason
+    # the lake counts the same failed trials, so the gate and a resumed run agree
+    rows = lake_trials(str(tmp_path), "v")
+    assert [(i, ps, c) for i, ps, c, _ in rows] == [(i, False, True) for i in range(s.n)]
+
+
+def test_contract_evaluator_matches_with_re2_as_the_lake_does(tmp_path):
+    """final_output_matches is checked with RE2 when the scenario file loads, and the lake
+    judges it with RE2; the live evaluator used Python's re, which rejects `\\z` and `\\pL` (the
+    run stopped with exit 3 after the first paid trial) and backtracks without end on `(a+)+$`."""
+    def run(pattern, agent=Router(1.0)):
+        s = parse_scenarios({"config": {"method": "fixed", "trials": 3}, "scenarios": [
+            {"name": "c", "input": "x", "evaluator": {"type": "contract",
+                                                       "contracts": [{"final_output_matches": pattern}]}}]})
+        return run_suite(s, agent, version="v", lake=str(tmp_path), resume=False).scenarios[0]
+    assert run(r"^billing\z").successes == 3
+    assert run(r"^\pL+$").successes == 3
+    assert run(r"^sales\z").successes == 0
+
+    class Bomb(Router):
+        def __call__(self, text):
+            super().__call__(text)
+            return "a" * 40 + "!"
+    t0 = time.monotonic()
+    assert run(r"(a+)+$", Bomb(1.0)).successes == 0
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_run_whose_agent_hangs_past_its_timeout_still_exits(tmp_path):
+    """The trial threads were a ThreadPoolExecutor's, which Python joins at exit: after an
+    agent hung past --timeout, `otel-assay run` printed its decision and never exited."""
+    import subprocess
+
+    source = ("import time\nimport otel_assay\n\ndef hang(text):\n"
+              "    with otel_assay.step('lookup', kind='tool') as s:\n        s.result('x')\n"
+              "    time.sleep(3600)\n")
+    p = _cli_process(tmp_path, source, "hang_agent:hang", "{method: fixed, trials: 2, timeout: 0.5}")
+    try:
+        out, err = p.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        pytest.fail("otel-assay run did not exit after its agent hung")
+    # the timeouts came after a tool call: two counted failures
+    assert p.returncode == 1 and "FAIL" in out, (out, err)

@@ -37,7 +37,8 @@ def write_trials(lake, trials):
                   "assay.trial.index": i}
         start = t0 + i * 10**12
         end = start + int(t.get("seconds", 1.0) * 1e9)
-        root = tracer.start_span(f"assay.trial {common['assay.scenario']}", attributes=common, start_time=start)
+        root = tracer.start_span(f"assay.trial {common['assay.scenario']}", start_time=start, attributes={
+            **common, **({"assay.error.class": t["error_class"]} if "error_class" in t else {})})
         from opentelemetry import trace
         ctx = trace.set_span_in_context(root)
         clock = start + 1000
@@ -80,7 +81,7 @@ C = ("email", '{"to": "x@y.z"}', False)
 @pytest.mark.parametrize("spec, trials, expected", [
     ({"max_steps": 4}, [{"tools": [A]}, {"tools": [A, B]}, {"tools": [A, B], "final": "x"}], [True, True, False]),
     ({"max_tool_calls": 2}, [{"tools": [A, B]}, {"tools": [A, B, C]}], [True, False]),
-    ({"must_call": ["lookup", "refund"]}, [{"tools": [A, B]}, {"tools": [B]}, {"tools": []}], [True, False, False]),
+    ({"must_call": ["lookup", "refund"]}, [{"tools": [A, B]}, {"tools": [B]}, {"final": "x"}], [True, False, False]),
     ({"never_call": "refund"}, [{"tools": [A]}, {"tools": [A, B]}], [True, False]),
     ({"call_order": ["lookup", "email"]}, [{"tools": [A, B, C]}, {"tools": [C, A]}, {"tools": [A, C]}, {"tools": [A]}],
      [True, False, True, False]),
@@ -290,3 +291,20 @@ def test_contracts_that_judge_none_of_the_selected_trials_do_not_pass(tmp_path):
     cfg.write_text("contracts:\n  - max_steps: 5\n    scenarios: [a]\n")
     r = run_cli("contracts", lake, "--config", cfg, "--select", "scenario=b")
     assert r.returncode == 2 and "nothing was judged" in r.stderr, (r.returncode, r.stderr)
+
+
+def test_trials_that_do_not_count_are_not_judged(tmp_path):
+    """An infrastructure error (retried by `otel-assay run`) or an empty run has no tools and
+    no answer: it was judged, and failed must_call and the output contracts, so a provider
+    outage alone made a contract FAIL while the run and the pass rates excluded those trials."""
+    lake = tmp_path / "lake"
+    write_trials(lake, [{"tools": [A], "final": "ok"}] * 3
+                 + [{"error_class": "infrastructure"}, {"error_class": "empty-run"}, {}])
+    res = judge(lake, [{"must_call": "lookup"}, {"final_output_contains": "ok"}])
+    assert res.holds("must_call") == [True] * 3 and res.holds("final_output_contains") == [True] * 3
+    (v, _) = verdicts(res)
+    assert (v.n, v.holds, v.unknown) == (3, 3, 0)
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("contracts:\n  - must_call: lookup\n")
+    r = run_cli("contracts", lake, "--config", cfg, "--format", "json")
+    assert json.loads(r.stdout)[0]["trials"] == 3 and r.returncode == 2, (r.stdout, r.stderr)

@@ -142,3 +142,21 @@ def test_a_follow_up_of_another_versions_source_is_a_data_error(tmp_path):
     cfg.write_text("metamorphic:\n  - relation: a\n    compare: same_tool_set\n")
     r = run_cli("metamorphic", lake, "--config", cfg)
     assert r.returncode == 4 and "another version" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_pair_with_a_trial_that_does_not_count_is_not_judged(tmp_path):
+    """A follow-up that hit an infrastructure error (no tools, outcome fail) or whose source
+    did measured nothing about the agent: it was a violation of same_tool_set and same_verdict."""
+    from tests.gate.lakes import write_trials
+
+    trials = [{"scenario": "s", "version": "v1", "outcome": "pass"} for _ in range(6)]
+    trials[0].update(outcome="fail", tools=[], error_class="infrastructure")
+    trials += [{"scenario": "s", "version": "v1", "outcome": "pass", "follow_up": ("a", i)} for i in range(6)]
+    trials[-1].update(outcome="fail", tools=[], error_class="infrastructure")
+    lake = write_trials(tmp_path / "lake", trials)
+    for compare in ("same_tool_set", "same_verdict"):
+        rels = parse_relations([{"relation": "a", "compare": compare}])
+        with Engine(lake) as eng:
+            pairs = evaluate(eng, rels)
+        assert [(v.pairs, v.holds, v.unjudged, v.verdict) for v in verdicts(rels, pairs)] == \
+            [(4, 4, 2, "INCONCLUSIVE")], compare
