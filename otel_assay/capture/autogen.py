@@ -42,7 +42,7 @@ from .. import semconv
 from . import _runtime
 from ._spans import (CLIENT, DeferredCall, args_json, chat_attributes, fail, result_text, start_span, text_parts,
                      to_json, tool_call_part)
-from .trial import implicit_trial
+from .trial import await_in_trial, implicit_trial
 
 FRAMEWORK = "autogen"
 _PATCHES: list = []
@@ -305,6 +305,23 @@ def _run_json_stream(wrapped, instance, args, kwargs):
 
 
 # ------------------------------------------------------------------ teams
+async def _in_context(agen, ctx, *, carry: bool = False):
+    """The items of ``agen``, each step of it run in ``ctx`` and the consumer's code between
+    them in its own context. With ``carry`` the context a step leaves current is the next
+    step's ``ctx``."""
+    while True:
+        token = otel_context.attach(ctx)
+        try:
+            item = await agen.__anext__()
+        except StopAsyncIteration:
+            return
+        finally:
+            if carry:
+                ctx = otel_context.get_current()
+            otel_context.detach(token)
+        yield item
+
+
 def _team_name(team) -> str:
     return getattr(team, "name", None) or type(team).__name__
 
@@ -324,18 +341,9 @@ def _run_stream(wrapped, instance, args, kwargs):
         if _runtime.capture_content() and isinstance(task, str):
             attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json([text_parts("user", task)])
         span = start_span(f"invoke_workflow {name}", attrs, parent=t.span if t else None)
-        ctx = trace.set_span_in_context(span)
-        agen = wrapped(*args, **kwargs)
         last = None
         try:
-            while True:
-                token = otel_context.attach(ctx)
-                try:
-                    item = await agen.__anext__()
-                except StopAsyncIteration:
-                    break
-                finally:
-                    otel_context.detach(token)
+            async for item in _in_context(wrapped(*args, **kwargs), trace.set_span_in_context(span)):
                 last = item
                 yield item
         except GeneratorExit:
@@ -367,16 +375,7 @@ def _run_stream(wrapped, instance, args, kwargs):
 # implicit trial, as a team run is.
 async def _agent_run(wrapped, instance, args, kwargs):
     _runtime.pipeline()
-    t = implicit_trial(getattr(instance, "name", None), attach=True)
-    if t is None:
-        return await wrapped(*args, **kwargs)
-    try:
-        out = await wrapped(*args, **kwargs)
-    except BaseException as e:
-        t.finish(e)
-        raise
-    t.finish()
-    return out
+    return await await_in_trial(implicit_trial(getattr(instance, "name", None), attach=True), wrapped, *args, **kwargs)
 
 
 def _agent_run_stream(wrapped, instance, args, kwargs):
@@ -388,19 +387,10 @@ def _agent_run_stream(wrapped, instance, args, kwargs):
             async for item in agen:
                 yield item
             return
-        ctx = trace.set_span_in_context(t.span)
         try:
-            while True:
-                token = otel_context.attach(ctx)
-                try:
-                    item = await agen.__anext__()
-                except StopAsyncIteration:
-                    break
-                finally:
-                    # AutoGen's invoke_agent span stays current across the generator's yields:
-                    # its next step runs in what it left current, the consumer in its own context
-                    ctx = otel_context.get_current()
-                    otel_context.detach(token)
+            # AutoGen's invoke_agent span stays current across the generator's yields: its
+            # next step runs in what it left current, the consumer in its own context
+            async for item in _in_context(agen, trace.set_span_in_context(t.span), carry=True):
                 yield item
         except GeneratorExit:  # the consumer stopped reading: not a failure of the agent
             t.finish()

@@ -30,7 +30,7 @@ from opentelemetry import trace
 from .. import semconv
 from . import _runtime
 from ._spans import CLIENT, INTERNAL, args_json, clean, result_text, to_json, tool_call_part
-from .trial import implicit_trial
+from .trial import await_in_trial, call_in_trial, implicit_trial
 
 FRAMEWORK = "crewai"
 
@@ -353,29 +353,11 @@ def _kickoff(wrapped, instance, args, kwargs):
     of it) put the crew under it; the kickoff's own exception decides a failure's class
     (the events carry only its text). A streamed crew goes on after kickoff returns: no
     implicit trial (wrap it in otel_assay.trial)."""
-    t = _implicit(instance)
-    if t is None:
-        return wrapped(*args, **kwargs)
-    try:
-        out = wrapped(*args, **kwargs)
-    except BaseException as e:
-        t.finish(e)
-        raise
-    t.finish()
-    return out
+    return call_in_trial(_implicit(instance), wrapped, *args, **kwargs)
 
 
 async def _akickoff(wrapped, instance, args, kwargs):
-    t = _implicit(instance)
-    if t is None:
-        return await wrapped(*args, **kwargs)
-    try:
-        out = await wrapped(*args, **kwargs)
-    except BaseException as e:
-        t.finish(e)
-        raise
-    t.finish()
-    return out
+    return await await_in_trial(_implicit(instance), wrapped, *args, **kwargs)
 
 
 def _patch_kickoffs() -> None:

@@ -360,6 +360,34 @@ def implicit_trial(name: str | None = None, *, attach: bool = False) -> Trial | 
     return t.start(attach=attach)
 
 
+def call_in_trial(t: Trial | None, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` for a wrapper around a whole top-level invocation: ``t`` (an
+    implicit trial opened with ``attach=True``, or None) ends with the call, failing with
+    its exception."""
+    if t is None:
+        return fn(*args, **kwargs)
+    try:
+        out = fn(*args, **kwargs)
+    except BaseException as e:
+        t.finish(e)
+        raise
+    t.finish()
+    return out
+
+
+async def await_in_trial(t: Trial | None, fn, *args, **kwargs):
+    """:func:`call_in_trial` for a coroutine function."""
+    if t is None:
+        return await fn(*args, **kwargs)
+    try:
+        out = await fn(*args, **kwargs)
+    except BaseException as e:
+        t.finish(e)
+        raise
+    t.finish()
+    return out
+
+
 # ---------------------------------------------------------------- threads
 _THREADS_PATCHED = False
 
