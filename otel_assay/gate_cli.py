@@ -196,6 +196,9 @@ def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, qu
             from .report.html import write_html
             write_html(result, html_path)
     except OSError as e:
+        # the reports written before this one go too: they would pass for the results of a
+        # run that exits 3 (and their exit_code says otherwise)
+        remove_stale_reports(json_path, junit_path, html_path)
         raise UsageError(f"cannot write the report: {e}; exit 3 instead of the decision's "
                          f"{result.exit_code}: a report CI expects must not go missing unnoticed") from None
     if emit_otel:

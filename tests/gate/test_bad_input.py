@@ -3,6 +3,8 @@ never a traceback."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from .conftest import cli
@@ -137,6 +139,17 @@ def test_a_bad_report_path_leaves_no_earlier_report_behind(small_lake, tmp_path,
     # a report on the config is refused, and the config stays
     _check(cli(command, small_lake, *sel, "--config", config, "--json", f"{tmp_path}/./assay.yaml"), 3, "--config")
     assert config.read_text() == "from an earlier run"
+
+
+def test_a_report_that_cannot_be_written_takes_the_others_of_this_run_with_it(small_lake, tmp_path):
+    # the HTML report cannot be written (a full disk: /dev/full), after the JSON and JUnit
+    # reports were: they stayed behind, saying exit_code 1 for a run that exited 3
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    reports = [tmp_path / "report.json", tmp_path / "junit.xml"]
+    _check(cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2", "--json", reports[0],
+               "--junit", reports[1], "--html", "/dev/full"), 3, "cannot write the report")
+    assert not any(r.exists() for r in reports)
 
 
 @pytest.mark.parametrize("command", ["gate", "regress", "report", "verdict"])
