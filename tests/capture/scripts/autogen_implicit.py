@@ -5,32 +5,13 @@ its invoke_agent span; under OTEL_ASSAY_SCENARIO each run is an implicit trial."
 import otel_assay.auto  # noqa: F401
 
 import asyncio  # noqa: E402
-import json  # noqa: E402
 import warnings  # noqa: E402
 
 from autogen_agentchat.agents import AssistantAgent  # noqa: E402
-from autogen_core import FunctionCall  # noqa: E402
-from autogen_core.models import CreateResult, RequestUsage  # noqa: E402
 from autogen_ext.models.replay import ReplayChatCompletionClient  # noqa: E402
+from autogen_scripted import INFO, add, call, text  # noqa: E402
 
 warnings.filterwarnings("ignore")
-INFO = {"vision": False, "function_calling": True, "json_output": False, "family": "scripted-1",
-        "structured_output": False}
-
-
-def call(name, args, cid, pt=11, ct=7):
-    return CreateResult(finish_reason="function_calls", cached=False, usage=RequestUsage(prompt_tokens=pt, completion_tokens=ct),
-                        content=[FunctionCall(id=cid, name=name, arguments=json.dumps(args))])
-
-
-def text(t, pt=20, ct=5):
-    return CreateResult(finish_reason="stop", cached=False, usage=RequestUsage(prompt_tokens=pt, completion_tokens=ct),
-                        content=t)
-
-
-def add(a: int, b: int) -> int:
-    """Add two ints."""
-    return a + b
 
 
 def agent(name, turns):
