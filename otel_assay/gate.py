@@ -688,6 +688,29 @@ def _arm_summary(t: dict[str, np.ndarray], alpha: float) -> Arm:
     return arm
 
 
+# error classes of trials that stopped before completing without failing (assay.incomplete):
+# Ctrl-C, a graph paused for a human, a stream its caller stopped
+INCOMPLETE_CLASSES = frozenset({"interrupted", "caller_stopped"})
+
+
+def _complete_trials(arms: dict[str, dict[str, np.ndarray]]) -> tuple[set[str], int]:
+    """Trace ids of the counted trials that ran to their end, and how many counted ones did not.
+
+    Pass rates know an interrupted trial's outcome is unknown; its fingerprint would still
+    enter the T² test as a run with fewer steps and tokens, so a candidate interrupted more
+    often (a human pausing it, a UI stopping streams) would read as a behaviour shift."""
+    complete, left = set(), 0
+    for a in arms.values():
+        for t, k, cls in zip(a["trace_id"], a["counted"], a["error_class"]):
+            if not k:
+                continue
+            if cls in INCOMPLETE_CLASSES:
+                left += 1
+            else:
+                complete.add(str(t))
+    return complete, left
+
+
 def _outcomes(t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(trial_index, passed) of the counted trials with a known outcome, in run order."""
     counted = t["counted"].astype(bool)
@@ -954,7 +977,7 @@ def _matrix(table, features: list[str], rows: np.ndarray) -> np.ndarray:
                             for f in features]) if features else np.zeros((len(rows), 0))
 
 
-def _fingerprint_checks(results, fp_b, fp_c, counted_b: set, counted_c: set, cfg: GateConfig, plots: dict,
+def _fingerprint_checks(results, fp_b, fp_c, complete_b: set, complete_c: set, cfg: GateConfig, plots: dict,
                         progress: Callable[[str], None], family: _Family) -> list[str]:
     notes = []
     names = all_names = [n for n in fp_c.column_names if n not in _ID_COLUMNS]
@@ -981,17 +1004,17 @@ def _fingerprint_checks(results, fp_b, fp_c, counted_b: set, counted_c: set, cfg
         notes.append(f"fingerprint.exclude names no fingerprint feature: {', '.join(unknown)} (features: "
                      f"{', '.join(n for n in all_names if not n.startswith('tool:'))}, tool:<name>)")
 
-    def rows_by_scenario(fp, counted):
+    def rows_by_scenario(fp, trials):
         tid = fp.column("trace_id").to_numpy(zero_copy_only=False)
         sc = fp.column("scenario").to_numpy(zero_copy_only=False)
-        keep = np.fromiter((t in counted for t in tid), bool, len(tid))
+        keep = np.fromiter((t in trials for t in tid), bool, len(tid))
         out: dict[str, np.ndarray] = {}
         order = np.flatnonzero(keep)
         for s in np.unique(sc[order].astype(str)) if len(order) else []:
             out[s] = order[sc[order] == s]
         return out
 
-    rb, rc = rows_by_scenario(fp_b, counted_b), rows_by_scenario(fp_c, counted_c)
+    rb, rc = rows_by_scenario(fp_b, complete_b), rows_by_scenario(fp_c, complete_c)
     todo = []
     for r in results:
         if not r.settings.checks["fingerprint"]:
@@ -1343,9 +1366,13 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
         if any(r.settings.checks["fingerprint"] for r in results):
             say("fingerprints")
             fp_b, fp_c = _fingerprint_tables(eng_b, eng_c, "baseline_trials", "candidate_trials")
-            counted_b = {str(t) for a in arms_b.values() for t, k in zip(a["trace_id"], a["counted"]) if k}
-            counted_c = {str(t) for a in arms_c.values() for t, k in zip(a["trace_id"], a["counted"]) if k}
-            notes += _fingerprint_checks(results, fp_b, fp_c, counted_b, counted_c, cfg, plots, say, family)
+            complete_b, left_b = _complete_trials(arms_b)
+            complete_c, left_c = _complete_trials(arms_c)
+            if left_b or left_c:
+                notes.append(f"fingerprint test leaves out trials that stopped before completing (interrupted, "
+                             f"or a stream the caller stopped): {left_b} baseline, {left_c} candidate; their "
+                             "behaviour is cut short, not changed")
+            notes += _fingerprint_checks(results, fp_b, fp_c, complete_b, complete_c, cfg, plots, say, family)
         _stability_checks(results, cfg.stability_floor)
     family_info = family.correct()
     for r in results:

@@ -172,3 +172,25 @@ def test_fingerprint_power_figures_are_at_the_family_level():
             if fp.verdict == "PASS":
                 assert f"smallest detectable shift {st['min_detectable_shift']:.2f} SD" in fp.reason
     assert seen_fail_past_critical >= 1
+
+
+def test_interrupted_trials_stay_out_of_the_fingerprint_test(tmp_path):
+    # the candidate behaves as the baseline, but a human paused a third of its runs after the
+    # first model call: cut short, not changed. In the T² test they read as a tool-usage shift
+    full = ["lookup", "refund"]
+    trials = ([{"scenario": "s", "version": "v1", "outcome": "pass", "tools": full} for _ in range(30)]
+              + [{"scenario": "s", "version": "v2", "outcome": "pass", "tools": full} for _ in range(30)]
+              + [{"scenario": "s", "version": "v2", "outcome": None, "tools": [], "error_class": "interrupted"}
+                 for _ in range(15)])
+    lake = write_trials(tmp_path / "lake", trials, id_seed=5)
+    r = run_gate(lake, GateConfig(), baseline="version=v1", candidate="version=v2")
+    fp = r.scenarios[0].check("fingerprint")
+    assert fp.verdict == "PASS" and r.decision != "block", (fp.verdict, fp.reason)
+    assert fp.stats["n_candidate"] == 30
+    assert any("0 baseline, 15 candidate" in n for n in r.notes), r.notes
+    # the same runs failing (not interrupted) are behaviour the test must see
+    for t in trials[60:]:
+        t.update(error_class=None, outcome="fail")
+    r = run_gate(write_trials(tmp_path / "lake2", trials, id_seed=5), GateConfig(),
+                 baseline="version=v1", candidate="version=v2")
+    assert r.scenarios[0].check("fingerprint").verdict == "FAIL" and r.decision == "block"
