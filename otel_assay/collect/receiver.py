@@ -379,9 +379,16 @@ class Collector:
     def flush(self) -> int:
         """Write everything acknowledged so far to Parquet; return the spans written."""
         with self._flush_lock:
-            retry, self._unwritten = self._unwritten, []
+            # every row stays counted in buffered_spans until its write has succeeded or it is
+            # back in _unwritten (check_capacity reads them without a lock): a moment's double
+            # count only throttles early, while a gap let requests past the bound during a
+            # retry of failed writes
+            retry = list(self._unwritten)
+            self._flushing_rows = sum(seg.rows for seg in retry)
+            self._unwritten = []
+            self._flushing_rows += self.wal.buffered_rows
             segment = self.wal.seal()
-            self._flushing_rows = segment.rows
+            self._flushing_rows = sum(seg.rows for seg in retry) + segment.rows
             written = 0
             try:
                 for seg in retry + [segment]:
@@ -389,6 +396,7 @@ class Collector:
                         written += seg.rows
                     else:
                         self._unwritten.append(seg)
+                    self._flushing_rows -= seg.rows
             finally:
                 self._flushing_rows = 0
                 self._last_flush = time.monotonic()

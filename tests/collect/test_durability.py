@@ -172,6 +172,50 @@ def test_a_failed_parquet_write_is_retried_and_pushes_back_meanwhile(tmp_path, m
         c.close()
 
 
+def test_spans_being_retried_still_count_against_the_buffer_bound(tmp_path, monkeypatch):
+    """While a flush retries writes that failed before, their spans are still waiting: the
+    receiver must keep pushing back rather than let a full buffer's worth more in."""
+    from otel_assay.collect.receiver import Collector, Overloaded
+
+    c = Collector(tmp_path / "lake", max_buffered_spans=300, flush_seconds=3600)  # flushes itself at 150
+    in_write, release = threading.Event(), threading.Event()
+
+    def write(self, tables, **kw):
+        in_write.set()
+        release.wait(30)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Lake, "write", write)
+
+    def flush_in_background() -> threading.Thread:
+        in_write.clear()
+        release.clear()
+        t = threading.Thread(target=c.flush)
+        t.start()
+        assert in_write.wait(30)
+        return t
+
+    try:
+        c.submit_protobuf(synthetic.request(10, rng=random.Random(1)).SerializeToString())  # 100 spans
+        t = flush_in_background()
+        release.set()
+        t.join()
+        assert c.unwritten_spans == 100
+        c.submit_protobuf(synthetic.request(10, rng=random.Random(2)).SerializeToString())  # 200 waiting
+        t = flush_in_background()  # retrying the first 100, the second 100 sealed behind them
+        c.submit_protobuf(synthetic.request(10, rng=random.Random(3)).SerializeToString())  # 300 waiting
+        try:
+            with pytest.raises(Overloaded):
+                c.check_capacity()
+        finally:
+            release.set()
+            t.join()
+        assert c.buffered_spans == 300
+    finally:
+        monkeypatch.undo()
+        c.close()
+
+
 def test_a_small_buffer_is_flushed_when_half_full_not_at_the_timer(tmp_path):
     from otel_assay.collect.receiver import Collector
 
