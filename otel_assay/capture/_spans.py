@@ -126,7 +126,16 @@ def chat_attributes(framework: str, model: Any, provider: Any, tool_defs=None, m
 
 def fail(span: trace.Span, exc: BaseException | None = None, *, type_name: str | None = None,
          message: str | None = None, end_time: int | None = None, end: bool = True) -> None:
-    """Mark a span as an error (status ERROR + error.type + exception event) and end it."""
+    """Mark a span as an error (status ERROR + error.type + exception event) and end it.
+
+    Ctrl-C is no error of the step: someone stopped the run (the trial records it as
+    interrupted), so the span keeps its status and is marked ``assay.incomplete``."""
+    if isinstance(exc, KeyboardInterrupt):
+        span.set_attribute(semconv.ASSAY_INCOMPLETE, "interrupted")
+        span.record_exception(exc, timestamp=end_time)
+        if end:
+            span.end(end_time=end_time)
+        return
     et = type_name or (error_type(exc) if exc is not None else "_OTHER")
     msg = message if message is not None else (str(exc) if exc is not None else "")
     span.set_attribute(semconv.ERROR_TYPE, et)

@@ -323,3 +323,21 @@ def test_a_garbled_tool_call_is_a_tool_request_not_the_answer(lake):
     assert jload(chat["attributes"]["gen_ai.response.finish_reasons"]) == ["tool_calls"]
     kinds = query(lake, "SELECT step_kind, requested_tools FROM steps WHERE trace_id = ? ORDER BY seq", [chat["trace_id"]])
     assert [(k["step_kind"], k["requested_tools"]) for k in kinds] == [("agent", None), ("llm", True)]
+
+
+def test_ctrl_c_during_a_tool_is_no_step_failure(tmp_path):
+    # someone pressed Ctrl-C while the tool ran: the trial is interrupted, and no step of it
+    # failed (an error there counted in n_errors and read as the agent breaking)
+    from ._helpers import query
+
+    lake = tmp_path / "lake"
+    p = run_script("langgraph_small.py", lake, "ctrl-c")
+    assert "interrupted" in p.stdout
+    (tr,) = trial_spans(lake, "order")
+    names = {s["name"]: s for s in tr}
+    assert {"invoke_agent billing", "execute_tool secret_lookup"} <= set(names)
+    assert [(s["name"], s["status_code"]) for s in tr if s["status_code"] == 2] == []
+    for n in ("invoke_agent billing", "execute_tool secret_lookup"):
+        assert names[n]["attributes"].get("assay.incomplete") == "interrupted", n
+    (t,) = query(lake, "SELECT error_class, outcome, n_errors FROM trials")
+    assert t == {"error_class": "interrupted", "outcome": None, "n_errors": 0}

@@ -1,10 +1,11 @@
 """One small LangGraph agent run; argv[1] = auto-first | auto-last | implicit (no trial
-call: OTEL_ASSAY_SCENARIO makes each top-level invocation a trial)."""
+call: OTEL_ASSAY_SCENARIO makes each top-level invocation a trial) | ctrl-c (Ctrl-C during
+the tool call, caught outside the trial)."""
 
 import sys
 
 MODE = sys.argv[1]
-if MODE == "auto-first":
+if MODE in ("auto-first", "ctrl-c"):
     import otel_assay.auto  # noqa: F401
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
@@ -20,6 +21,8 @@ if MODE in ("auto-last", "implicit"):
 @tool
 def secret_lookup(customer: str) -> str:
     """Look up a customer."""
+    if MODE == "ctrl-c":
+        raise KeyboardInterrupt
     return f"{customer} owes 12 EUR"
 
 
@@ -48,6 +51,13 @@ def app():
 if MODE == "implicit":
     for _ in range(2):
         app().invoke({"messages": [HumanMessage("what does ann owe?")]})
+elif MODE == "ctrl-c":
+    import otel_assay
+    try:
+        with otel_assay.trial("order", version=MODE):
+            app().invoke({"messages": [HumanMessage("what does ann owe?")]})
+    except KeyboardInterrupt:
+        print("interrupted")
 else:
     import otel_assay
     with otel_assay.trial("order", version=MODE) as t:
