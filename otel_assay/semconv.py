@@ -101,9 +101,9 @@ ASSAY_HANDOFF_FROM = "assay.handoff.from_agent"
 ASSAY_HANDOFF_TO = "assay.handoff.to_agent"
 ASSAY_GUARDRAIL_NAME = "assay.guardrail.name"
 ASSAY_GUARDRAIL_TRIGGERED = "assay.guardrail.triggered"
-# on an agent / workflow span (and a trial) that stopped before completing, without failing:
-# why ("caller_stopped": the caller stopped a streamed run; "interrupted": the graph paused
-# for a human, to be resumed by a later invocation)
+# on an agent / workflow span (and a trial), or a step, that stopped before completing without
+# failing: why ("caller_stopped": the caller stopped a streamed run; "interrupted": the graph
+# paused for a human, to be resumed by a later invocation, or someone pressed Ctrl-C)
 ASSAY_INCOMPLETE = "assay.incomplete"
 # on the agent span (and implicit trial) of a LangGraph invocation resuming an interrupted
 # one on the same checkpointer thread: the trace id (hex) of the interrupted invocation
