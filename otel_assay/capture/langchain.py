@@ -22,7 +22,8 @@ Spans (DESIGN §2):
   the interrupt in its loop): seen from a node's ``GraphInterrupt`` (``interrupt()``) or
   from LangGraph's lifecycle event (also breakpoints, see ``_graph_callbacks``), it is
   marked ``assay.incomplete=interrupted`` and its implicit trial gets no verdict; the next
-  invocation on its checkpointer thread, the resume, records ``assay.resumes``.
+  invocation of that graph on its checkpointer thread with an answer (a ``Command``, or
+  ``None`` past a breakpoint), the resume, records ``assay.resumes``.
 """
 
 from __future__ import annotations
@@ -259,8 +260,8 @@ class AssayCallbackHandler(_Base):
         # and join, instead of re-encoding the history on every step. Bounded; cleared when
         # no run is in flight.
         self._json_cache: dict[int, tuple] = {}
-        # thread id -> trace id (hex) of that thread's interrupted invocation, until it resumes
-        self._resumable: dict[str, str] = {}
+        # (graph name, thread id) -> trace id (hex) of its interrupted invocation, until it resumes
+        self._resumable: dict[tuple[str, str], str] = {}
 
     def _cached_json(self, obj: Any, make) -> str:
         key = id(obj)
@@ -319,8 +320,12 @@ class AssayCallbackHandler(_Base):
                                                                 if hasattr(m, "content")])
             except Exception:
                 pass
-        thread = md.get("thread_id")
-        resumes = self._resumable.pop(thread, None) if thread is not None and self._resumable else None
+        # thread ids belong to a checkpointer, and every tutorial uses "1": a resume is the same
+        # graph answering its pause (a Command, or None to go on past a breakpoint), not
+        # another graph on that id or fresh input, which starts over
+        thread = (name, str(md["thread_id"])) if md.get("thread_id") is not None else None
+        paused = self._resumable.pop(thread, None) if thread is not None and self._resumable else None
+        resumes = paused if inputs is None or type(inputs).__name__ == "Command" else None
         if resumes is not None:
             # the human's answer to an interrupted invocation: a trial of its own (the other one's
             # trace has ended), which says which one it continues

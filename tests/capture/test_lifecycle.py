@@ -130,3 +130,19 @@ def test_threads_outliving_a_trial_do_not_carry_it(tmp_path):
         assert not any("tp-" in (a or "") for a in args)
     tp = spans(lake, "attributes['gen_ai.tool.call.arguments'] LIKE '%tp-%'")
     assert len(tp) == 2 and all(s["scenario"] is None for s in tp)
+
+
+def test_a_resume_is_an_answer_to_the_same_graph(tmp_path):
+    lake = tmp_path / "lake"
+    p = run_script("lifecycle_run.py", lake, "resume-keys", env={"OTEL_ASSAY_SCENARIO": "keys"})
+    assert "FLUSHED True" in p.stdout
+    agents = spans(lake, "name LIKE 'invoke_agent %' AND scenario = 'keys'")
+    agents.sort(key=lambda a: a["start_time_unix_nano"])
+    got = [(a["name"], a["attributes"].get("assay.incomplete"), a["attributes"].get("assay.resumes"))
+           for a in agents]
+    first, fourth = agents[0]["trace_id"], agents[3]["trace_id"]
+    assert got == [("invoke_agent calc", "interrupted", None),
+                   ("invoke_agent other", None, None),         # another graph on thread id "1"
+                   ("invoke_agent calc", None, first),          # the answer to the pause
+                   ("invoke_agent calc", "interrupted", None),
+                   ("invoke_agent calc", None, None)], (got, fourth)  # fresh input: no answer

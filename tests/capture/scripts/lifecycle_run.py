@@ -92,7 +92,7 @@ def age_job():
     os._exit(0)  # no exit hook at all: only the child's own flush thread can have written the trial
 
 
-def hitl_app(how):
+def hitl_app(how, name="calc"):
     """calc, asking a human before its tool runs: ``node`` (interrupt() in an approve node) or
     ``before`` (an interrupt_before breakpoint on the tools node); ``none`` asks nobody."""
     from langgraph.checkpoint.memory import InMemorySaver
@@ -115,9 +115,9 @@ def hitl_app(how):
         g.add_node("approve", approve)
         g.add_conditional_edges("agent", tools_condition, {"tools": "approve", END: END})
         g.add_edge("approve", "tools")
-        return g.compile(name="calc", checkpointer=InMemorySaver())
+        return g.compile(name=name, checkpointer=InMemorySaver())
     g.add_conditional_edges("agent", tools_condition)
-    return g.compile(name="calc", checkpointer=InMemorySaver(), interrupt_before=["tools"] if how == "before" else None)
+    return g.compile(name=name, checkpointer=InMemorySaver(), interrupt_before=["tools"] if how == "before" else None)
 
 
 if MODE == "fork":
@@ -231,6 +231,23 @@ elif MODE == "interrupt":
         app_ = hitl_app("node")
         app_.invoke(q(), thread("trial"))
         t.outcome(passed=app_.invoke(Command(resume="yes"), thread("trial"))["messages"][-1].content == "done")
+    print("FLUSHED", otel_assay.flush())
+
+elif MODE == "resume-keys":
+    from langgraph.types import Command
+
+    def thread(name):
+        return {"configurable": {"thread_id": name}}
+
+    # thread ids are per checkpointer ("1" in every tutorial): another graph on the same id,
+    # or fresh input instead of an answer, is no resume
+    paused = hitl_app("node")
+    paused.invoke(q(), thread("1"))
+    hitl_app("none", name="other").invoke(q(), thread("1"))
+    assert paused.invoke(Command(resume="yes"), thread("1"))["messages"][-1].content == "done"
+    restarted = hitl_app("node")
+    restarted.invoke(q(), thread("2"))
+    restarted.invoke(q(), thread("2"))
     print("FLUSHED", otel_assay.flush())
 
 else:
