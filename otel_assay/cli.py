@@ -60,13 +60,16 @@ def cli() -> None:
 @click.option("--max-buffered-spans", type=click.IntRange(min=1000), default=500_000, show_default=True,
               help="Spans acknowledged but not yet in Parquet before clients are told to back off "
                    "(HTTP 503 + Retry-After / gRPC UNAVAILABLE). Bounds the collector's memory.")
+@click.option("--max-connections", type=click.IntRange(min=1), default=None,
+              help="Connections each listener keeps open at once; more are refused (HTTP 503 + Retry-After, then "
+                   "closed). Default: half the open-file limit (ulimit -n) less 64, at most 1024.")
 @click.option("--flush-seconds", type=FiniteFloatRange(min=0.05), default=2.0, show_default=True,
               help="How often acknowledged spans are turned into Parquet files.")
 @click.option("--fsync/--no-fsync", default=True, show_default=True,
               help="fsync the write-ahead log before acknowledging. --no-fsync is faster but an OS crash "
                    "can lose acknowledged spans.")
 def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_mib, max_buffered_spans,
-            flush_seconds, fsync):
+            max_connections, flush_seconds, fsync):
     """Receive OTLP traces (gRPC and HTTP, protobuf and JSON) into the lake at --dir.
 
     A batch is acknowledged only once it is in the write-ahead log (LAKE/_wal) and fsynced;
@@ -107,7 +110,8 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
         raise DataError(str(e)) from None
     try:
         receiver = Receiver(collector, grpc_addr=addrs["grpc"], http_addr=addrs["http"], token=token,
-                            tls_cert=tls_cert, tls_key=tls_key, max_body=int(max_body_mib * (1 << 20)))
+                            tls_cert=tls_cert, tls_key=tls_key, max_body=int(max_body_mib * (1 << 20)),
+                            max_connections=max_connections)
     except (OSError, RuntimeError) as e:
         collector.close()
         raise UsageError(f"cannot listen: {e}; pick a free port with --grpc/--http") from None

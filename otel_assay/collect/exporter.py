@@ -45,10 +45,13 @@ class ParquetSpanExporter(SpanExporter):
     so a gap between spans produced and spans stored can be reported, never silent.
 
     If a write fails (disk full, permissions) the rows stay buffered and the next flush
-    retries; rows are discarded (and counted in ``spans_lost``) only when ``shutdown``
-    cannot write them. The lake's directories are created (and checked) at construction;
-    with ``create=False`` at the first write, so an exporter that never receives a span
-    leaves nothing on disk.
+    retries. Rows are discarded (and counted in ``spans_lost``) only when ``shutdown``
+    cannot write them, or when more than ``max_unwritten_spans`` (default
+    ``OTEL_ASSAY_MAX_UNWRITTEN_SPANS``, 500000) wait for a write that keeps failing: then
+    the oldest flushes are dropped, whole, until the rest fit (the newest is always kept),
+    with one warning per outage. The lake's directories are created (and checked) at
+    construction; with ``create=False`` at the first write, so an exporter that never
+    receives a span leaves nothing on disk.
 
     Fork-safe: a forked child starts with an empty buffer and zeroed counters (the parent
     writes the spans it buffered; the child would write them a second time) and starts
@@ -64,12 +67,14 @@ class ParquetSpanExporter(SpanExporter):
         limits: Limits = DEFAULT_LIMITS,
         fsync: bool = True,
         create: bool = True,
+        max_unwritten_spans: int | None = None,
     ):
         self.lake = Lake(directory)
         if create:  # fail now, not at the first flush, on a directory that cannot be written
             self.lake.ensure_writable()
         self.max_rows = max_rows or _env_int("OTEL_ASSAY_FLUSH_ROWS", 100_000)
         self.max_age_s = max_age_s if max_age_s is not None else _env_float("OTEL_ASSAY_FLUSH_SECONDS", 5.0)
+        self.max_unwritten_spans = max_unwritten_spans or _env_int("OTEL_ASSAY_MAX_UNWRITTEN_SPANS", 500_000)
         self.limits = limits
         self.fsync = fsync
         self._lock = threading.Lock()
@@ -78,6 +83,7 @@ class ParquetSpanExporter(SpanExporter):
         # (tables, rows) of flushes whose write failed, oldest first: rewritten before anything
         # newer at the next flush, so spans that arrive while a write is failing wait their turn
         self._unwritten: list[tuple[dict, int]] = []
+        self._dropping = False  # spans were dropped in this outage (warned once)
         self._oldest: float | None = None
         self._resources: dict[int, tuple[object, Resource]] = {}
         self.spans_received = 0
@@ -147,6 +153,7 @@ class ParquetSpanExporter(SpanExporter):
         self._write_lock = threading.Lock()
         self._batch = SpanBatch(self.limits)
         self._unwritten = []
+        self._dropping = False
         self._oldest = None
         self.spans_received = self.spans_written = self.spans_rejected = self.spans_lost = 0
         self.files_written = 0
@@ -173,6 +180,7 @@ class ParquetSpanExporter(SpanExporter):
                     self._oldest = None
             if len(batch):
                 self._unwritten.append((batch.tables(), len(batch)))
+                self._bound_unwritten()
             while self._unwritten:
                 tables, n = self._unwritten[0]
                 try:
@@ -190,7 +198,27 @@ class ParquetSpanExporter(SpanExporter):
                 self._unwritten.pop(0)
                 self.spans_written += n
                 self.files_written += 1
+            self._dropping = False
             return True
+
+    def _bound_unwritten(self) -> None:
+        """Drop the oldest failed flushes while more than ``max_unwritten_spans`` wait: a lake
+        that stays unwritable must not take the application's memory with it."""
+        held = sum(n for _t, n in self._unwritten)
+        dropped = 0
+        while len(self._unwritten) > 1 and held > self.max_unwritten_spans:
+            _t, n = self._unwritten.pop(0)
+            held -= n
+            dropped += n
+        if not dropped:
+            return
+        with self._lock:
+            self.spans_lost += dropped
+        if not self._dropping:
+            self._dropping = True
+            log.warning("otel-assay: writing to %s keeps failing (%s); more than %d spans waited, so the oldest "
+                        "are being dropped (counted in spans_lost) until a write succeeds",
+                        self.lake.root, self.last_error, self.max_unwritten_spans)
 
     def _age_flusher(self) -> None:
         interval = max(0.05, min(1.0, self.max_age_s / 4))

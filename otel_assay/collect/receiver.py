@@ -10,11 +10,14 @@ success, throttling and error bodies follow the OTLP specification
 from __future__ import annotations
 
 import collections
+import contextlib
+import errno
 import hmac
 import io
 import ipaddress
 import json
 import logging
+import resource
 import socket
 import ssl
 import threading
@@ -42,6 +45,29 @@ DRAIN_LIMIT = 128 << 20  # an oversized body up to this size is read and discard
 # does not retry (the batch is dropped), so this is far above what a sender runs at once
 # (the Collector's sending queue: 10 consumers) and the worker threads bound the decoding.
 GRPC_MAX_CALLS = 128
+# seconds a body waits for the decoding budget (Collector.max_decoding_bytes) before its
+# client is told to retry: a 20 MiB body takes about 2 s to decode, and the client's upload
+# is already done, so waiting for one or two ahead beats having it sent again
+DECODE_WAIT_S = 5.0
+# descriptors kept out of the connection caps: the log, the lake's files, gRPC's own, imports
+FD_RESERVE = 64
+# a connection that has sent nothing: a kept-alive idle one closes after its idle timeout, a
+# raw TCP one on the gRPC port after this many ms (grpcio's default, 120 s, let idle sockets
+# hold the descriptors that new clients need for two minutes)
+GRPC_HANDSHAKE_TIMEOUT_MS = 10_000
+# out of descriptors, the listening socket stays readable and every accept() fails at once:
+# the accept loop pauses between tries, from the first delay doubling up to the last
+ACCEPT_BACKOFF = (0.05, 1.0)
+
+
+def default_max_connections() -> int:
+    """Connections each listener holds open at most by default: half of what RLIMIT_NOFILE
+    leaves after a reserve, so that idle clients on one listener cannot take every descriptor
+    (the other listener, the log and the lake need theirs); at most 1024 (one thread each)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(8, min(1024, (soft - FD_RESERVE) // 2))
 
 
 class Overloaded(Exception):
@@ -171,6 +197,7 @@ class Collector:
         flush_seconds: float = 2.0,
         dedupe_window: int = 1_000_000,
         fsync: bool = True,
+        max_decoding_bytes: int = DEFAULT_MAX_BODY,
     ):
         self.lake = Lake(lake_dir)
         self.lake.ensure_writable()
@@ -179,6 +206,10 @@ class Collector:
         self.flush_rows = flush_rows
         self.flush_seconds = flush_seconds
         self.fsync = fsync
+        self.max_decoding_bytes = max_decoding_bytes
+        self._decoding_bytes = 0  # of the bodies being decoded now
+        self._decode_cv = threading.Condition()
+        self._decode_queue: collections.deque[object] = collections.deque()  # bodies waiting, in order
         self.stats = CollectorStats()
         self._recent = _RecentKeys(dedupe_window)
         self._dedupe_lock = threading.Lock()
@@ -206,14 +237,31 @@ class Collector:
         """Turn log segments left by an earlier run (a crash) into Parquet."""
         n = 0
         for seg in self.wal.existing_segments():
-            parts = [decode(p) for p in read_segment(seg)]
+            skipped: list[tuple[int, int]] = []
+            parts = [decode(p) for p in read_segment(seg, skipped)]
             if parts:
                 tables = {name: pa.concat_tables([p[name] for p in parts]) for name in parts[0]}
                 self.lake.write(tables, token=seg.stem, fsync=self.fsync)
                 n += tables["spans"].num_rows
                 spans = tables["spans"]
                 self._recent.add_new(_span_keys(spans.column("trace_id").to_pylist(), spans.column("span_id").to_pylist()))
-            seg.unlink()
+            size = seg.stat().st_size
+            # bytes skipped at the end are a record a crash tore, never acknowledged; bytes
+            # skipped before an intact record are damage nothing explains for sure
+            damaged = [(off, length) for off, length in skipped if off + length < size]
+            if damaged:
+                aside = self.lake.wal_dir / "damaged" / seg.name
+                aside.parent.mkdir(exist_ok=True)
+                seg.rename(aside)  # out of the replay's way: its records are in the lake now
+                log.warning("write-ahead log segment %s is damaged: skipped %d bytes in %d place(s) (at offsets %s) "
+                            "that are no intact record, and recovered the %d records around them; kept as %s",
+                            seg.name, sum(length for _o, length in damaged), len(damaged),
+                            ", ".join(str(off) for off, _l in damaged[:10]), len(parts), aside)
+            else:
+                if skipped:
+                    log.info("write-ahead log segment %s ends in %d bytes of a record torn by a crash (never "
+                             "acknowledged)", seg.name, skipped[0][1])
+                seg.unlink()
         if n:
             log.info("replayed %d spans from the write-ahead log", n)
         return n
@@ -261,8 +309,9 @@ class Collector:
 
     def submit_protobuf(self, body: bytes) -> IngestResult:
         self.check_capacity()
-        req = parse_protobuf(body)
-        return self.submit_request(req)
+        with self._decoding(len(body)):
+            req = parse_protobuf(body)
+            return self.submit_request(req)
 
     def submit_request(self, req) -> IngestResult:
         batch = SpanBatch(self.limits)
@@ -271,10 +320,45 @@ class Collector:
 
     def submit_json(self, body: bytes) -> IngestResult:
         self.check_capacity()
-        doc = parse_json(body)
-        batch = SpanBatch(self.limits)
-        received = add_json(doc, batch)
-        return self._commit(batch, received)
+        with self._decoding(len(body)):
+            doc = parse_json(body)
+            batch = SpanBatch(self.limits)
+            received = add_json(doc, batch)
+            return self._commit(batch, received)
+
+    @contextlib.contextmanager
+    def _decoding(self, size: int):
+        """Hold ``size`` bytes of the decoding budget while a body is decoded and stored.
+
+        A body costs about fifteen times its size on its way to the log (the parsed message,
+        the span rows, the Arrow tables, the log record), and the process keeps most of that
+        memory afterwards: two 20 MiB requests at once took the collector past 700 MiB.
+        Decoding waits until the bodies being decoded fit in ``max_decoding_bytes``, so big
+        requests go one at a time while small ones still share it; a body larger than the
+        budget goes alone. Bodies get in in the order they came (a big one is not passed for
+        ever by small ones); one that waits past ``DECODE_WAIT_S`` is told to retry.
+        """
+        with self._decode_cv:
+            turn = object()
+            self._decode_queue.append(turn)
+            if not self._decode_cv.wait_for(
+                    lambda: self._decode_queue[0] is turn and (
+                        not self._decoding_bytes or self._decoding_bytes + size <= self.max_decoding_bytes),
+                    timeout=DECODE_WAIT_S):
+                self._decode_queue.remove(turn)
+                self._decode_cv.notify_all()
+                with self._stats_lock:
+                    self.stats.throttled += 1
+                raise Overloaded(1, "too many large requests being decoded; retry shortly")
+            self._decode_queue.popleft()
+            self._decoding_bytes += size
+            self._decode_cv.notify_all()  # the next in line may fit beside this one
+        try:
+            yield
+        finally:
+            with self._decode_cv:
+                self._decoding_bytes -= size
+                self._decode_cv.notify_all()
 
     def _commit(self, batch: SpanBatch, received: int) -> IngestResult:
         with self._inflight_cv:
@@ -491,6 +575,20 @@ def _bearer_ok(authorization: str | None, token: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode())
 
 
+def _content_length(values: list[str] | None) -> int | None:
+    """The body length a request's Content-Length headers give; None without one, -1 when
+    invalid. RFC 9110 §8.6: 1*DIGIT, and several values (repeated headers or a list) only
+    if they are all the same. int() alone took "+5", "5_0", "\\x0b5" and non-ASCII digits,
+    so that a proxy in front could read another length than the collector."""
+    if not values:
+        return None
+    lengths = {v.strip(" \t") for value in values for v in value.split(",")}
+    if len(lengths) != 1:
+        return -1
+    (v,) = lengths
+    return int(v) if v.isascii() and v.isdigit() else -1
+
+
 class _TooLarge(Exception):
     def __init__(self, limit: int):
         super().__init__(f"request body exceeds {limit} bytes after decompression")
@@ -599,15 +697,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         is_json = ctype == "application/json"
-        length_header = self.headers.get("Content-Length")
         if self.path.split("?")[0] != "/v1/traces":
             self.close_connection = True
             return self._error(404, 5, f"no such path {self.path!r}; OTLP traces are POSTed to /v1/traces", is_json)
         chunked = self.headers.get("Transfer-Encoding") is not None
-        try:
-            length = None if chunked or length_header is None else int(length_header)
-        except ValueError:
-            length = -1
+        length = None if chunked else _content_length(self.headers.get_all("Content-Length"))
         if self.token is not None and not _bearer_ok(self.headers.get("Authorization"), self.token):
             # before any other answer: nothing about the request is told to a client without the token
             return self._refuse(length if length is not None and length >= 0 else 0, 401, 16,
@@ -624,7 +718,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(411, 3, "Content-Length required", is_json)
         if length < 0:
             self.close_connection = True
-            return self._error(400, 3, "invalid Content-Length", is_json)
+            values = ", ".join(self.headers.get_all("Content-Length"))
+            return self._error(400, 3, f"invalid Content-Length {values[:100]!r}: send one, as a decimal number "
+                               "of bytes (RFC 9110 §8.6)", is_json)
         if ctype not in ("application/x-protobuf", "application/json"):
             return self._refuse(length, 415, 3, f"unsupported Content-Type {ctype!r}; use application/x-protobuf "
                                 "or application/json", True)
@@ -736,10 +832,76 @@ class _Handler(BaseHTTPRequestHandler):
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 64
+    # what a connection beyond the cap gets before it is closed (not on TLS: it is plaintext)
+    _BUSY_BODY = _status_json(14, "too many connections open; retry shortly")
+    _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: application/json\r\n"
+             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY_BODY), _BUSY_BODY))
 
-    def __init__(self, addr, handler, family):
+    def __init__(self, addr, handler, family, max_connections: int):
         self.address_family = family
+        self.max_connections = max_connections
+        self.tls = False
+        self.refused_connections = 0
+        self._connections = 0
+        self._conn_lock = threading.Lock()
+        self._refusing = False
+        self._backoff = 0.0
         super().__init__(addr, handler)
+
+    def get_request(self):
+        try:
+            request = super().get_request()
+        except OSError as e:
+            if e.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                raise
+            # the pending connection stays queued and the socket readable: retrying at once
+            # spun a core until a descriptor came free; pausing lets the open connections finish
+            if not self._backoff:
+                log.warning("out of file descriptors (%s): pausing new HTTP connections; lower --max-connections "
+                            "or raise the limit (ulimit -n)", e.strerror)
+            self._backoff = min(ACCEPT_BACKOFF[1], max(ACCEPT_BACKOFF[0], self._backoff * 2))
+            time.sleep(self._backoff)
+            raise
+        if self._backoff:
+            log.warning("HTTP listener accepting connections again")
+            self._backoff = 0.0
+        return request
+
+    def verify_request(self, request, client_address) -> bool:
+        with self._conn_lock:
+            if self._connections < self.max_connections:
+                self._connections += 1
+                self._refusing = False
+                return True
+            self.refused_connections += 1
+            first = not self._refusing
+            self._refusing = True
+        if first:
+            log.warning("%d HTTP connections open (--max-connections): refusing new ones until some close",
+                        self.max_connections)
+        if not self.tls:
+            try:
+                request.send(self._BUSY, socket.MSG_DONTWAIT)
+            except OSError:
+                pass
+        return False  # the caller closes it
+
+    def process_request(self, request, client_address):
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: the slot is not freed by one
+            self._release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._conn_lock:
+            self._connections -= 1
 
     def handle_error(self, request, client_address):
         # a client gone mid-request, or plain HTTP sent to the TLS port, is the client's
@@ -862,6 +1024,7 @@ class Receiver:
         max_body: int = DEFAULT_MAX_BODY,
         grpc_workers: int = 4,
         max_concurrent_requests: int = 4,
+        max_connections: int | None = None,
     ):
         self.collector = collector
         self.listeners: list[Listener] = []
@@ -869,13 +1032,16 @@ class Receiver:
         self._http_thread = None
         self._grpc = None
         tls = bool(tls_cert and tls_key)
+        if max_connections is None:
+            max_connections = default_max_connections()
         if http_addr is not None:
             host, port = http_addr
             handler = type("Handler", (_Handler,), {"collector": collector, "token": token, "max_body": max_body,
                                                     "slots": threading.BoundedSemaphore(max_concurrent_requests)})
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            self._http = _HTTPServer((host, port), handler, family)
+            self._http = _HTTPServer((host, port), handler, family, max_connections)
             if tls:
+                self._http.tls = True
                 ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
                 ctx.load_cert_chain(tls_cert, tls_key)
                 # handshake in the connection's own thread, not in accept(): a client that
@@ -888,7 +1054,9 @@ class Receiver:
             host, port = grpc_addr
             self._grpc = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=grpc_workers, thread_name_prefix="otel-assay-grpc"),
-                options=[("grpc.max_receive_message_length", max_body), ("grpc.so_reuseport", 0)],
+                options=[("grpc.max_receive_message_length", max_body), ("grpc.so_reuseport", 0),
+                         ("grpc.max_allowed_incoming_connections", max_connections),
+                         ("grpc.server_handshake_timeout_ms", GRPC_HANDSHAKE_TIMEOUT_MS)],
                 maximum_concurrent_rpcs=max(GRPC_MAX_CALLS, max_concurrent_requests),
             )
             self._grpc.add_generic_rpc_handlers((_grpc_handler(collector, token),))

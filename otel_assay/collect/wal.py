@@ -13,7 +13,10 @@ The flusher seals the current segment (new appends go to a new one), writes the 
 segment's rows to Parquet under the segment's own name, and only then deletes the segment
 file. A crash at any point leaves either the segment (replayed at start, rewriting the
 same Parquet file names) or the Parquet files, never neither. A torn record at the end of a
-segment (a crash mid-write) was never acknowledged, so replay stops there.
+segment (a crash mid-write) was never acknowledged, and replay skips it. A torn record in
+the middle (a failed write whose bytes could not be taken back; later appends go after it)
+is skipped too, and the records after it are recovered: replay then keeps the segment in
+``_wal/damaged/`` and says so.
 """
 
 from __future__ import annotations
@@ -64,20 +67,35 @@ def decode(payload: bytes) -> dict[str, pa.Table]:
     return out
 
 
-def read_segment(path: Path) -> Iterator[bytes]:
-    """Yield the intact records of a segment, stopping at a torn or corrupt tail."""
+def read_segment(path: Path, skipped: list[tuple[int, int]] | None = None) -> Iterator[bytes]:
+    """Yield the intact records of a segment, in order, each once.
+
+    Bytes that are no intact record (a torn tail, or a torn record that could not be taken
+    back, with records after it) are skipped: reading goes on at the next place where a
+    record header starts whose payload checks out (a false one there would need its crc32
+    to match by chance), and ``(offset, length)`` of each skipped run is added to ``skipped``.
+    """
     with open(path, "rb") as f:
         data = f.read()
     off = 0
-    while off + _HEADER.size <= len(data):
-        magic, n, crc = _HEADER.unpack_from(data, off)
-        if magic != MAGIC or off + _HEADER.size + n > len(data):
-            return
-        payload = data[off + _HEADER.size: off + _HEADER.size + n]
-        if zlib.crc32(payload) != crc:
-            return
-        yield payload
-        off += _HEADER.size + n
+    bad = None  # where the run of skipped bytes began
+    while off < len(data):
+        if off + _HEADER.size <= len(data):
+            magic, n, crc = _HEADER.unpack_from(data, off)
+            end = off + _HEADER.size + n
+            if magic == MAGIC and end <= len(data) and zlib.crc32(data[off + _HEADER.size: end]) == crc:
+                if bad is not None and skipped is not None:
+                    skipped.append((bad, off - bad))
+                bad = None
+                yield data[off + _HEADER.size: end]
+                off = end
+                continue
+        if bad is None:
+            bad = off
+        nxt = data.find(MAGIC, off + 1)
+        off = len(data) if nxt < 0 else nxt
+    if bad is not None and skipped is not None:
+        skipped.append((bad, len(data) - bad))
 
 
 def _write_all(f, data: bytes) -> None:

@@ -154,11 +154,11 @@ READY = re.compile(r"OTLP/(gRPC|HTTP) listening on (?:https?://)?\[?([^\]\s]+?)\
 class CollectorProcess:
     """``otel-assay collect`` as a real subprocess on loopback ports chosen by the OS."""
 
-    def __init__(self, lake: Path, *extra: str, grpc: bool = True, http: bool = True, env=None):
+    def __init__(self, lake: Path, *extra: str, grpc: bool = True, http: bool = True, env=None, preexec_fn=None):
         args = [sys.executable, "-m", "otel_assay", "collect", "--dir", str(lake),
                 "--grpc", "127.0.0.1:0" if grpc else "off", "--http", "127.0.0.1:0" if http else "off", *extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})}, preexec_fn=preexec_fn)
         self.ports: dict[str, int] = {}
         self.lines: list[str] = []
         want = int(grpc) + int(http)
@@ -186,6 +186,11 @@ class CollectorProcess:
         self.proc.send_signal(signal.SIGTERM)
         out, err = self.proc.communicate(timeout=timeout)
         return self.proc.returncode, out, err
+
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time the collector has used so far (/proc/PID/stat)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -215,3 +215,56 @@ def test_a_hand_built_span_the_sdk_would_not_allow_does_not_corrupt_its_neighbou
     events = pa.concat_tables([pq.read_table(f) for f in lake.live_files("span_events")]).sort_by("span_id")
     assert events.column("name").to_pylist() == ["e1", "e3"]
     assert not lake.live_files("span_links")
+
+
+@pytest.mark.parametrize("configured", ["argument", "environment"])
+def test_spans_waiting_for_a_lake_that_stays_unwritable_are_bounded_oldest_dropped(tmp_path, monkeypatch, caplog,
+                                                                                   configured):
+    """Every failed flush was kept for the retry: with the lake unwritable for long the
+    application's memory grew without bound."""
+    import logging
+
+    lake = tmp_path / "lake"
+    if configured == "environment":
+        monkeypatch.setenv("OTEL_ASSAY_MAX_UNWRITTEN_SPANS", "50")
+        exp = ParquetSpanExporter(lake, max_rows=10, max_age_s=3600)
+    else:
+        exp = ParquetSpanExporter(lake, max_rows=10, max_age_s=3600, max_unwritten_spans=50)
+    tp = make_provider(BatchSpanProcessor(exp, max_export_batch_size=10, schedule_delay_millis=60_000))
+    tracer = tp.get_tracer("t")
+    spans_dir = lake / "spans"
+
+    def outage():
+        os.rename(spans_dir, tmp_path / "moved")
+        spans_dir.write_text("a file where the spans directory should be")  # every write fails, even as root
+
+    def recover():
+        spans_dir.unlink()
+        os.rename(tmp_path / "moved", spans_dir)
+
+    caplog.set_level(logging.WARNING, logger="otel_assay.collect")
+    outage()
+    for i in range(300):
+        with tracer.start_as_current_span(f"step {i}"):
+            pass
+        if i % 10 == 9:
+            tp.force_flush()
+            exp.force_flush()
+            assert sum(n for _t, n in exp._unwritten) <= 50
+    assert [r.getMessage().count("oldest are being dropped") for r in caplog.records].count(1) == 1  # once
+    assert exp.spans_lost == 250
+    recover()
+    assert exp.force_flush() is True
+    assert exp.spans_written == 50 and exp.spans_written + exp.spans_lost == exp.spans_received == 300
+    assert sorted(s["name"] for s in lake_view(lake).values()) == sorted(f"step {i}" for i in range(250, 300))
+    # a second outage warns again
+    outage()
+    for i in range(70):
+        with tracer.start_as_current_span(f"later {i}"):
+            pass
+    tp.force_flush()
+    exp.force_flush()
+    recover()
+    tp.shutdown()
+    assert [r.getMessage().count("oldest are being dropped") for r in caplog.records].count(1) == 2
+    assert exp.spans_written + exp.spans_lost == exp.spans_received == 370

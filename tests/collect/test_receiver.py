@@ -519,3 +519,185 @@ def test_a_client_that_trickles_its_headers_is_cut_off(tmp_path):
     finally:
         slow.close()
         receiver.stop()
+
+
+def _lowered_nofile(n: int):
+    def limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+    return limit
+
+
+@pytest.mark.parametrize("mode", ["default-cap", "cap-above-the-descriptor-limit"])
+def test_a_flood_of_idle_connections_neither_spins_nor_stops_the_collector(tmp_path, collector_factory, mode):
+    import socket
+
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from .conftest import agent_trial, make_provider
+
+    # 128 descriptors: the default cap is (128 - 64) // 2 = 32 per listener; with a cap of
+    # 1000 the descriptors run out first and accept() fails with EMFILE
+    extra = ("--max-connections", "1000") if mode == "cap-above-the-descriptor-limit" else ()
+    # with the cap, few enough that every connection gets through the listen backlog (64)
+    # at once: beyond it the kernel retries the handshake for many seconds
+    n = 200 if extra else 90
+    c = collector_factory(tmp_path / "lake", *extra, preexec_fn=_lowered_nofile(128))
+    flood = []
+    try:
+        cpu0 = c.cpu_seconds()
+        for port in (c.ports["http"], c.ports["grpc"]):
+            for _ in range(n):
+                s = socket.socket()
+                s.setblocking(False)
+                s.connect_ex(("127.0.0.1", port))
+                flood.append(s)
+        time.sleep(3)
+        cpu = c.cpu_seconds() - cpu0
+        # a spinning accept loop burns a core for as long as the flood lasts
+        assert cpu < 0.5, f"collector used {cpu:.2f} s of CPU in 3 s of idle connections"
+        if mode == "default-cap":
+            # beyond the cap a connection is told to retry and closed, not left hanging
+            pending, answers = set(range(n)), []
+            deadline = time.monotonic() + 10
+            while len(pending) > 32 and time.monotonic() < deadline:
+                for i in list(pending):
+                    try:
+                        answers.append(flood[i].recv(64))
+                    except (BlockingIOError, OSError) as e:
+                        if not isinstance(e, ConnectionResetError):
+                            continue
+                    pending.discard(i)
+                time.sleep(0.1)
+            assert len(pending) <= 32 and any(a.startswith(b"HTTP/1.1 503") for a in answers)
+    finally:
+        for s in flood:
+            s.close()
+    spans = recorded_trials(1)
+    exporter = HttpExporter(endpoint=c.http_url, timeout=10)
+    assert exporter.export(spans) == SpanExportResult.SUCCESS
+    # and through the SDK's batch processor, as an application sends them
+    tp = make_provider(BatchSpanProcessor(HttpExporter(endpoint=c.http_url, timeout=10)))
+    agent_trial(tp.get_tracer("t"), index=1)
+    assert tp.force_flush(30_000)
+    tp.shutdown()
+    code, _out, err = c.terminate()
+    assert code == 0, err
+    if mode == "cap-above-the-descriptor-limit":
+        assert "out of file descriptors" in err
+    else:
+        assert "refusing new ones" in err
+    got = lake_view(tmp_path / "lake")
+    assert set(expected_view(spans)) <= set(got) and len(got) == len(spans) * 2
+
+
+@pytest.mark.parametrize("lengths", [["+{n}"], ["{n}_0"], ["\x0b{n}"], ["{n}\x0c"], ["٥"], ["-{n}"], ["0x{x}"],
+                                     ["{n}", "{m}"], ["{n}, {m}"], [""], ["{n}", "junk"]])
+def test_a_content_length_that_is_not_one_decimal_number_is_a_400(tmp_path, collector_factory, lengths):
+    """RFC 9110 §8.6: Content-Length = 1*DIGIT; several must agree. A lenient parse lets a proxy
+    in front and the collector disagree on where the body ends (request smuggling)."""
+    import socket
+
+    from google.rpc import status_pb2
+
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    spans = recorded_trials(1)
+    body = encode_proto(spans).SerializeToString()
+    n = len(body)
+    headers = b"".join(b"Content-Length: " + v.format(n=n, m=n + 1, x=format(n, "x")).encode() + b"\r\n"
+                       for v in lengths)
+    sock = socket.create_connection(("127.0.0.1", c.ports["http"]), timeout=10)
+    sock.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                 + headers + b"\r\n" + body)
+    data = b""
+    while part := sock.recv(65536):
+        data += part
+    sock.close()
+    head, _, resp = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400") and b"Connection: close" in head, data
+    assert "invalid Content-Length" in status_pb2.Status.FromString(resp).message
+    assert post(c.http_url, body)[0] == 200  # still serving
+    c.terminate()
+    assert lake_view(tmp_path / "lake") == expected_view(spans)  # the refused copy was not stored twice or at all
+
+
+def test_repeated_equal_content_lengths_are_one(tmp_path, collector_factory):
+    import socket
+
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    spans = recorded_trials(1)
+    body = encode_proto(spans).SerializeToString()
+    sock = socket.create_connection(("127.0.0.1", c.ports["http"]), timeout=10)
+    sock.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nConnection: close\r\n"
+                 b"Content-Length: %d\r\nContent-Length:  %d \r\n\r\n" % (len(body), len(body)) + body)
+    data = b""
+    while part := sock.recv(65536):
+        data += part
+    sock.close()
+    assert data.startswith(b"HTTP/1.1 200"), data
+    c.terminate()
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_big_requests_at_once_are_decoded_one_after_the_other_not_side_by_side(tmp_path, collector_factory):
+    """A body costs over ten times its size in memory while it is decoded: two 20 MB requests
+    at once took the collector to twice the peak of one (and RSS stays near its peak)."""
+    import random
+    import threading
+
+    from otel_assay.collect import synthetic
+
+    per_trial = len(synthetic.request(1, rng=random.Random(0)).SerializeToString())
+    bodies = [synthetic.request(int(19e6 / per_trial), rng=random.Random(seed)).SerializeToString()
+              for seed in (1, 2)]
+
+    def status(c, key):
+        with open(f"/proc/{c.proc.pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
+
+    def peak_growth(lake, sent):
+        c = collector_factory(lake, "--flush-seconds", "600", grpc=False)
+        idle = status(c, "VmRSS")
+        codes = []
+        threads = [threading.Thread(target=lambda b=b: codes.append(post(c.http_url, b)[0])) for b in sent]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        growth = status(c, "VmHWM") - idle
+        assert codes == [200] * len(sent)
+        code, _out, _err = c.terminate()
+        assert code == 0
+        return growth
+
+    one = peak_growth(tmp_path / "one", bodies[:1])
+    two = peak_growth(tmp_path / "two", bodies)
+    assert two < 1.4 * one, f"peak grew {two >> 10} MiB for two requests at once, {one >> 10} MiB for one"
+    assert len(lake_view(tmp_path / "two")) == 2 * len(lake_view(tmp_path / "one"))
+
+
+def test_a_body_that_waits_too_long_for_the_decoding_budget_is_told_to_retry(tmp_path, monkeypatch):
+    from otel_assay.collect import receiver as rcv
+
+    monkeypatch.setattr(rcv, "DECODE_WAIT_S", 0.3)
+    spans = recorded_trials(2)
+    body = encode_proto(spans).SerializeToString()
+    small = encode_proto(spans[:1]).SerializeToString()
+    collector = rcv.Collector(tmp_path / "lake", max_decoding_bytes=len(body) + len(small))
+    receiver = rcv.Receiver(collector, grpc_addr=("127.0.0.1", 0), http_addr=("127.0.0.1", 0))
+    receiver.start()
+    url = f"http://127.0.0.1:{receiver.listeners[0].port}/v1/traces"
+    stub = __import__("opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc",
+                      fromlist=["x"]).TraceServiceStub(grpc.insecure_channel(f"127.0.0.1:{receiver.listeners[1].port}"))
+    try:
+        with collector._decoding(len(body)):  # a big body being decoded
+            status, headers, resp = post(url, body)
+            assert status == 503 and headers["Retry-After"] == "1"
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Export(pb.ExportTraceServiceRequest.FromString(body), timeout=10)
+            assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert post(url, small)[0] == 200  # small ones still fit beside it
+        assert post(url, body)[0] == 200  # the retry gets in
+    finally:
+        receiver.stop()
+    assert len(lake_view(tmp_path / "lake")) == len(spans)
