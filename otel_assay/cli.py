@@ -146,10 +146,14 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
 
 # ---------------------------------------------------------------------------- import
 @cli.command("import")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
 @lake_option
-def import_(files, lake_dir):
+def import_(paths, lake_dir):
     """Import OTLP trace files into the lake at --dir.
+
+    Each PATH is a file, or a directory: the files directly in it (not in its
+    subdirectories), skipping with a note hidden files, files that are clearly not span
+    exports (Parquet, text, empty) and the lake itself.
 
     Accepts OTLP JSON Lines (the OpenTelemetry Collector file exporter's default), a single
     OTLP JSON document (or several one after another), and length-prefixed OTLP protobuf;
@@ -158,12 +162,19 @@ def import_(files, lake_dir):
     stores its spans once. Exits 4 if any file, record or span could not be imported (the
     rest is still imported).
     """
-    from .collect.importer import import_files
+    from .collect.importer import expand_inputs, import_files
     from .collect.lake import LakeError
 
-    missing = [f for f in files if not os.path.isfile(f)]
-    if missing:
-        raise DataError(f"no such file: {', '.join(missing)}")
+    inputs = expand_inputs(list(paths), lake_dir)
+    if inputs.missing:
+        raise DataError(f"no such file or directory: {', '.join(inputs.missing)}")
+    for note in inputs.skipped[:20]:
+        click.echo(note)
+    if len(inputs.skipped) > 20:
+        click.echo(f"... and {len(inputs.skipped) - 20} more skipped")
+    if not inputs.files:
+        raise DataError("no files to import (see above): name OTLP trace files, or directories holding them")
+    files = inputs.files
     total = sum(os.path.getsize(f) for f in files)
     try:
         if sys.stderr.isatty() and total > 8 << 20:

@@ -519,9 +519,12 @@ class ScenarioResult:
 
     @property
     def verdict(self) -> str:
+        """The suite verdict of the scenario's gating checks; SKIPPED when none gates (all off,
+        reported only or SKIPPED): the scenario is not part of the decision, and INCONCLUSIVE
+        would say it holds back a deploy that the decision makes."""
         gating = [c.verdict for c in self.checks if c.gating and c.verdict != SKIPPED]
         if not gating:
-            return INCONCLUSIVE
+            return SKIPPED
         return stats.suite_verdict(gating).verdict.value
 
 
@@ -689,8 +692,9 @@ def _arm_summary(t: dict[str, np.ndarray], alpha: float) -> Arm:
 
 
 # error classes of trials that stopped before completing without failing (assay.incomplete):
-# Ctrl-C, a graph paused for a human, a stream its caller stopped
-INCOMPLETE_CLASSES = frozenset({"interrupted", "caller_stopped"})
+# Ctrl-C, a graph paused for a human, a stream its caller stopped (spelt as the trials view
+# normalises error classes: "_" becomes "-")
+INCOMPLETE_CLASSES = frozenset({"interrupted", "caller-stopped"})
 
 
 def _complete_trials(arms: dict[str, dict[str, np.ndarray]]) -> tuple[set[str], int]:
@@ -991,9 +995,14 @@ def _fingerprint_checks(results, fp_b, fp_c, complete_b: set, complete_c: set, c
         np.isfinite(fp.column(n).to_numpy(zero_copy_only=False).astype(float)).all() for fp in (fp_b, fp_c))]
     features = [n for n in names if n not in missing and n not in nonfinite]
     if missing:
-        notes.append(f"fingerprint features left out for missing values: {', '.join(missing)} "
-                     "(cost needs a priced model: set OTEL_ASSAY_PRICES to a price table CSV; the gate "
-                     "commands have no --prices option)")
+        why = []
+        if any(n.startswith("cost") for n in missing):
+            why.append("cost needs a priced model: set OTEL_ASSAY_PRICES to a price table CSV; the gate "
+                       "commands have no --prices option")
+        if any(n.endswith("_tokens") or n == "tokens_per_step" for n in missing):
+            why.append("token counts need LLM calls that report gen_ai.usage.input_tokens or output_tokens")
+        notes.append(f"fingerprint features left out for missing values: {', '.join(missing)}"
+                     + (f" ({'; '.join(why)})" if why else ""))
     if nonfinite:
         notes.append(f"fingerprint features left out for values that are not finite numbers (NaN or infinity "
                      f"in the spans): {', '.join(nonfinite)}")

@@ -8,7 +8,6 @@ error, 4 data error.
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -169,22 +168,16 @@ class ReportsCommand(click.Command):
 
 def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, quiet: bool,
                    exit_with_decision: bool = True) -> None:
+    from .report.output import stdout_reader_may_leave
     from .report.terminal import render
 
-    try:
+    # a reader that stops early (`gate ... | head`) changes neither the decision nor the reports
+    with stdout_reader_may_leave():
         if quiet:
             code = f"exit {result.exit_code}" if exit_with_decision else f"the gate would exit {result.exit_code}"
             click.echo(f"decision: {result.decision} ({code})")
         else:
             render(result, exit_with_decision=exit_with_decision)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # the reader stopped (`gate ... | head`): the decision stands and the report files are
-        # still written. Click would exit 1 for a broken pipe, which reads as "block" (under
-        # `set -o pipefail`, GitHub Actions' default shell, the step's exit code)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the flush at exit does not fail again
-        os.close(devnull)
     try:
         if json_path:
             from .report.json_report import write_json

@@ -20,8 +20,13 @@
 --   recovery_rate      ρ in [0, 1]: share of error steps after which a later step of the
 --                      same kind (and tool) succeeded; 1 when nothing failed. Whether the
 --                      agent recovers or gives up.
---   total_tokens       input + output tokens of all LLM calls (tokens). Spend.
---   tokens_per_step    total_tokens / n_steps (tokens per step). Spend per unit of work.
+--   total_tokens       input + output tokens of all LLM calls (tokens). Spend. The sum of
+--                      what the calls report, as trials' input_tokens and output_tokens sum
+--                      it: calls that report output tokens but no input tokens count their
+--                      output (a NULL input sum made the total 0); NULL when the LLM calls
+--                      report no usage at all, 0 without LLM calls.
+--   tokens_per_step    total_tokens / n_steps (tokens per step). Spend per unit of work;
+--                      NULL like total_tokens.
 --   cost_usd           C: cost of all LLM calls (USD); NULL when a call could not be priced.
 --   cost_per_step      c̄ = cost_usd / n_steps (USD per step); NULL like cost_usd.
 --   latency_s          wall-clock duration of the trial, first span start to last span end
@@ -93,8 +98,9 @@ SELECT
     CAST(CASE WHEN coalesce(h.n_error_steps, 0) > 0 THEN 1 ELSE 0 END AS DOUBLE) AS error_flag,
     CAST(CASE WHEN coalesce(h.n_error_steps, 0) = 0 THEN 1 ELSE coalesce(rc.n_recovered, 0) / h.n_error_steps END AS DOUBLE)
         AS recovery_rate,
-    coalesce(t.input_tokens + t.output_tokens, 0)::DOUBLE AS total_tokens,
-    coalesce((t.input_tokens + t.output_tokens) / h.n_steps, 0.0) AS tokens_per_step,
+    coalesce(t.input_tokens + t.output_tokens, t.input_tokens, t.output_tokens)::DOUBLE AS total_tokens,
+    CASE WHEN h.n_steps > 0 THEN coalesce(t.input_tokens + t.output_tokens, t.input_tokens, t.output_tokens) / h.n_steps
+         ELSE 0.0 END AS tokens_per_step,
     t.cost_usd::DOUBLE AS cost_usd,
     CASE WHEN h.n_steps > 0 THEN t.cost_usd / h.n_steps ELSE t.cost_usd END AS cost_per_step,
     t.duration_ns / 1e9 AS latency_s

@@ -12,7 +12,7 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import duckdb
 import pyarrow as pa
@@ -143,7 +143,10 @@ class Engine:
 
     def __init__(self, source, *, threads: int | None = None, memory_limit: str | None = None,
                  prices: str | os.PathLike | None = None):
-        self.files = resolve_sources(source)
+        self._options = {"threads": threads, "memory_limit": memory_limit, "prices": prices}
+        # an Engine as the source: the same files (see locked_copy), already checked
+        copy = isinstance(source, Engine)
+        self.files = source.files if copy else resolve_sources(source)
         self.con = duckdb_connect(memory_limit)
         # every view and command orders explicitly, so DuckDB need not keep scan order (which
         # costs memory on large lakes)
@@ -151,7 +154,8 @@ class Engine:
         self.con.execute("SET enable_progress_bar = false")  # it would fill CI logs with redraws
         if threads:
             self.con.execute(f"SET threads = {int(threads)}")
-        self._check_files()
+        if not copy:
+            self._check_files()
         for table, schema in TABLES.items():
             self._bind_table(table, schema)
         self._bind_labels()
@@ -313,6 +317,24 @@ class Engine:
             self.con.execute("SET allowed_paths = ?", [paths])
         self.con.execute("SET enable_external_access = false")
         self.con.execute("SET lock_configuration = true")
+
+    def locked_copy(self, tables: Mapping[str, pa.Table] | None = None) -> "Engine":
+        """A second engine over the same lake files and price table, locked down (lock_down),
+        with ``tables`` as temporary tables: for running a user's SQL beside this engine.
+        Locking down cannot be undone and holds for every connection to a DuckDB database, so
+        this engine could not read or spill to files afterwards. Its views are computed afresh
+        when a query reads them (nothing of this engine's materialize is shared)."""
+        eng = Engine(self, **self._options)
+        try:
+            for name, table in (tables or {}).items():
+                eng.con.register("_arrow_table", table)
+                eng.con.execute(f'CREATE TEMP TABLE "{name}" AS SELECT * FROM _arrow_table')
+                eng.con.unregister("_arrow_table")
+            eng.lock_down()
+        except BaseException:
+            eng.close()
+            raise
+        return eng
 
     @property
     def n_files(self) -> int:

@@ -21,8 +21,10 @@ def tool_vocabulary(engine, trials_table: str | None = None) -> list[str]:
 def fingerprint_matrix(engine, trials_table: str | None = None, vocabulary: Sequence[str] | None = None) -> pa.Table:
     """One row per trial: the fingerprints columns, then ``tool:<name>`` = calls of that tool
     / n_steps for every tool of ``vocabulary`` (default: :func:`tool_vocabulary`), 0 when the
-    trial never called it. Tools outside the vocabulary are not represented."""
-    vocab = list(vocabulary) if vocabulary is not None else tool_vocabulary(engine, trials_table)
+    trial never called it. Tools outside the vocabulary are not represented; a tool named
+    twice in it (``--tools a,a``) gets one column, where the first names it."""
+    # a column per name given made two columns of one name, which no table reader can tell apart
+    vocab = list(dict.fromkeys(vocabulary)) if vocabulary is not None else tool_vocabulary(engine, trials_table)
     cols = [f"coalesce(sum(ft.freq) FILTER (WHERE ft.tool_name = ?), 0)::DOUBLE AS \"{TOOL_PREFIX}{i}\""
             for i in range(len(vocab))]
     join = f"SEMI JOIN {trials_table} USING (trace_id)" if trials_table else ""

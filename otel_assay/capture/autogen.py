@@ -23,6 +23,12 @@ that provider, so they carry the trial's ``assay.*`` attributes. We add what the
 * an agent run without a team (``run`` / ``run_stream`` of an agent) records AutoGen's own
   ``invoke_agent`` span as its root, an implicit trial under ``OTEL_ASSAY_SCENARIO``.
 
+A stream (``run_stream``, a client's ``create_stream``) whose reader stops reading (a
+``break``) is no failure: the generator is closed with GeneratorExit, or, when ``asyncio.run``
+ends right after the break, with the CancelledError of the closing task it cancels. The
+workflow span is marked ``assay.incomplete=caller_stopped``; an implicit trial is incomplete
+(``interrupted``, as Ctrl-C leaves it), with no verdict.
+
 AutoGen's runtime messaging spans (``autogen publish ...``, ~10 per step, not steps) are
 switched off by setting ``AUTOGEN_DISABLE_RUNTIME_TRACING=true`` unless the environment
 already sets it.
@@ -30,6 +36,7 @@ already sets it.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import os
 from contextlib import contextmanager
@@ -169,7 +176,7 @@ async def _create(wrapped, instance, args, kwargs):
 def _create_stream(wrapped, instance, args, kwargs):
     async def gen():
         call = _Call(_CALL, instance, args, kwargs)
-        last = None
+        last, stopped = None, False
         try:
             agen = wrapped(*args, **kwargs).__aiter__()
             while True:
@@ -183,13 +190,14 @@ def _create_stream(wrapped, instance, args, kwargs):
                 finally:
                     _CALL.reset(token)
                 last = item
-                yield item
-        except GeneratorExit:
-            # the consumer stopped reading (aclose() after a break): not a failed call
-            call.end()
-            raise
+                try:
+                    yield item
+                except _READER_STOPPED:
+                    stopped = True
+                    raise
         except BaseException as e:
-            call.end(exc=e)
+            # a reader that stopped (a break) ended no model call in error
+            call.end(exc=None if stopped else e)
             raise
         call.end(last if type(last).__name__ == "CreateResult" else None)
     return gen()
@@ -305,6 +313,12 @@ def _run_json_stream(wrapped, instance, args, kwargs):
 
 
 # ------------------------------------------------------------------ teams
+# what a stream's reader throws in at its yield when it stops reading: GeneratorExit (aclose()
+# after a break), or CancelledError when asyncio.run ends before that aclose() ran (the event
+# loop closes an abandoned generator in a task, and cancels the tasks left when it stops)
+_READER_STOPPED = (GeneratorExit, asyncio.CancelledError)
+
+
 async def _in_context(agen, ctx, *, carry: bool = False):
     """The items of ``agen``, each step of it run in ``ctx`` and the consumer's code between
     them in its own context. With ``carry`` the context a step leaves current is the next
@@ -341,21 +355,23 @@ def _run_stream(wrapped, instance, args, kwargs):
         if _runtime.capture_content() and isinstance(task, str):
             attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json([text_parts("user", task)])
         span = start_span(f"invoke_workflow {name}", attrs, parent=t.span if t else None)
-        last = None
+        last, stopped = None, False
         try:
             async for item in _in_context(wrapped(*args, **kwargs), trace.set_span_in_context(span)):
                 last = item
-                yield item
-        except GeneratorExit:
-            # the consumer stopped iterating (a break out of the loop): not an error of the team
-            span.end()
-            if t is not None:
-                t.finish()
-            raise
+                try:
+                    yield item
+                except _READER_STOPPED:
+                    stopped = True
+                    raise
         except BaseException as e:
-            fail(span, e)
+            if stopped:  # the consumer stopped reading (a break out of the loop): no error of the team
+                span.set_attribute(semconv.ASSAY_INCOMPLETE, "caller_stopped")
+                span.end()
+            else:
+                fail(span, e)
             if t is not None:
-                t.finish(e)
+                t.finish(None if stopped else e, incomplete="interrupted" if stopped else None)
             raise
         stop = getattr(last, "stop_reason", None)
         if stop:
@@ -387,16 +403,19 @@ def _agent_run_stream(wrapped, instance, args, kwargs):
             async for item in agen:
                 yield item
             return
+        stopped = False
         try:
             # AutoGen's invoke_agent span stays current across the generator's yields: its
             # next step runs in what it left current, the consumer in its own context
             async for item in _in_context(agen, trace.set_span_in_context(t.span), carry=True):
-                yield item
-        except GeneratorExit:  # the consumer stopped reading: not a failure of the agent
-            t.finish()
-            raise
+                try:
+                    yield item
+                except _READER_STOPPED:
+                    stopped = True
+                    raise
         except BaseException as e:
-            t.finish(e)
+            # the consumer stopped reading: no failure of the agent, and no complete run either
+            t.finish(None if stopped else e, incomplete="interrupted" if stopped else None)
             raise
         t.finish()
     return gen()

@@ -25,7 +25,8 @@ _F = descriptor_pb2.FieldDescriptorProto
 _OPT, _REP = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
 
 
-def _build():
+def _build(text: int):
+    """The shadow schema with ``text`` (string or bytes) as the type of the spans' text fields."""
     fdp = descriptor_pb2.FileDescriptorProto(name="otel_assay_fast_trace.proto", package="otel_assay.fastpb",
                                              syntax="proto3")
 
@@ -36,16 +37,16 @@ def _build():
             if tname:
                 f.type_name = ".otel_assay.fastpb." + tname
 
-    msg("Status", [("message", 2, _F.TYPE_STRING, _OPT, None), ("code", 3, _F.TYPE_INT32, _OPT, None)])
-    msg("Event", [("time_unix_nano", 1, _F.TYPE_FIXED64, _OPT, None), ("name", 2, _F.TYPE_STRING, _OPT, None),
+    msg("Status", [("message", 2, text, _OPT, None), ("code", 3, _F.TYPE_INT32, _OPT, None)])
+    msg("Event", [("time_unix_nano", 1, _F.TYPE_FIXED64, _OPT, None), ("name", 2, text, _OPT, None),
                   ("attributes", 3, _F.TYPE_BYTES, _REP, None),
                   ("dropped_attributes_count", 4, _F.TYPE_UINT32, _OPT, None)])
     msg("Link", [("trace_id", 1, _F.TYPE_BYTES, _OPT, None), ("span_id", 2, _F.TYPE_BYTES, _OPT, None),
-                 ("trace_state", 3, _F.TYPE_STRING, _OPT, None), ("attributes", 4, _F.TYPE_BYTES, _REP, None),
+                 ("trace_state", 3, text, _OPT, None), ("attributes", 4, _F.TYPE_BYTES, _REP, None),
                  ("dropped_attributes_count", 5, _F.TYPE_UINT32, _OPT, None), ("flags", 6, _F.TYPE_FIXED32, _OPT, None)])
     msg("Span", [("trace_id", 1, _F.TYPE_BYTES, _OPT, None), ("span_id", 2, _F.TYPE_BYTES, _OPT, None),
-                 ("trace_state", 3, _F.TYPE_STRING, _OPT, None), ("parent_span_id", 4, _F.TYPE_BYTES, _OPT, None),
-                 ("name", 5, _F.TYPE_STRING, _OPT, None), ("kind", 6, _F.TYPE_INT32, _OPT, None),
+                 ("trace_state", 3, text, _OPT, None), ("parent_span_id", 4, _F.TYPE_BYTES, _OPT, None),
+                 ("name", 5, text, _OPT, None), ("kind", 6, _F.TYPE_INT32, _OPT, None),
                  ("start_time_unix_nano", 7, _F.TYPE_FIXED64, _OPT, None),
                  ("end_time_unix_nano", 8, _F.TYPE_FIXED64, _OPT, None),
                  ("attributes", 9, _F.TYPE_BYTES, _REP, None),
@@ -55,22 +56,84 @@ def _build():
                  ("links", 13, _F.TYPE_MESSAGE, _REP, "Link"),
                  ("dropped_links_count", 14, _F.TYPE_UINT32, _OPT, None),
                  ("status", 15, _F.TYPE_MESSAGE, _OPT, "Status"), ("flags", 16, _F.TYPE_FIXED32, _OPT, None)])
-    msg("Scope", [("name", 1, _F.TYPE_STRING, _OPT, None), ("version", 2, _F.TYPE_STRING, _OPT, None),
+    msg("Scope", [("name", 1, text, _OPT, None), ("version", 2, text, _OPT, None),
                   ("attributes", 3, _F.TYPE_BYTES, _REP, None)])
+    # schema_url is never read: bytes, so that one that is not UTF-8 costs nothing
     msg("ScopeSpans", [("scope", 1, _F.TYPE_MESSAGE, _OPT, "Scope"), ("spans", 2, _F.TYPE_MESSAGE, _REP, "Span"),
-                       ("schema_url", 3, _F.TYPE_STRING, _OPT, None)])
+                       ("schema_url", 3, _F.TYPE_BYTES, _OPT, None)])
     msg("Resource", [("attributes", 1, _F.TYPE_BYTES, _REP, None),
                      ("dropped_attributes_count", 2, _F.TYPE_UINT32, _OPT, None)])
     msg("ResourceSpans", [("resource", 1, _F.TYPE_MESSAGE, _OPT, "Resource"),
                           ("scope_spans", 2, _F.TYPE_MESSAGE, _REP, "ScopeSpans"),
-                          ("schema_url", 3, _F.TYPE_STRING, _OPT, None)])
+                          ("schema_url", 3, _F.TYPE_BYTES, _OPT, None)])
     msg("Request", [("resource_spans", 1, _F.TYPE_MESSAGE, _REP, "ResourceSpans")])
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("otel_assay.fastpb.Request"))
 
 
-Request = _build()
+Request = _build(_F.TYPE_STRING)
+# the same with every text field as bytes: parses what upb refuses for a string that is not
+# UTF-8 (proto3 requires it), so that such a string costs its span and not the whole request
+_LenientRequest = _build(_F.TYPE_BYTES)
+
+
+def _utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _text_error(span) -> str | None:
+    for what, text in (("span name", span.name), ("trace_state", span.trace_state),
+                       ("status message", span.status.message)):
+        if not _utf8(text):
+            return f"{what} is not valid UTF-8 (protobuf strings must be)"
+    if not all(_utf8(e.name) for e in span.events):
+        return "event name is not valid UTF-8 (protobuf strings must be)"
+    if not all(_utf8(l.trace_state) for l in span.links):
+        return "link trace_state is not valid UTF-8 (protobuf strings must be)"
+    return None
+
+
+def salvage(body: bytes) -> tuple[Any, list[str]] | None:
+    """A body upb refused, as a :data:`Request` of its spans whose text is UTF-8, and the
+    reason for each span left out; None when the body is malformed otherwise.
+
+    Such a span is rejected, as one with an attribute that is not UTF-8 is: replacing the
+    bad bytes would store a name that the agent never had, under which it would be counted.
+    Only called once the strict parse has failed: valid requests pay nothing for it.
+    """
+    lenient = _LenientRequest()
+    try:
+        lenient.ParseFromString(body)
+    except Exception:  # DecodeError, or RuntimeError on deep nesting
+        return None
+    reasons: list[str] = []
+    for rs in lenient.resource_spans:
+        bad_scopes = []
+        for j, ss in enumerate(rs.scope_spans):
+            if not (_utf8(ss.scope.name) and _utf8(ss.scope.version)):
+                reasons += ["instrumentation scope name or version is not valid UTF-8 (protobuf strings must be)"] * len(ss.spans)
+                bad_scopes.append(j)
+                continue
+            bad = [(i, why) for i, span in enumerate(ss.spans) if (why := _text_error(span))]
+            for i, why in reversed(bad):
+                reasons.append(why)
+                del ss.spans[i]
+        for j in reversed(bad_scopes):
+            del rs.scope_spans[j]
+    if not reasons:
+        return None
+    req = Request()
+    try:
+        req.ParseFromString(lenient.SerializeToString())
+    except Exception:
+        return None
+    return req, reasons
+
 
 _DOUBLE = struct.Struct("<d")
 _MISSING = object()
@@ -89,6 +152,10 @@ def _varint(b: bytes, i: int) -> tuple[int, int]:
             raise ValueError("varint too long")
 
 
+class NotUTF8(ValueError):
+    """An attribute key or string value that is not UTF-8, as protobuf strings must be."""
+
+
 def decode_keyvalue(b: bytes) -> tuple[str, Any]:
     """(key, value) of one serialized KeyValue; values as Python objects like otlp._pb_value."""
     try:
@@ -105,6 +172,9 @@ def decode_keyvalue(b: bytes) -> tuple[str, Any]:
                     value = _decode_anyvalue(v)
                     if value is not _MISSING:
                         return key, value
+    except UnicodeDecodeError:
+        # the common layout, so truly a string: the generated class would only say DecodeError
+        raise NotUTF8("attribute key or string value is not valid UTF-8 (protobuf strings must be)") from None
     except (IndexError, ValueError):
         pass  # not the common layout (or malformed): let the generated class decide
     from opentelemetry.proto.common.v1.common_pb2 import KeyValue

@@ -25,6 +25,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import struct
 import time
 import uuid
@@ -214,6 +215,91 @@ def _protobuf_records(stream: BinaryIO) -> Iterator[bytes]:
         if len(body) < n:
             raise MalformedOTLP("truncated record at end of file")
         yield body
+
+
+@dataclass
+class Inputs:
+    """What ``import`` reads: the files named, and the files directly in each directory named."""
+
+    files: list[Path] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "path: why", for each entry of a directory not read
+
+
+def expand_inputs(args: list[str | Path], lake_dir: str | Path) -> Inputs:
+    """The files to import for the paths given on the command line.
+
+    A directory (named, or matched by a shell glob among files) stands for the files directly
+    in it, in name order: the Collector's file exporter rotates its file into the same
+    directory, and a subdirectory may hold anything (an archive, a lake), so it is not
+    entered but named in a note. Hidden files (an editor's swap file, a writer's temporary
+    file) and files that are clearly not span exports (Parquet, text, empty) are skipped with
+    a note; a file named on its own is always read, and reported if it is not OTLP. A
+    directory that is the lake or inside it is skipped whole: its files are the lake's own.
+    """
+    lake = Path(lake_dir).resolve()
+    out, seen = Inputs(), set()
+
+    def add(path: Path) -> None:
+        key = path.resolve()
+        if key not in seen:  # a file named and also in a directory named: read once
+            seen.add(key)
+            out.files.append(path)
+
+    for arg in args:
+        path = Path(arg)
+        if path.is_file():
+            add(path)
+        elif not path.is_dir():
+            out.missing.append(str(arg))
+        elif path.resolve() == lake or lake in path.resolve().parents:
+            out.skipped.append(f"{path}: skipped, it is the lake --dir (or inside it): its files are the lake's own")
+        else:
+            try:
+                entries = sorted(os.scandir(path), key=lambda e: e.name)
+            except OSError as e:
+                out.missing.append(f"{arg} ({e.strerror or e})")
+                continue
+            for entry in entries:
+                child = Path(entry.path)
+                if entry.name.startswith("."):
+                    why = "hidden"
+                elif entry.is_dir():
+                    why = ("the lake --dir" if child.resolve() == lake else
+                           "a directory (import reads the files directly in a directory; name it to read its files)")
+                elif not entry.is_file():
+                    why = "not a regular file"
+                else:
+                    why = _not_span_export(child)
+                if why:
+                    out.skipped.append(f"{child}: skipped, {why}")
+                else:
+                    add(child)
+    return out
+
+
+def _not_span_export(path: Path) -> str | None:
+    """Why a file found in a directory is clearly not a span export; None when it may be one."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return None  # the import says why it cannot be read
+    if not head:
+        return "empty"
+    if head[:4] == b"PAR1":
+        return "a Parquet file (a lake's own files are read with `otel-assay sql`, not imported)"
+    if head[:2] == _GZIP or head[:4] == _ZSTD:
+        return None
+    if head[:3] == _BOM:
+        head = head[3:]
+    if head.lstrip(b" \t\r\n")[:1] in (b"{", b"["):
+        return None
+    # length-prefixed protobuf: a plausible length, then field 1 of ExportTraceServiceRequest
+    # (0x0a) or a zstd-compressed message; text, images and archives start otherwise
+    if len(head) >= 4 and struct.unpack(">I", head[:4])[0] <= MAX_RECORD and head[4:5] in (b"", b"\x0a", _ZSTD[:1]):
+        return None
+    return "neither OTLP JSON nor length-prefixed OTLP protobuf (nor gzip or zstd)"
 
 
 def import_files(
@@ -480,9 +566,10 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport,
         text = skipped + first_line + stream.read()
         try:
             doc = json.loads(text)
+            docs = doc if isinstance(doc, list) else [doc]
         except (ValueError, RecursionError) as e:
-            doc = _concatenated(text)
-            if doc is None:
+            found = _concatenated(text)
+            if found is None:
                 # not one document either: read line by line, so that one bad line (a record cut
                 # off by a crash, a stray log line) costs that line and not the whole file
                 errors = len(report.errors)
@@ -492,7 +579,9 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport,
                     del report.errors[errors:]
                     report.errors.append(f"not valid JSON: {e}")
                 return
-        for d in doc if isinstance(doc, list) else [doc]:
+            docs, damage = found
+            report.errors.extend(damage)
+        for d in docs:
             _note_foreign(d, foreign)
             try:
                 report.spans_seen += add_json(d, batch_ref())
@@ -505,12 +594,15 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport,
     _add_json_lines(docs, batch_ref=batch_ref, flush=flush, report=report, foreign=foreign)
 
 
-def _concatenated(text: bytes) -> list | None:
+def _concatenated(text: bytes) -> tuple[list, list[str]] | None:
     """The documents of ``text`` when it is several JSON documents one after another, each
     over many lines: ``jq . traces.jsonl`` pretty-prints each line's document so, and the
     SDK's ConsoleSpanExporter writes its spans so. Neither one document nor JSON Lines, such
-    a file was refused whole as "not valid JSON: Extra data". None when it is not that."""
-    decoder, docs, i = json.JSONDecoder(), [], 0
+    a file was refused whole as "not valid JSON: Extra data". Also returns an error for each
+    damaged document: a copy of a file still being written ends inside its last document,
+    which cost every complete document before it. None when no document is whole.
+    """
+    decoder, docs, errors, whole, i = json.JSONDecoder(), [], [], 0, 0
     try:
         s = text.decode("utf-8")
     except UnicodeDecodeError:
@@ -519,12 +611,29 @@ def _concatenated(text: bytes) -> list | None:
         while i < len(s) and s[i] in " \t\r\n":  # raw_decode takes no whitespace before a document
             i += 1
         if i == len(s):
-            return docs if len(docs) > 1 else None
+            return (docs, errors) if whole else None
         try:
             doc, i = decoder.raw_decode(s, i)
-        except (ValueError, RecursionError):
-            return None
+        except (ValueError, RecursionError) as e:
+            why = e.msg if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+            # a document starts on a line of its own, with an unindented { or [: go on there
+            nxt = _DOC_START.search(s, i + 1)
+            if len(errors) < 100:  # as for JSON Lines; and each line number counts from the start
+                line = s.count("\n", 0, i) + 1
+                errors.append(
+                    f"line {line}: not valid JSON ({why}); the document there is cut off or damaged (a copy of a "
+                    "file still being written?): the documents before it were imported" if nxt is None else
+                    f"line {line}: not valid JSON ({why}); the document there was skipped, reading went on at "
+                    f"line {s.count(chr(10), 0, nxt.start() + 1) + 1}")
+            if nxt is None:
+                return (docs, errors) if whole else None
+            i = nxt.start() + 1
+            continue
+        whole += 1
         docs.extend(doc if isinstance(doc, list) else [doc])
+
+
+_DOC_START = re.compile(r"\n[{\[]")
 
 
 def _add_json_lines(docs: Iterator, *, batch_ref, flush, report: FileReport, foreign: set[str]) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 
 from .schema import Limits, Resource, SpanBatch, make_resource
@@ -49,21 +49,36 @@ def parse_protobuf(body: bytes):
     """Parse an ExportTraceServiceRequest (TracesData has the same wire format).
 
     Returns the receiver's shadow message (see ``_fastpb``): attributes stay serialized
-    until :func:`add_protobuf` decodes them.
+    until :func:`add_protobuf` decodes them. A body that is valid but for text that is not
+    UTF-8 in some spans gives a :class:`Salvaged` request, which rejects those spans.
     """
-    from ._fastpb import Request
+    from ._fastpb import Request, salvage
 
     req = Request()
     try:
         req.ParseFromString(body)
     except Exception as e:  # protobuf raises DecodeError, or RuntimeError on deep nesting
-        raise MalformedOTLP(f"not a valid OTLP protobuf ExportTraceServiceRequest: {e}") from None
+        salvaged = salvage(body)
+        if salvaged is None:
+            raise MalformedOTLP(f"not a valid OTLP protobuf ExportTraceServiceRequest: {e}") from None
+        return Salvaged(*salvaged)
     return req
+
+
+class Salvaged(NamedTuple):
+    """A request without its spans whose text is not UTF-8, and why each was left out."""
+
+    request: Any
+    rejected: list[str]
 
 
 def add_protobuf(req, batch: SpanBatch) -> int:
     """Append every span of ``req`` to ``batch``; return the number of spans seen."""
     seen = 0
+    if isinstance(req, Salvaged):
+        for why in req.rejected:
+            batch.reject(why)
+        seen, req = len(req.rejected), req.request
     limits = batch.limits
     from ._fastpb import decode_keyvalue
 

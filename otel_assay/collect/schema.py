@@ -766,7 +766,9 @@ class SpanBatch:
                     self._warm(l.attributes)
                 dropped = self._pb_attrs_into(span_attrs, span.attributes, promoted)
             except Exception as e:  # invalid UTF-8 or malformed KeyValue bytes; nothing was appended
-                self.reject(f"malformed attribute: {type(e).__name__}: {str(e)[:200]}")
+                from ._fastpb import NotUTF8
+
+                self.reject(str(e) if isinstance(e, NotUTF8) else f"malformed attribute: {type(e).__name__}: {str(e)[:200]}")
                 continue
             c_trace.append(trace_hex)
             c_span.append(span_hex)

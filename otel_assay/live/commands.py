@@ -108,17 +108,24 @@ def render_result(result) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from .runner import more_trials_text
+
     t = Table(title=f"{result.suite} @ {result.version}")
     for col in ("scenario", "decision", "passed", "interval", "trials run", "resumed", "excluded", "stop"):
         t.add_column(col)
     for s in result.scenarios:
         ci = f"[{s.ci_low:.2f}, {s.ci_high:.2f}]" if s.ci_low is not None else ""
-        stop = (s.stop_reason or "") + (f" (+{s.more_trials_needed} needed)" if s.more_trials_needed else "")
+        past = f", past {s.past_cap[0]}" if s.past_cap else ""
+        stop = (s.stop_reason or "") + (f" (+{s.more_trials_needed} needed{past})" if s.more_trials_needed else "")
         t.add_row(printable(s.scenario), f"{s.decision} ({s.method})", f"{s.successes}/{s.n}", ci, str(s.ran), str(s.resumed),
                   str(s.excluded), stop)
     Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=False).print(t)
     click.echo(f"{result.decision}: {sum(s.ran for s in result.scenarios)} trials run in {result.elapsed_s:.1f}s"
                f", {result.tokens} tokens")
+    for s in result.scenarios:
+        if s.past_cap:
+            click.echo(f"hint: {printable(s.scenario)}: {more_trials_text(s.more_trials_needed, s.n, s.config)} "
+                       "in the scenario file's config, then run again", err=True)
     stops = {s.stop_reason for s in result.scenarios}
     if "empty-runs" in stops:
         click.echo("hint: no trial recorded an LLM call or a tool step, so none counts; instrument the agent "

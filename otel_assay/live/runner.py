@@ -211,6 +211,33 @@ class TrialRecord:
     unpriced: list = field(default_factory=list)
 
 
+def past_cap(needed: int | None, n: int, cfg: RunConfig) -> tuple[str, int] | None:
+    """The setting that caps a scenario's counted trials, and its value (SPRT: n_max, trials
+    when unset; a fixed sample: trials), when ``n + needed`` is past it: a rerun of the version
+    resumes and stops there too, so the count cannot be reached as configured. None otherwise,
+    and for adaptive (calibration sets its sample)."""
+    if not needed:
+        return None
+    if cfg.method == "sprt":
+        cap = ("n_max" if cfg.n_max is not None else "trials"), cfg.sprt_n_max
+    elif cfg.method == "fixed":
+        cap = "trials", cfg.trials
+    else:
+        return None
+    return cap if n + needed > cap[1] else None
+
+
+def more_trials_text(needed: int, n: int, cfg: RunConfig) -> str:
+    """The manual-decision hint: about how many more trials would decide, and past the cap
+    the setting to raise instead of a count a rerun cannot reach."""
+    text = f"about {needed} more trials needed"
+    past = past_cap(needed, n, cfg)
+    if past is not None:
+        key, value = past
+        text += f", past {key} {value}: raise {key} to about {n + needed}"
+    return text
+
+
 @dataclass
 class ScenarioRun:
     """Where one scenario stands. ``n``/``successes`` are the trials the decision used."""
@@ -243,6 +270,11 @@ class ScenarioRun:
     @property
     def done(self) -> bool:
         return self.decision != "CONTINUE"
+
+    @property
+    def past_cap(self) -> tuple[str, int] | None:
+        """The cap (setting, value) the trials still needed are past (see :func:`past_cap`)."""
+        return past_cap(self.more_trials_needed, self.n, self.config)
 
     @property
     def verdict(self) -> Verdict:

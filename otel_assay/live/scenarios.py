@@ -29,7 +29,10 @@ The shape follows the paper (§8.4)::
 Evaluators: ``exact_match``, ``contains``, ``regex``, ``json_schema``, ``callable``
 (``module:function``, called as ``fn(output, scenario)``) and ``none`` (only the step
 properties judge). Step properties checked from the trial's own spans: ``max_steps``,
-``max_tool_calls``, ``must_call``, ``never_call``.
+``max_tool_calls``, ``must_call``, ``never_call``. Other property keys are refused (a typo
+would judge nothing), except ``expected`` / ``expected_<field>`` and, with a callable
+evaluator, keys of its own that are not spelt like a known one; so are keys an evaluator
+mapping does not take.
 
 Errors are :class:`~otel_assay.errors.UsageError` (exit 3) naming the file and the item.
 """
@@ -52,6 +55,10 @@ EVALUATORS = ("exact_match", "contains", "regex", "json_schema", "callable", "co
 LIVE_CONTRACT_KINDS = ("max_steps", "max_tool_calls", "must_call", "never_call", "call_order", "max_tokens",
                        "max_latency_s", "final_output_matches", "final_output_contains", "final_output_json_schema")
 STEP_PROPERTIES = ("max_steps", "max_tool_calls", "must_call", "never_call")
+# an evaluator mapping's keys besides `type`
+EVALUATOR_KEYS = {"exact_match": ("expected", "ignore_case"), "contains": ("value", "ignore_case"),
+                  "regex": ("pattern", "ignore_case"), "json_schema": ("schema",), "callable": ("function", "callable"),
+                  "contract": ("contracts",), "none": ()}
 CONFIG_KEYS = ("trials", "threshold", "alpha", "beta", "delta", "method", "n_max", "t_max", "budget",
                "timeout", "retries", "calibration", "concurrency", "regression")
 
@@ -254,6 +261,12 @@ def make_evaluator(spec: Any, props: Mapping, where: str) -> Evaluator:
     if kind not in EVALUATORS:
         raise UsageError(f"{where}: unknown evaluator {spec['type']!r}; use one of {', '.join(EVALUATORS)} "
                          "or module:function")
+    # a misspelt option (`ignore_cas: false`, `patern:`) was ignored: the evaluator judged without it
+    unknown = [k for k in spec if k != "type" and k not in EVALUATOR_KEYS[kind]]
+    if unknown:
+        hint = _did_you_mean(unknown[0], EVALUATOR_KEYS[kind])
+        raise UsageError(f"{where}: evaluator {kind}: unknown key {unknown[0]!r}{hint}; "
+                         f"its keys: {', '.join(('type', *EVALUATOR_KEYS[kind]))}")
     if kind == "none":
         return lambda output, scenario: (True, None, None)
     if kind == "contract":
@@ -448,6 +461,38 @@ def parse_config(raw: Any, where: str, base: RunConfig | None = None) -> RunConf
     return cfg
 
 
+def _did_you_mean(key: Any, known) -> str:
+    import difflib
+
+    near = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.75)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+def _reads_properties(spec: Any) -> bool:
+    """Whether the evaluator is the user's callable, which may read properties of its own
+    from ``scenario.properties``."""
+    if isinstance(spec, str):
+        return ":" in spec and spec not in EVALUATORS
+    return isinstance(spec, Mapping) and str(spec.get("type")).replace("-", "_") == "callable"
+
+
+def _check_property_keys(props: Mapping, where: str, custom: bool) -> None:
+    """A misspelt step property (`max_step: 5`, `must_cal: lookup`) judged nothing: every trial
+    passed it. Known: the step properties, `expected` and `expected_<field>`; with a callable
+    evaluator (``custom``) other keys are its own, unless they are spelt like a known one."""
+    known = (*STEP_PROPERTIES, "expected")
+    for k in props:
+        if isinstance(k, str) and (k in known or k.startswith("expected_")):
+            continue
+        hint = _did_you_mean(k, known)
+        if custom and not hint:
+            continue
+        own = ("" if custom else "; other keys are for a callable evaluator (evaluator: module:function), "
+               "which reads them from scenario.properties")
+        raise UsageError(f"{where}: unknown property {k!r}{hint}; properties: {', '.join(STEP_PROPERTIES)}, "
+                         f"expected, expected_<field>{own}")
+
+
 def _props(raw, where) -> dict[str, Any]:
     if raw is None:
         return {}
@@ -490,6 +535,7 @@ def parse_scenarios(doc: Any, source: str = "<scenarios>") -> Suite:
         if "input" not in s:
             raise UsageError(f"{where}: missing `input`")
         props = _props(s.get("properties"), where)
+        _check_property_keys(props, where, _reads_properties(s.get("evaluator")))
         for k in ("max_steps", "max_tool_calls"):
             if k in props:
                 props[k] = _num(where, k, props[k], 0, integer=True, open_lo=False)

@@ -115,7 +115,9 @@ class StochasticResult:
             head += (f"; vs baseline {r.baseline_successes}/{r.baseline_n}: regression {r.verdict.value} "
                      f"(drop {r.drop:+.3f}, p = {r.pvalue:.3g})")
         if self.verdict == "INCONCLUSIVE":
-            head += f"; about {self.more_trials_needed} more trials needed"
+            from .runner import more_trials_text
+
+            head += "; " + more_trials_text(self.more_trials_needed, self.n, self.run.scenarios[0].config)
         if self.raised:
             head += f"; {self.raised} trial(s) raised, the first: {self.first_error}"
         return head
@@ -153,8 +155,9 @@ def run_stochastic(body: Callable[[], Any], spec: StochasticSpec, *, scenario: s
     from .scenarios import RunConfig, Scenario, Suite
 
     method = "fixed" if spec.baseline else spec.method
+    # n_max unset: the SPRT stops at trials, and the hint past it names the decorator's `trials=`
     cfg = RunConfig(trials=spec.trials, threshold=spec.threshold, alpha=spec.alpha, beta=spec.beta, delta=spec.delta,
-                    method=method, n_max=spec.trials, timeout=spec.timeout, retries=spec.retries)
+                    method=method, timeout=spec.timeout, retries=spec.retries)
 
     def judge(output, _scenario):
         return (True if output is None else bool(output)), None, None

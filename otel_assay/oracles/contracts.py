@@ -5,8 +5,9 @@ lookup_order", "never calls delete_account", "the answer matches this regex" —
 the gate config (or built in Python) and evaluated over the ``trials`` and ``steps`` views.
 Each kind compiles to a parameterised DuckDB expression: values from the config and from
 trace data are only ever bound parameters, never pasted into SQL (the one exception is
-``sql:``, a trusted expression written by the config's author). JSON-schema checks run in
-Python on the values the query returns.
+``sql:``, an expression written by the config's author, judged apart in a locked-down copy of
+the engine: it reads the trial's row and the lake's views, no other file). JSON-schema checks
+run in Python on the values the query returns.
 
 A contract holds, fails, or cannot be judged for a trial (NULL: for example ``max_cost_usd``
 when the model has no price, or the output and argument contracts when the trial's text was
@@ -52,7 +53,8 @@ KINDS: dict[str, str] = {
     "final_output_json_schema": "a JSON schema the final output (parsed as JSON) satisfies",
     "tool_args_schema": "a mapping tool name -> JSON schema every call's arguments satisfy",
     "max_repeated_calls": "an integer: no identical tool call (same tool, same arguments) happens more than this often",
-    "sql": "a trusted SQL boolean expression over the trial's row (columns of the trials view)",
+    "sql": "an SQL boolean expression over the trial's row (columns of the trials view); it may read the "
+           "lake's views, no other file",
 }
 OPTION_KEYS = {"name", "threshold", "alpha", "scenarios"}
 RESERVED_NAMES = {"trace_id", "scenario", "version"}  # columns of ContractResults.table beside the contracts'
@@ -248,7 +250,8 @@ _ONE_VALUE = {
 
 
 def _expression(c: Contract, params: list) -> str | None:
-    """The SQL for one contract (binding its values into ``params``); None if judged in Python."""
+    """The SQL for one contract (binding its values into ``params``); None if judged in Python
+    or, ``sql:``, apart (_sql_contracts)."""
     k, v = c.kind, c.value
     if k in _ONE_VALUE:
         params.append(v)
@@ -268,8 +271,6 @@ def _expression(c: Contract, params: list) -> str | None:
         return f"regexp_matches('{SEP}' || array_to_string(tools, '{SEP}') || '{SEP}', ?)"
     if k == "no_tool_errors":
         return "tool_errors = 0"
-    if k == "sql":
-        return f"({v})"
     return None
 
 
@@ -334,23 +335,28 @@ def evaluate(engine, contracts: Sequence[Contract], *, trials: str = "trials") -
         expr = _expression(c, params)
         if expr is not None:
             cols.append(f"CAST({expr} AS BOOLEAN) AS c{i}")
+    user_sql = [(i, c) for i, c in enumerate(contracts) if c.kind == "sql"]
     # only the trials that count, as in the pass rates and the run (DESIGN §7): an infrastructure
     # error, a pre-validation failure, an empty run or a timeout before any tool call measured
     # nothing about the agent, yet (no tools, no answer) failed must_call and the output contracts
-    sql = _FACTS.format(trials=trials) + "SELECT trace_id, scenario, version" + "".join(", " + c for c in cols) + \
-        " FROM facts WHERE counted ORDER BY scenario, version, trace_id"
+    sql = _FACTS.format(trials=trials) + ("SELECT *" if user_sql else "SELECT trace_id, scenario, version") + \
+        "".join(", " + c for c in cols) + " FROM facts WHERE counted ORDER BY scenario, version, trace_id"
     try:
         base = engine.con.sql(sql, params=params).to_arrow_table()
     except duckdb.Error as e:
-        culprit = next((c.name for c in contracts if c.kind == "sql"), None)
-        hint = f" (check the sql: expression of contract {culprit!r})" if culprit else ""
-        raise ContractError(f"contract evaluation failed: {str(e).splitlines()[0]}{hint}") from None
+        raise ContractError(f"contract evaluation failed: {str(e).splitlines()[0]}") from None
     trace_ids = base.column("trace_id").to_pylist()
+    judged = {}
+    if user_sql:
+        facts = base.drop_columns([f"c{i}" for i in range(len(contracts)) if f"c{i}" in base.column_names])
+        judged = _sql_contracts(engine, facts, user_sql)
     columns: dict[str, list] = {"trace_id": trace_ids, "scenario": base.column("scenario").to_pylist(),
                                 "version": base.column("version").to_pylist()}
     for i, c in enumerate(contracts):
         if f"c{i}" in base.column_names:
             values = base.column(f"c{i}").to_pylist()
+        elif c.kind == "sql":
+            values = judged[i]
         elif c.kind == "final_output_json_schema":
             values = _final_output_schema(engine, trials, trace_ids, c)
         else:
@@ -360,6 +366,43 @@ def evaluate(engine, contracts: Sequence[Contract], *, trials: str = "trials") -
     table = pa.table({k: pa.array(v, pa.bool_() if k not in ("trace_id", "scenario", "version") else pa.string())
                       for k, v in columns.items()})
     return ContractResults(list(contracts), table)
+
+
+def _sql_contracts(engine, facts: "pa.Table", contracts: list[tuple[int, Contract]]) -> dict[int, list[bool | None]]:
+    """Judge the ``sql:`` contracts: each expression over the trial's row (``facts``), in a
+    locked-down copy of the engine, so that it reads the row and the lake's views but no other
+    file (``read_csv('/etc/passwd')``, ``COPY ... TO``, ``ATTACH``: a config from a pull
+    request runs in CI with its secrets), and as one expression of one query, so that it cannot
+    close the query and start another. ``{index: holds per facts row}``."""
+    import duckdb
+
+    out = {}
+    trace_ids = facts.column("trace_id").to_pylist()
+    with engine.locked_copy({"facts": facts}) as box:
+        for i, c in contracts:
+            query = f"SELECT trace_id, CAST(({c.value}) AS BOOLEAN) FROM facts"
+            what = f"contract {c.name!r}: its sql: expression {c.value!r}"
+            try:
+                one = len(duckdb.extract_statements(query)) == 1
+            except duckdb.Error as e:
+                raise ContractError(f"{what} does not parse: {str(e).splitlines()[0]}") from None
+            if not one:
+                raise ContractError(f"{what} must be one boolean expression over the trial's row, not "
+                                    "several statements (a ';' or an unbalanced ')')")
+            try:
+                rows = box.con.execute(query).fetchall()
+            except duckdb.PermissionException as e:
+                raise ContractError(f"{what} may read the trial's row and the lake's views, not other files "
+                                    f"or databases ({str(e).splitlines()[0]})") from None
+            except duckdb.Error as e:
+                raise ContractError(f"{what} failed: {str(e).splitlines()[0]}; give a boolean expression over "
+                                    "the columns of the trials view (and tools, tool_errors, final_output)") from None
+            holds = dict(rows)
+            if len(rows) != len(trace_ids) or holds.keys() != set(trace_ids):
+                raise ContractError(f"{what} must give one value per trial, as a boolean expression over "
+                                    f"the trial's row does; it gave {len(rows)} for {len(trace_ids)} trials")
+            out[i] = [holds[t] for t in trace_ids]
+    return out
 
 
 def _valid(validator, text: str, contract: Contract) -> bool:

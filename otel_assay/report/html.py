@@ -298,8 +298,11 @@ def _scenario_table(result) -> str:
             return (f"{a.passes}/{a.with_outcome} = <b>{a.rate:.3f}</b><br>"
                     f"<span class='muted'>[{a.ci_low:.3f}, {a.ci_high:.3f}], {a.trials} trials</span>")
         checks = "<br>".join(f"{_e(c.name)}: {_verdict(c.verdict, c.gating)}" for c in r.checks)
+        verdict = _verdict(r.verdict)
+        if r.verdict == "SKIPPED":
+            verdict += "<br><span class='muted'>no check gates it: not part of the decision</span>"
         rows.append(f"<tr><td class='name'>{_e(r.scenario)}</td><td>{arm(r.baseline)}</td><td>{arm(r.candidate)}</td>"
-                    f"<td>{checks}</td><td>{_verdict(r.verdict)}</td></tr>")
+                    f"<td>{checks}</td><td>{verdict}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
 
 

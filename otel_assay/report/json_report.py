@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import __version__
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 SCHEMA_ID = "https://otel-assay.dev/schemas/gate-report.v1.json"
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
+import os
 import sys
 from decimal import Decimal
 from typing import Any, TextIO
@@ -103,13 +105,38 @@ def _unique_names(names: list[str]) -> list[str]:
     return out
 
 
+@contextlib.contextmanager
+def stdout_reader_may_leave():
+    """Write to stdout inside this block; a reader that stops early (``... | head``) ends the
+    block quietly and later writes to stdout go nowhere. Click would exit 1 on the broken pipe,
+    which fails a script under ``set -o pipefail`` (GitHub Actions' default shell) and reads as
+    "block" to a CI gate. SIGPIPE stays ignored (Python's default): set back to SIG_DFL it would
+    kill the collector on a client's closed socket instead of raising EPIPE there."""
+    try:
+        yield
+        sys.stdout.flush()  # inside: a short output first meets the closed pipe here, not at exit
+    except BrokenPipeError:
+        # the unwritten rest stays buffered: the flush at exit must not fail again ("Exception ignored")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def write_table(table: pa.Table, fmt: str = "table", out: TextIO | None = None, *, max_width: int = 60) -> None:
-    """Write ``table`` to ``out`` (stdout by default) as ``table``, ``csv`` or ``json``.
+    """Write ``table`` to ``out`` (stdout by default, whose reader may stop early) as
+    ``table``, ``csv`` or ``json``.
 
     ``table`` uses rich on a terminal and plain aligned text otherwise, so piping the
     output into a file or a CI log gives readable text without box-drawing escapes.
     """
-    out = out or sys.stdout
+    if out is None:
+        with stdout_reader_may_leave():
+            _write_table(table, fmt, sys.stdout, max_width)
+        return
+    _write_table(table, fmt, out, max_width)
+
+
+def _write_table(table: pa.Table, fmt: str, out: TextIO, max_width: int) -> None:
     names = table.column_names
     columns = []
     for col in table.columns:

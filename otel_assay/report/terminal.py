@@ -128,6 +128,9 @@ def _render(result, console: Console, tty: bool, exit_with_decision: bool = True
         table.add_row(printable(r.scenario), n, rate, ci, *cells, _verdict(r.verdict))
     console.print(table)
     console.print("INC = inconclusive; (…) = reported, not part of the decision", style="dim" if tty else "")
+    if any(r.verdict == "SKIPPED" for r in result.scenarios):
+        console.print("verdict skip = no check gates the scenario: not part of the decision",
+                      style="dim" if tty else "")
 
     for r in result.scenarios:
         console.print(Text(printable(r.scenario), style="bold"))

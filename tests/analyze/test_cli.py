@@ -124,6 +124,19 @@ def test_fingerprint_tool_columns(capsys, lake):
     assert rows[tid(1)]["tool:add"] == 0.5 and rows[tid(1)]["tool:search"] == 0.0
 
 
+def test_a_tool_named_twice_in_the_vocabulary_gets_one_column(lake):
+    # `--tools add,search,add` gave two `tool:add` columns: one name, two columns
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "otel_assay", "fingerprint", str(lake), "--tools", "add,search,add",
+                        "--format", "csv"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    table = list(csv.reader(io.StringIO(r.stdout)))
+    assert [c for c in table[0] if c.startswith("tool:")] == ["tool:add", "tool:search"]
+    assert all(row[table[0].index("tool:add")] == "0.5" for row in table[1:4]), table
+
+
 def test_stability_floor(capsys, lake):
     code, out, _ = run(capsys, "stability", str(lake), "--per-trial", "--floor", "1", "--format", "json")
     assert code == 0
@@ -404,3 +417,58 @@ def test_a_table_wider_than_the_terminal_keeps_every_value_whole(monkeypatch):
     out = _Terminal()
     write_table(pa.table({"scenario": ["refund-request"], "n": [3]}), "table", out)
     assert "│ refund-request │ 3 │" in out.getvalue()  # a table that fits is still drawn by rich
+
+
+@pytest.fixture(scope="module")
+def big_lake(tmp_path_factory):
+    """1200 trials: the steps, trials, sql and fingerprint outputs are far larger than a pipe's
+    buffer, so a reader that stops after one line breaks the pipe mid-output."""
+    from ..gate.lakes import write_trials
+
+    trials = [{"scenario": f"s{i % 3}", "version": v, "outcome": "fail" if i % 7 == 0 else "pass",
+               "tools": ["lookup", "search"], "index": i} for v in ("v1", "v2") for i in range(600)]
+    return write_trials(tmp_path_factory.mktemp("big") / "lake", trials, seed=1)
+
+
+def _piped(args, reader: str):
+    """``otel-assay ARGS | READER`` in bash under ``set -o pipefail`` (GitHub Actions' default
+    shell): the pipeline's exit code is otel-assay's unless the reader fails."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    cmd = " ".join(shlex.quote(str(a)) for a in (sys.executable, "-m", "otel_assay", *args))
+    return subprocess.run(["bash", "-o", "pipefail", "-c", f"{cmd} | {reader} >/dev/null"], capture_output=True,
+                          text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("args", [
+    ("steps",), ("steps", "--format", "csv"), ("trials", "--format", "csv"), ("sql", "SELECT * FROM spans"),
+    ("fingerprint",), ("coverage", "--sets"), ("stability", "--per-trial"),
+])
+def test_a_reader_that_stops_after_one_line_is_not_an_error(big_lake, args):
+    """`otel-assay steps LAKE | head -1`: click turned the broken pipe into exit 1, which fails a
+    script under `set -o pipefail`."""
+    p = _piped((args[0], big_lake, *args[1:]), "head -1")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == "", p.stderr  # no traceback, no "Exception ignored ... BrokenPipeError"
+
+
+@pytest.mark.parametrize("args, code", [
+    (("pass-rates",), 0), (("coverage",), 0),
+    # the decision's exit code stands when the reader is gone
+    (("verdict", "--select", "version=v2", "--threshold", "0.99"), 1),
+    (("regress", "--baseline", "version=v1", "--candidate", "version=v2"), 0),
+    (("contracts", "--config", "CONFIG"), 0),
+])
+def test_a_reader_that_exits_before_the_output_keeps_the_exit_code(big_lake, tmp_path, args, code):
+    """A reader that exits at once (`| true`) breaks the pipe before the first line, however short
+    the output (exit 1, click's code for a broken pipe, would not tell the two apart)."""
+    config = tmp_path / "contracts.yaml"
+    config.write_text("contracts:\n  - max_steps: 12\n    threshold: 0.5\n")
+    args = [str(config) if a == "CONFIG" else a for a in args]
+    p = _piped((args[0], big_lake, *args[1:]), "true")
+    assert p.returncode == code, p.stderr
+    assert "Traceback" not in p.stderr and "Exception ignored" not in p.stderr and "Broken pipe" not in p.stderr, p.stderr

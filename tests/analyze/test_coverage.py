@@ -96,6 +96,23 @@ def test_coverage_sets(open_engine, lake):
     assert dict(sets.models_tested) == {"gpt-4o": 6, "claude-3-5-sonnet": 2}
 
 
+def test_decision_paths_of_tools_named_like_the_separators_stay_apart(tmp_path, open_engine):
+    # a tool named `add > tool:add` read as two add steps: two paths counted as one for Chao1
+    write_lake(tmp_path, [
+        *trial(1, "m", [("add", {}), ("add", {})]),
+        *trial(2, "m", [("add > tool:add", {})]),
+        *trial(3, "m", [("x\\", {}), ("y", {})]),
+        *trial(4, "m", [("x\\ > tool:y", {})]),
+        *trial(5, "m", [("search", {})]),
+    ])
+    assert dict(coverage_sets(open_engine(tmp_path)).path_counts) == {
+        "llm > tool:add > tool:add > respond": 1,
+        "llm > tool:add \\> tool\\:add > respond": 1,
+        "llm > tool:x\\\\ > tool:y > respond": 1,
+        "llm > tool:x\\\\ \\> tool\\:y > respond": 1,
+        "llm > tool:search > respond": 1}
+
+
 def test_coverage_numbers(open_engine, lake):
     sets = coverage_sets(open_engine(lake))
     report = coverage_report(sets, models_target=["gpt-4o", "o1"], state_lambda=50)

@@ -136,6 +136,25 @@ def test_fingerprint_columns(open_engine, lake):
     assert (d["error_flag"], d["recovery_rate"]) == (0.0, 1.0)
 
 
+def test_total_tokens_sums_what_the_llm_calls_report(tmp_path, open_engine):
+    # a NULL input sum (no call reported input tokens) made the total 0, whatever the output
+    def call(trace, span_id, start, **usage):
+        return span(trace, span_id, 1, "chat m", start, start + 1, {
+            **A, "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+            **{f"gen_ai.usage.{k}_tokens": v for k, v in usage.items()}})
+
+    write_lake(tmp_path, [
+        span(1, 1, None, "assay.trial calc", 0, 10, A), call(1, 2, 1, output=30), call(1, 3, 3, output=12),
+        span(2, 1, None, "assay.trial calc", 0, 10, A), call(2, 2, 1, input=100), call(2, 3, 3, output=12),
+        span(3, 1, None, "assay.trial calc", 0, 10, A), call(3, 2, 1),
+        span(4, 1, None, "assay.trial calc", 0, 10, A), call(4, 2, 1, input=7, output=3), call(4, 3, 3),
+        span(5, 1, None, "assay.trial calc", 0, 10, A),
+    ])
+    got = {r["trace_id"]: (r["total_tokens"], r["tokens_per_step"]) for r in rows(
+        open_engine(tmp_path), "SELECT trace_id, total_tokens, tokens_per_step FROM fingerprints")}
+    assert got == {tid(1): (42, 21), tid(2): (112, 56), tid(3): (None, None), tid(4): (10, 5), tid(5): (0, 0)}
+
+
 def test_a_failed_last_llm_call_is_not_the_respond_step(tmp_path, open_engine):
     write_lake(tmp_path, [
         span(1, 1, None, "assay.trial calc", 0, 100, {**A}),

@@ -91,6 +91,50 @@ def test_bad_lines_are_reported_and_good_lines_kept(tmp_path):
     assert lake_view(tmp_path / "lake") == expected_view(spans)
 
 
+def not_utf8(req, where: str):
+    """``req`` serialized with one span's ``where`` text (or its scope's name) replaced by
+    bytes that are not UTF-8, and the ids of the spans that text belongs to. The SDK cannot
+    produce this: the bytes are patched after serializing."""
+    scope = req.resource_spans[0].scope_spans[0]
+    span = scope.spans[1]
+    if where == "span name":
+        span.name = "QQQQ-marker"
+    elif where == "event name":
+        span.events.add(name="QQQQ-marker", time_unix_nano=span.start_time_unix_nano)
+    elif where == "status message":
+        span.status.message = "QQQQ-marker"
+    elif where == "attribute value":
+        attr = span.attributes.add(key="note")
+        attr.value.string_value = "QQQQ-marker"
+    else:
+        scope.scope.name = "QQQQ-marker"
+    body = req.SerializeToString()
+    assert body.count(b"QQQQ-marker") == 1
+    bad = scope.spans if where == "instrumentation scope name" else [span]
+    return body.replace(b"QQQQ-marker", b"\xff\xfeQQ-marker"), {s.span_id.hex() for s in bad}
+
+
+@pytest.mark.parametrize("where, reason", [("span name", "span name"), ("event name", "event name"),
+                                           ("status message", "status message"),
+                                           ("attribute value", "attribute key or string value"),
+                                           ("instrumentation scope name", "instrumentation scope name or version")])
+def test_a_string_that_is_not_utf8_costs_its_span_not_the_whole_record(tmp_path, where, reason):
+    # upb refuses a whole message for one such string: every span of the record was lost
+    spans = recorded_trials(3)
+    body, bad_ids = not_utf8(encode_proto(spans), where)
+    later = recorded_trials(1)
+    more = encode_proto(later).SerializeToString()  # the records after it are read too
+    f = tmp_path / "traces.binpb"
+    f.write_bytes(struct.pack(">I", len(body)) + body + struct.pack(">I", len(more)) + more)
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    n = len(bad_ids)
+    assert f"rejected {n}: {reason} is not valid UTF-8" in r.stderr, r.stderr
+    assert f"protobuf, {len(spans) - n + len(later)} spans imported, {n} rejected" in r.stdout, r.stdout
+    want = {k: v for k, v in expected_view(list(spans) + list(later)).items() if k not in bad_ids}
+    assert lake_view(tmp_path / "lake") == want
+
+
 @pytest.mark.parametrize("content", [b"", b"\x1f\x8b\x08\x00garbage", b"\x00\x00\x10\x00short", b"\x28\xb5\x2f\xfdjunk"])
 def test_unreadable_files_exit_4_with_the_reason(tmp_path, content):
     f = tmp_path / "bad.bin"
@@ -313,6 +357,26 @@ def test_pretty_printed_documents_one_after_another_are_imported(tmp_path):
     assert lake_view(tmp_path / "lake") == expected_view(spans)
 
 
+def test_pretty_printed_documents_cut_off_at_the_end_keep_the_documents_before(tmp_path):
+    # a copy of a `jq .` file still being written ends inside its last document: the file
+    # was refused whole, losing every complete document before it
+    spans = recorded_trials(4)
+    docs = [json.dumps(encode_json(spans[i:i + 5]).to_dict(), indent=2) + "\n" for i in range(0, len(spans), 5)]
+    f = tmp_path / "traces.json"
+    f.write_text("".join(docs[:-1]) + docs[-1][:len(docs[-1]) // 2])
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    line = "".join(docs[:-1]).count("\n") + 1
+    assert f"error: line {line}: not valid JSON" in r.stderr and "cut off" in r.stderr, r.stderr
+    assert f"json, {len(spans) - 5} spans imported" in r.stdout, r.stdout
+    assert lake_view(tmp_path / "lake") == expected_view(spans[:-5])
+    # a damaged document in the middle costs that document only
+    f.write_text("".join(docs[:1]) + docs[1][:len(docs[1]) // 2] + "\n" + "".join(docs[2:]))
+    r = run_cli("import", f, "--dir", tmp_path / "lake2")
+    assert r.returncode == 4 and "the document there was skipped" in r.stderr, r.stdout + r.stderr
+    assert lake_view(tmp_path / "lake2") == expected_view(spans[:5] + spans[10:])
+
+
 def test_console_span_exporter_output_is_named_and_the_otlp_exporter_suggested(tmp_path):
     # what ConsoleSpanExporter writes to a file: each span's to_json(), one after another
     f = tmp_path / "console.json"
@@ -341,3 +405,37 @@ def test_the_stored_twice_check_reads_the_lake_once_per_run_not_once_per_file(tm
     assert r.ok and len(connects) == 1
     # c holds 5 spans of the lake's a and 5 of b, imported before it in the same run
     assert [f.spans_already_in_lake for f in r.files] == [0, 10, 0]
+
+
+def test_a_directory_imports_the_span_files_directly_in_it(tmp_path):
+    # `import DIR` was refused (exit 3), and so was a glob that matched a directory among files
+    spans = recorded_trials(6)
+    exports, lake = tmp_path / "exports", tmp_path / "exports" / "lake"
+    (exports / "sub").mkdir(parents=True)
+    (exports / "traces.jsonl").write_bytes(jsonl(spans[:10]))
+    (exports / "traces-2026-01-01T00-00-00.binpb").write_bytes(length_prefixed(spans[10:20]))  # rotated
+    (exports / ".traces.jsonl.swp").write_bytes(jsonl(spans[20:25]))
+    (exports / "sub" / "more.jsonl").write_bytes(jsonl(spans[25:]))
+    (exports / "README.md").write_text("# exports of the agent's spans\n")
+    (exports / "rotating.jsonl").write_bytes(b"")
+    assert run_cli("import", exports / "sub", "--dir", lake).returncode == 0  # the lake, with Parquet, inside DIR
+    r = run_cli("import", exports, "--dir", lake)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for name, why in ((".traces.jsonl.swp", "hidden"), ("README.md", "neither OTLP JSON"), ("rotating.jsonl", "empty"),
+                      ("sub", "a directory"), ("lake", "the lake --dir")):
+        assert f"{exports / name}: skipped, {why}" in r.stdout, r.stdout
+    assert f"imported 20 spans into {lake}" in r.stdout, r.stdout
+    assert lake_view(lake) == expected_view(spans[:20] + spans[25:])
+    # a shell glob that matches a directory among files reads that directory's files
+    r = run_cli("import", exports / "traces.jsonl", exports / "sub", "--dir", tmp_path / "lake2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert lake_view(tmp_path / "lake2") == expected_view(spans[:10] + spans[25:])
+    # the lake's own files are never imported: not the lake, nor a partition of it or of another lake
+    partition = next(lake.glob("spans/dt=*"))
+    for target in (lake, partition):
+        r = run_cli("import", target, "--dir", lake)
+        assert r.returncode == 4 and "it is the lake --dir (or inside it)" in r.stdout, r.stdout + r.stderr
+        assert "no files to import" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("import", partition, "--dir", tmp_path / "lake3")
+    assert r.returncode == 4 and "skipped, a Parquet file" in r.stdout, r.stdout + r.stderr
+    assert lake_view(lake) == expected_view(spans[:20] + spans[25:])

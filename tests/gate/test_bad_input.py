@@ -353,3 +353,17 @@ def test_an_emit_target_that_is_not_a_url_is_refused_before_the_analysis(small_l
     # it used to pass the check, run the whole analysis and end in a warning
     _check(cli("gate", small_lake, "--baseline", "version=v1", "--candidate", "version=v2", "--emit-otel", target), 3,
            "--emit-otel", "use `lake` or an OTLP/HTTP URL")
+
+
+def test_token_features_without_reported_usage_are_left_out_with_their_own_reason(tmp_path):
+    """total_tokens is NULL for a trial whose LLM calls report no usage (it read 0, and an
+    output-only report read 0 too): the gate leaves the token features out and says why,
+    not with the hint for cost."""
+    lake = write_trials(tmp_path / "lake", [{"scenario": "s1", "version": v, "outcome": "pass", "index": i,
+                                             "usage": i % 2 == 0} for v in ("v1", "v2") for i in range(8)])
+    p = cli("gate", lake, "--baseline", "version=v1", "--candidate", "version=v2")
+    assert p.returncode in (0, 2) and "Traceback" not in p.stderr, p.stdout + p.stderr
+    text = " ".join(p.stdout.split())
+    assert ("fingerprint features left out for missing values: total_tokens, tokens_per_step, cost_usd, "
+            "cost_per_step") in text, text
+    assert "token counts need LLM calls that report gen_ai.usage.input_tokens or output_tokens" in text, text

@@ -225,3 +225,32 @@ def test_a_scenario_the_candidate_did_not_run_is_open_not_unjudged(tmp_path, con
     assert (b.check(kind).verdict, b.check(kind).gating) == ("INCONCLUSIVE", True)
     assert b.check(kind).reason == "the candidate did not run this scenario"
     assert r.decision == "manual" and r.exit_code == 2
+
+
+def test_sql_contracts_in_the_gate_read_the_lake_not_other_files(tmp_path):
+    """A `sql:` contract runs in a locked-down copy of the engine: the gate still judges it (and
+    reads the lake after it: coverage, the reports, --emit-otel into the lake), and one that
+    reads another file stops the gate with exit 3 naming it."""
+    trials = [{"scenario": "s", "version": "v1", "outcome": "pass", "tools": ["lookup"], "index": i} for i in range(40)]
+    trials += [{"scenario": "s", "version": "v2", "outcome": "pass", "tools": ["lookup", "search", "search"],
+                "index": i} for i in range(40)]
+    lake = write_trials(tmp_path / "lake", trials)
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("checks: {fingerprint: false}\ncontracts:\n  - name: few-tools\n    sql: >-\n"
+                   "      (SELECT count(*) FROM steps st WHERE st.trace_id = facts.trace_id\n"
+                   "       AND st.step_kind = 'tool') <= 2 AND n_tool <= 2\n")
+    out = tmp_path / "r.json"
+    r = cli("gate", lake, "--baseline", "version=v1", "--candidate", "version=v2", "--config", cfg,
+            "--json", out, "--emit-otel", "lake")
+    assert r.returncode == 1, r.stdout + r.stderr
+    report = json.loads(out.read_text())
+    check = next(c for c in report["scenarios"][0]["checks"] if c["name"] == "contracts")
+    detail = check["stats"]["contracts"]["few-tools"]
+    assert check["verdict"] == "FAIL" and detail["holds"] == 0 and detail["baseline"]["holds"] == 40, check
+    assert report["coverage"]["overall"] is not None and "emitted" in r.stderr
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2\n")
+    cfg.write_text(f"contracts:\n  - name: peek\n    sql: \"(SELECT count(*) FROM read_csv('{secret}')) > 0\"\n")
+    r = cli("gate", lake, "--baseline", "version=v1", "--candidate", "version=v2", "--config", cfg, "--json", out)
+    assert r.returncode == 3 and not out.exists(), r.stdout + r.stderr
+    assert "contract 'peek': its sql: expression" in r.stderr and "not other files" in r.stderr, r.stderr

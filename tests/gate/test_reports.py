@@ -436,3 +436,52 @@ def test_plain_tables_align_wide_characters_by_terminal_cells():
     assert len(starts) == 1 and cell_len(lines[0][:lines[0].index("n", 8)]) in starts, lines
     clipped = lines[4].split("  ")[0]
     assert clipped.startswith("長" * 9) and clipped.endswith("…") and cell_len(clipped) == 20
+
+
+def test_a_scenario_no_check_gates_is_skipped_in_every_report_not_inconclusive(tmp_path):
+    """A scenario left with reported-only or SKIPPED checks read INCONCLUSIVE in every report
+    while the decision was deploy: the reports said something held back a deploy that happened."""
+    import io
+    import xml.etree.ElementTree as ET
+
+    import xmlschema
+
+    from otel_assay.gate import parse_config
+    from otel_assay.report.terminal import render
+
+    trials = [{"scenario": s, "version": v, "outcome": None if s == "unknown" else "pass", "tools": ["lookup"],
+               "index": i} for s in ("gated", "reported", "unknown") for v in ("v1", "v2") for i in range(60)]
+    # "reported": stability only (reported, not gating); "unknown": regression SKIPPED (no outcomes)
+    cfg = parse_config("scenarios:\n"
+                       "  reported: {checks: {regression: false, fingerprint: false}}\n"
+                       "  unknown: {checks: {fingerprint: false}}\n")
+    r = run_gate(write_trials(tmp_path / "lake", trials), cfg, baseline="version=v1", candidate="version=v2")
+    assert r.decision == "deploy", r.reasons
+    verdicts = {s.scenario: s.verdict for s in r.scenarios}
+    assert verdicts == {"gated": "PASS", "reported": "SKIPPED", "unknown": "SKIPPED"}, verdicts
+
+    doc = json.loads(json.dumps(report_dict(r)))
+    jsonschema.validate(doc, schema(), format_checker=jsonschema.FormatChecker())
+    assert doc["schema_version"] == "1.3"
+    assert {s["scenario"]: s["verdict"] for s in doc["scenarios"]} == verdicts
+
+    out = io.StringIO()
+    render(r, out)
+    rows = {line.split()[0]: line.split()[-1] for line in out.getvalue().splitlines()
+            if line.split()[:1] in (["gated"], ["reported"], ["unknown"]) and "/" in line}
+    assert rows == {"gated": "PASS", "reported": "skip", "unknown": "skip"}, out.getvalue()
+    assert "verdict skip = no check gates the scenario: not part of the decision" in out.getvalue()
+
+    write_html(r, tmp_path / "r.html")
+    html = (tmp_path / "r.html").read_text()
+    table = html[html.index("<td class='name'>gated</td>"):]
+    table = table[:table.index("</table>")]
+    assert "INCONCLUSIVE" not in table and table.count("no check gates it: not part of the decision") == 2
+
+    path = tmp_path / "junit.xml"
+    write_junit(r, path)
+    xmlschema.XMLSchema(str(resources.files("otel_assay.report") / "schemas" / "junit.xsd")).validate(str(path))
+    root = ET.parse(path).getroot()
+    assert root.get("failures") == "0"
+    suites = {s.get("name"): s for s in root.iter("testsuite")}
+    assert all(suites[f"otel-assay.{s}"].find("testcase/failure") is None for s in ("reported", "unknown"))

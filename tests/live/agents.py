@@ -70,3 +70,4 @@ class AsyncRouter(Router):
 good = Router(0.99, seed=1)
 bad = Router(0.4, seed=2)
 flaky = Router(0.99, seed=3, infra_every=3)
+middling = Router(0.78, seed=5)

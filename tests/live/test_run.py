@@ -277,6 +277,20 @@ def test_a_baseline_in_the_file_must_be_a_selector_string(tmp_path, value):
      "never_call must be a tool name"),
     ("scenarios:\n  - {name: a, input: x, properties: {must_call: [lookup, true]}}\n", "tests.live.agents:good",
      "must_call must be a tool name"),
+    # a misspelt step property or evaluator option judged nothing: every trial passed it
+    ("scenarios:\n  - {name: a, input: x, properties: {max_step: 0}}\n", "tests.live.agents:good",
+     "scenario 'a': unknown property 'max_step' (did you mean 'max_steps'?); properties: max_steps, max_tool_calls, "
+     "must_call, never_call, expected, expected_<field>"),
+    ("scenarios:\n  - {name: a, input: x, properties: [{expected: billing}, {must_cal: lookup}]}\n",
+     "tests.live.agents:good", "unknown property 'must_cal' (did you mean 'must_call'?)"),
+    ("scenarios:\n  - {name: a, input: x, properties: {rubric: strict}}\n", "tests.live.agents:good",
+     "unknown property 'rubric'; properties: max_steps"),
+    # a callable evaluator may read properties of its own, but not one spelt like a step property
+    ("scenarios:\n  - {name: a, input: x, evaluator: 'tests.live.test_run:_is_billing', properties: {never_cal: x}}\n",
+     "tests.live.agents:good", "unknown property 'never_cal' (did you mean 'never_call'?)"),
+    ("scenarios:\n  - {name: a, input: x, evaluator: {type: contains, value: billing, ignore_cas: false}}\n",
+     "tests.live.agents:good", "evaluator contains: unknown key 'ignore_cas' (did you mean 'ignore_case'?); "
+     "its keys: type, value, ignore_case"),
 ])
 def test_bad_input_exits_3_naming_the_item(tmp_path, text, agent, needle):
     f = tmp_path / "s.yaml"
@@ -299,6 +313,12 @@ def test_evaluators():
     assert not ev({"type": "json_schema", "schema": {"type": "object", "required": ["a"]}}, {}, '{"b": 1}')
     assert ev("tests.live.test_run:_is_billing", {}, "billing")
     assert not ev("tests.live.test_run:_is_billing", {}, "sales")
+
+
+def test_a_callable_evaluator_reads_properties_of_its_own():
+    s = parse_scenarios({"scenarios": [{"name": "a", "input": "x", "evaluator": "tests.live.test_run:_is_billing",
+                                        "properties": {"rubric": "strict", "max_steps": 3}}]})
+    assert s.scenarios[0].properties == {"rubric": "strict", "max_steps": 3}
 
 
 def _is_billing(output, scenario):
@@ -562,3 +582,75 @@ def test_a_run_whose_agent_hangs_past_its_timeout_still_exits(tmp_path):
         pytest.fail("otel-assay run did not exit after its agent hung")
     # the timeouts came after a tool call: two counted failures
     assert p.returncode == 1 and "FAIL" in out, (out, err)
+
+
+def test_run_with_a_gate_config_holding_a_sql_contract(tmp_path):
+    """The gate at the end of `otel-assay run` judges `sql:` contracts in a locked-down copy of its
+    engine; the run's own lake reads and writes are untouched by it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    f = tmp_path / "s.yaml"
+    f.write_text(textwrap.dedent("""
+        name: routing
+        config: {threshold: 0.85, delta: 0.15, beta: 0.1, method: sprt, n_max: 100}
+        scenarios:
+          - name: billing
+            input: My payment failed
+            properties: {expected: billing}
+            evaluator: {type: contains}
+    """))
+    gate_cfg = tmp_path / "assay.yaml"
+    gate_cfg.write_text("contracts:\n  - name: short\n    sql: \"n_steps <= (SELECT 50 FROM trials LIMIT 1)\"\n")
+    lake = tmp_path / "lake"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "otel_assay", "run", f, "--dir", lake, *args],
+                              capture_output=True, text=True, timeout=300, env=env,
+                              cwd=Path(__file__).resolve().parents[2])
+
+    r = run("--agent", "tests.live.agents:good", "--version", "v1", "-q")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run("--agent", "tests.live.agents:bad", "--version", "v2", "--baseline", "version=v1", "--config", gate_cfg)
+    assert r.returncode == 1 and "decision: BLOCK (exit 1)" in r.stdout, r.stdout + r.stderr
+    contracts = next(line for line in r.stdout.splitlines() if line.lstrip().startswith("contracts "))
+    import re
+    assert re.search(r"short INCONCLUSIVE \((\d+)/\1 hold", contracts), r.stdout  # judged: it holds, on few trials
+
+
+def test_the_more_trials_hint_names_the_cap_it_is_past(tmp_path):
+    """`+45 needed` after an SPRT stopped at n_max 20 asked for trials no rerun could run (a rerun
+    of the version resumes at 20 and stops there): the hint says which setting to raise."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    f = tmp_path / "s.yaml"
+    f.write_text(textwrap.dedent("""
+        config: {threshold: 0.85, delta: 0.15, beta: 0.1, method: sprt, n_max: 20}
+        scenarios:
+          - {name: billing, input: My payment failed, properties: {expected: billing}, evaluator: contains}
+    """))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    r = subprocess.run([sys.executable, "-m", "otel_assay", "run", f, "--agent", "tests.live.agents:middling",
+                        "--version", "v1", "--dir", tmp_path / "lake"], capture_output=True, text=True, timeout=300,
+                       env=env, cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 2, r.stdout + r.stderr
+    m = re.search(r"n_max \(\+(\d+) needed, past n_max\)", r.stdout)
+    assert m, r.stdout
+    need = int(m.group(1))
+    assert (f"hint: billing: about {need} more trials needed, past n_max 20: raise n_max to about {20 + need} in "
+            "the scenario file's config, then run again") in r.stderr, r.stderr
+    # within the cap (a run stopped early by its budget): the count alone
+    from otel_assay.live.runner import more_trials_text
+
+    s = suite(n_max=300)
+    run = run_suite(s, Router(0.9, seed=11), version="v", lake=str(tmp_path / "b"), budget_tokens=500, concurrency=1)
+    sc = run.scenarios[0]
+    assert sc.decision == "INCONCLUSIVE" and sc.past_cap is None
+    assert more_trials_text(sc.more_trials_needed, sc.n, sc.config) == f"about {sc.more_trials_needed} more trials needed"

@@ -308,3 +308,43 @@ def test_trials_that_do_not_count_are_not_judged(tmp_path):
     cfg.write_text("contracts:\n  - must_call: lookup\n")
     r = run_cli("contracts", lake, "--config", cfg, "--format", "json")
     assert json.loads(r.stdout)[0]["trials"] == 3 and r.returncode == 2, (r.stdout, r.stderr)
+
+
+def test_sql_contracts_read_the_views_but_no_other_file(tmp_path):
+    """A `sql:` contract ran on the analysis engine as it was: a config (from a pull request, run in CI
+    with its secrets) read any file (`read_csv('/etc/passwd')`) or closed the query and ran another
+    (`COPY ... TO`, `ATTACH`). It is judged in a locked-down copy of the engine: the trial's row and
+    the lake's views, nothing else; the engine itself keeps its file access."""
+    lake = tmp_path / "lake"
+    write_trials(lake, [{"tools": [A, B]}, {"tools": [A]}])
+    secret = tmp_path / "secret.csv"
+    secret.write_text("token\nhunter2\n")
+    written = tmp_path / "written.csv"
+    steps = "(SELECT count(*) FROM steps s WHERE s.trace_id = facts.trace_id AND s.step_kind = 'tool') >= 2"
+    with Engine(lake) as eng:
+        res = evaluate(eng, parse_contracts([{"sql": steps, "name": "views"}, {"sql": "n_tool >= 1", "name": "row"},
+                                             {"max_steps": 3}]))
+        assert sorted(res.holds("views")) == [False, True] and res.holds("row") == [True, True]
+        for expr, why in [
+            (f"(SELECT count(*) FROM read_csv('{secret}')) > 0", "not other files or databases"),
+            (f"(SELECT count(*) FROM '{secret}') > 0", "not other files"),  # a file read by its name
+            (f"true) AS BOOLEAN) FROM facts; COPY (SELECT 1) TO '{written}'; SELECT trace_id, CAST((true",
+             "not several statements"),
+            (f"true) AS BOOLEAN) FROM facts; ATTACH '{tmp_path / 'x.db'}'; SELECT trace_id, CAST((true",
+             "not several statements"),
+            ("true) AS BOOLEAN) FROM facts UNION ALL SELECT 'x', CAST((true", "one value per trial"),
+        ]:
+            with pytest.raises(ContractError, match=f"contract 'leak': its sql: expression .* {why}"):
+                evaluate(eng, parse_contracts([{"sql": expr, "name": "leak"}]))
+        assert not written.exists() and not (tmp_path / "x.db").exists()
+        # the analysis engine still reads files (the gate reads more of the lake after the contracts)
+        assert eng.rows("SELECT count(*) FROM read_csv(?)", [str(secret)]) == [(1,)]
+    r = run_cli("contracts", lake, "--config", _yaml(tmp_path, f"(SELECT count(*) FROM read_csv('{secret}')) > 0"))
+    assert r.returncode == 3 and "contract 'sql'" in r.stderr and "not other files" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "hunter2" not in r.stdout + r.stderr
+
+
+def _yaml(tmp_path, expr: str):
+    cfg = tmp_path / "contracts.yaml"
+    cfg.write_text(json.dumps({"contracts": [{"sql": expr}]}))  # JSON is YAML
+    return cfg
