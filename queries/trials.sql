@@ -27,7 +27,9 @@
 --   started_at (UTC, microseconds), start_time_unix_nano, duration_ns
 --                   first span start to last span end
 --   n_spans, n_steps, n_llm (LLM calls: llm + respond steps), n_tool, n_errors (steps
---   with status error)
+--   with status error); n_spans counts stored rows: a span stored twice (the same trace_id
+--   and span_id in two files) counts twice there, once in the step counts. Counting it once
+--   made this view a fifth slower, for a number no check reads
 --   input_tokens, output_tokens   summed over LLM calls only (0 without LLM calls;
 --                   NULL when the LLM calls report no usage)
 --   cost_usd        summed over LLM calls; NULL if any LLM call could not be priced, so

@@ -27,7 +27,7 @@ A stream (``run_stream``, a client's ``create_stream``) whose reader stops readi
 ``break``) is no failure: the generator is closed with GeneratorExit, or, when ``asyncio.run``
 ends right after the break, with the CancelledError of the closing task it cancels. The
 workflow span is marked ``assay.incomplete=caller_stopped``; an implicit trial is incomplete
-(``interrupted``, as Ctrl-C leaves it), with no verdict.
+(``caller_stopped``, as in the other adapters), with no verdict.
 
 AutoGen's runtime messaging spans (``autogen publish ...``, ~10 per step, not steps) are
 switched off by setting ``AUTOGEN_DISABLE_RUNTIME_TRACING=true`` unless the environment
@@ -371,7 +371,7 @@ def _run_stream(wrapped, instance, args, kwargs):
             else:
                 fail(span, e)
             if t is not None:
-                t.finish(None if stopped else e, incomplete="interrupted" if stopped else None)
+                t.finish(None if stopped else e, incomplete="caller_stopped" if stopped else None)
             raise
         stop = getattr(last, "stop_reason", None)
         if stop:
@@ -415,7 +415,7 @@ def _agent_run_stream(wrapped, instance, args, kwargs):
                     raise
         except BaseException as e:
             # the consumer stopped reading: no failure of the agent, and no complete run either
-            t.finish(None if stopped else e, incomplete="interrupted" if stopped else None)
+            t.finish(None if stopped else e, incomplete="caller_stopped" if stopped else None)
             raise
         t.finish()
     return gen()

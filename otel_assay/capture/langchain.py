@@ -430,12 +430,17 @@ class AssayCallbackHandler(_Base):
         interrupted = stopped and r.root == run_id and (interrupt or r.interrupted)
         if interrupted:
             self._paused(r)
+        # a reader that stops a stream leaves the invocation incomplete: no failure, no verdict
+        caller_stopped = isinstance(error, GeneratorExit) and r.root == run_id and not interrupted
+        if caller_stopped:
+            r.span.set_attribute(semconv.ASSAY_INCOMPLETE, "caller_stopped")
         if stopped:
             r.span.end()
         else:
             fail(r.span, error)
         if r.trial is not None:
-            r.trial.finish(None if stopped else error, incomplete="interrupted" if interrupted else None)
+            r.trial.finish(None if stopped else error, incomplete="interrupted" if interrupted else
+                           "caller_stopped" if caller_stopped else None)
 
     # ---------------------------------------------------------------- models
     def _llm_start(self, op, serialized, messages, run_id, parent_run_id, metadata, kw):

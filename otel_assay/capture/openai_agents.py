@@ -180,20 +180,23 @@ class AssayTracingProcessor:
             # run failed, and so does an implicit trial (an exception the caller was already
             # handling when the run started is not the run's)
             exc = sys.exc_info()[1]
-            if exc is handled_before or isinstance(exc, GeneratorExit):
+            caller_stopped = isinstance(exc, GeneratorExit)
+            if exc is handled_before or caller_stopped:
                 exc = None
             result = streamed() if streamed is not None else None
             if exc is None:
                 exc = _streamed_error(result)
             elif type(exc).__name__ == "CancelledError" and (_cancelled_by_caller(result) or _reader_gone(result)):
-                exc = None
+                exc, caller_stopped = None, True
+            if caller_stopped and exc is None:
                 span.set_attribute(semconv.ASSAY_INCOMPLETE, "caller_stopped")
             if exc is not None:
                 fail(span, exc)
             else:
                 span.end()
             if t is not None:
-                t.finish(exc)
+                # a run its caller stopped did not complete: an implicit trial gets no verdict
+                t.finish(exc, incomplete="caller_stopped" if caller_stopped and exc is None else None)
 
     # -------------------------------------------------------------- spans
     def _parent(self, s):

@@ -276,16 +276,16 @@ def test_a_stream_its_reader_stops_is_an_incomplete_trial_not_a_failed_one(tmp_p
     """A break out of run_stream() just before asyncio.run ends: the loop's close of the abandoned
     generator is cancelled, and the CancelledError failed the implicit trial as a timeout (and
     the workflow span, and the chat span of a model stream cut off with it). Stopping a stream is
-    the reader's choice: the trial is incomplete (interrupted, as Ctrl-C leaves it), no verdict."""
+    the reader's choice: the trial is incomplete (caller_stopped), no verdict."""
     lake = tmp_path / "lake"
     run_script("autogen_stopped_stream.py", lake, kind, how, env={"OTEL_ASSAY_SCENARIO": "stopped"})
     rows = spans(lake)
     assert [(s["name"], s["error_type"]) for s in rows if s["status_code"] == 2] == []
     assert [s["name"] for s in rows if s["op"] == "chat"] == ["chat scripted-1"]
     trials = query(lake, "SELECT outcome, error_class, counted FROM trials")
-    assert trials == [{"outcome": None, "error_class": "interrupted", "counted": True}], trials
+    assert trials == [{"outcome": None, "error_class": "caller-stopped", "counted": True}], trials
     (tr,) = trial_spans(lake, "stopped")
-    assert root(tr)["attributes"]["assay.incomplete"] == "interrupted"
+    assert root(tr)["attributes"]["assay.incomplete"] == "caller_stopped"
     if kind == "team":
         (wf,) = [s for s in tr if s["name"] == "invoke_workflow RoundRobinGroupChat"]
         assert wf["attributes"]["assay.incomplete"] == "caller_stopped"

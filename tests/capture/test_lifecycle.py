@@ -80,7 +80,11 @@ def test_stream_stopped_early_is_not_an_error(tmp_path, implicit):
         agent = [s for s in tr if s["name"] == "invoke_agent calc"]
         assert len(agent) == 1 and agent[0]["status_code"] != 2 and agent[0]["error_type"] is None
         r = root(tr)
-        assert (r["outcome"], r["error_class"], r["status_code"]) == ("pass", None, 0)
+        if implicit:  # the invocation did not complete: no verdict (an explicit trial has the caller's)
+            assert (r["outcome"], r["error_class"], r["status_code"]) == (None, "caller_stopped", 0)
+            assert agent[0]["attributes"]["assay.incomplete"] == "caller_stopped"
+        else:
+            assert (r["outcome"], r["error_class"], r["status_code"]) == ("pass", None, 0)
 
 
 def test_an_interrupted_graph_invocation_is_no_passed_trial(tmp_path):

@@ -156,9 +156,9 @@ def test_implicit_trial_fails_when_the_run_raises(tmp_path):
         ("fail", "exception", "agents.exceptions.InputGuardrailTripwireTriggered"),
         ("pass", None, None),
         ("fail", "exception", "agents.exceptions.MaxTurnsExceeded"),  # streamed: raised to the reader only
-        ("pass", None, None),  # streamed, stopped by the caller (cancel())
+        (None, "caller_stopped", None),  # streamed, stopped by the caller (cancel()): incomplete, no verdict
         ("fail", "exception", "agents.exceptions.MaxTurnsExceeded"),
-        ("pass", None, None),  # streamed, the caller broke out of stream_events() without cancel()
+        (None, "caller_stopped", None),  # streamed, the caller broke out of stream_events() without cancel()
     ]
     failed = spans(lake, "name = 'invoke_workflow Agent workflow' AND status_code = 2")
     assert [r["error_type"] for r in failed] == ["agents.exceptions.MaxTurnsExceeded",
