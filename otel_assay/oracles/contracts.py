@@ -240,7 +240,8 @@ _ONE_VALUE = {
     "max_steps": "n_steps <= ?",
     "max_tool_calls": "n_tool <= ?",
     "max_cost_usd": "cost_usd <= ?",
-    "max_tokens": "input_tokens + output_tokens <= ?",
+    # the tokens the calls report, as fingerprints' total_tokens: output-only usage is still usage
+    "max_tokens": "coalesce(input_tokens + output_tokens, input_tokens, output_tokens) <= ?",
     "max_latency_s": "duration_ns <= ? * 1e9",
     # no respond step: the agent did not answer (fails); a respond step whose text was not
     # recorded (content capture off) cannot be judged (NULL)

@@ -24,9 +24,18 @@ def cost_attr(t) -> dict:
     return {} if t.get("cost", 0.0) is None else {"llm.cost.total": t.get("cost", 0.0)}
 
 
+def usage(t):
+    """Each LLM call's usage: ``tokens`` input tokens, 0 output; ``output_only``: ``tokens`` output
+    tokens and no input tokens reported (as some providers' streamed answers do)."""
+    if t.get("output_only"):
+        return {"gen_ai.usage.output_tokens": t.get("tokens", 10)}
+    return {"gen_ai.usage.input_tokens": t.get("tokens", 10), "gen_ai.usage.output_tokens": 0}
+
+
 def write_trials(lake, trials):
-    """trials: dicts with scenario, version, tools [(name, args, error)], final, tokens, cost, seconds;
-    args or final None: an answer or a call whose text was not recorded (content capture off)."""
+    """trials: dicts with scenario, version, tools [(name, args, error)], final, tokens, output_only,
+    cost, seconds; args or final None: an answer or a call whose text was not recorded (content
+    capture off)."""
     exp = ParquetSpanExporter(lake)
     tp = TracerProvider()
     tp.add_span_processor(SimpleSpanProcessor(exp))
@@ -45,7 +54,7 @@ def write_trials(lake, trials):
         for name, args, error in t.get("tools", []):
             chat = tracer.start_span("chat m", context=ctx, start_time=clock, attributes={
                 **common, "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
-                "gen_ai.usage.input_tokens": t.get("tokens", 10), "gen_ai.usage.output_tokens": 0,
+                **usage(t),
                 "gen_ai.response.finish_reasons": ("tool_calls",), **cost_attr(t)})
             chat.end(end_time=clock + 10)
             tool = tracer.start_span(f"execute_tool {name}", context=ctx, start_time=clock + 20, attributes={
@@ -58,7 +67,7 @@ def write_trials(lake, trials):
         if "final" in t:
             chat = tracer.start_span("chat m", context=ctx, start_time=clock, attributes={
                 **common, "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
-                "gen_ai.usage.input_tokens": t.get("tokens", 10), "gen_ai.usage.output_tokens": 0,
+                **usage(t),
                 "gen_ai.response.finish_reasons": ("stop",), **cost_attr(t),
                 **({} if t["final"] is None else {"gen_ai.output.messages": final_message(t["final"])})})
             chat.end(end_time=clock + 10)
@@ -89,6 +98,9 @@ C = ("email", '{"to": "x@y.z"}', False)
      [True, False]),
     ({"max_tokens": 30}, [{"tools": [A], "final": "x", "tokens": 15}, {"tools": [A], "final": "x", "tokens": 16}],
      [True, False]),
+    # calls that report output tokens only: judged on what they report, not left unjudged
+    ({"max_tokens": 30}, [{"tools": [A], "final": "x", "tokens": 15, "output_only": True},
+                          {"tools": [A], "final": "x", "tokens": 16, "output_only": True}], [True, False]),
     ({"max_latency_s": 2}, [{"tools": [A], "seconds": 2.0}, {"tools": [A], "seconds": 2.001}], [True, False]),
     ({"no_tool_errors": True}, [{"tools": [A, B]}, {"tools": [A, ("refund", "{}", True)]}], [True, False]),
     ({"final_output_matches": r"(?i)refund of \$\d+"}, [{"final": "Refund of $100 done"}, {"final": "no"}, {"tools": [A]}],
