@@ -197,13 +197,15 @@ def register(cli: click.Group) -> None:
                                budget_dollars=budget_dollars, resume=not no_resume,
                                scenarios=list(only) or None, method=method, progress=display,
                                baseline=baseline or suite.baseline, gate_config=gcfg)
-        if quiet:
-            click.echo(f"decision: {result.decision} (exit {result.exit_code})")
-        else:
-            render_result(result)
-            if result.gate is not None:
-                from ..report.terminal import render
-                render(result.gate)
+        from ..report.output import stdout_reader_may_leave
+        with stdout_reader_may_leave():  # `run ... | head`: the decision stays the exit code, --json is written
+            if quiet:
+                click.echo(f"decision: {result.decision} (exit {result.exit_code})")
+            else:
+                render_result(result)
+                if result.gate is not None:
+                    from ..report.terminal import render
+                    render(result.gate)
         if json_path:
             try:
                 with open(json_path, "w", encoding="utf-8") as f:

@@ -540,6 +540,7 @@ def register_mutate(cli) -> None:
         from .scenarios import import_object, load_scenarios
 
         from ..gate_cli import check_output_paths, remove_stale_reports
+        from ..report.output import stdout_reader_may_leave
         check_output_paths(json=json_path)  # before the trials are paid for, not after
         remove_stale_reports(json_path)
         sigterm_interrupts()
@@ -558,10 +559,11 @@ def register_mutate(cli) -> None:
             t.add_column(col)
         for r in rep.results:
             t.add_row(r.mutant.id, r.mutant.cls, r.mutant.description, r.status, str(r.trials), r.reason)
-        Console(markup=False, emoji=False).print(t)
         fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-        click.echo(f"mutation score {fmt(rep.score)} ({rep.counts()}); per class: "
-                   + ", ".join(f"{c} {fmt(v)}" for c, v in rep.per_class.items()) + f"; {rep.trials} trials")
+        with stdout_reader_may_leave():  # `mutate ... | head`: the exit code and --json stay the run's
+            Console(markup=False, emoji=False).print(t)
+            click.echo(f"mutation score {fmt(rep.score)} ({rep.counts()}); per class: "
+                       + ", ".join(f"{c} {fmt(v)}" for c, v in rep.per_class.items()) + f"; {rep.trials} trials")
         if json_path:
             try:
                 with open(json_path, "w", encoding="utf-8") as f:

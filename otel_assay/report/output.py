@@ -120,6 +120,10 @@ def stdout_reader_may_leave():
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
+    except SystemExit as e:
+        # a rich Console answers a broken pipe with exit 1, having sent stdout to devnull itself
+        if not isinstance(e.__context__, BrokenPipeError):
+            raise
 
 
 def write_table(table: pa.Table, fmt: str = "table", out: TextIO | None = None, *, max_width: int = 60) -> None:

@@ -654,3 +654,32 @@ def test_the_more_trials_hint_names_the_cap_it_is_past(tmp_path):
     sc = run.scenarios[0]
     assert sc.decision == "INCONCLUSIVE" and sc.past_cap is None
     assert more_trials_text(sc.more_trials_needed, sc.n, sc.config) == f"about {sc.more_trials_needed} more trials needed"
+
+
+def test_a_reader_that_stops_early_changes_neither_the_verdict_nor_the_json(tmp_path):
+    """`run ... | head`: rich and click exited 1 on the broken pipe, which reads as FAIL (under
+    `set -o pipefail`, GitHub Actions' default shell, the step's exit code) for a PASSing suite,
+    and --json was never written. A reader that exits at once (`true`) breaks the pipe before
+    the first line."""
+    import json
+    import os
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    f = tmp_path / "s.yaml"
+    f.write_text("config: {threshold: 0.85, delta: 0.15, method: sprt, n_max: 100}\nscenarios:\n"
+                 "  - {name: billing, input: My payment failed, properties: {expected: billing},"
+                 " evaluator: {type: contains}}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    for quiet in ([], ["-q"]):
+        report = tmp_path / f"r{len(quiet)}.json"
+        cmd = shlex.join([sys.executable, "-m", "otel_assay", "run", str(f), "--agent", "tests.live.agents:good",
+                          "--version", "v1", "--dir", str(tmp_path / "lake"), "--json", str(report), *quiet])
+        p = subprocess.run(["bash", "-o", "pipefail", "-c", f"{cmd} | true"], capture_output=True, text=True,
+                           timeout=300, env=env)
+        assert p.returncode == 0, (quiet, p.stderr)
+        assert json.loads(report.read_text())["decision"] == "PASS"
+        assert "Traceback" not in p.stderr, p.stderr

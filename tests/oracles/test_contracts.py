@@ -225,6 +225,27 @@ def test_contracts_command_end_to_end(tmp_path):
     assert r.returncode == 3 and "the contracts list is empty; add contracts such as" in r.stderr, r.stderr
 
 
+def test_a_reader_that_stops_early_does_not_turn_passing_contracts_into_a_fail(tmp_path):
+    """`contracts ... | head`: click exited 1 on the broken pipe, which reads as FAIL (under
+    `set -o pipefail`, GitHub Actions' default shell, the step's exit code) although every
+    contract held. A reader that exits at once (`true`) breaks the pipe before the first line."""
+    import shlex
+    import subprocess
+    import sys
+
+    lake = tmp_path / "lake"
+    write_trials(lake, [{"tools": [A, B], "final": "refund done"} for _ in range(80)])
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("contracts:\n  - must_call: lookup\n")
+    for fmt in ("table", "json"):
+        cmd = shlex.join([sys.executable, "-m", "otel_assay", "contracts", str(lake), "--config", str(cfg),
+                          "--format", fmt])
+        p = subprocess.run(["bash", "-o", "pipefail", "-c", f"{cmd} | true"], capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, (fmt, p.stderr)
+        assert "Traceback" not in p.stderr and "Broken pipe" not in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("spec, message", [
     # a contract named like a column of the results overwrote it: ArrowTypeError traceback
     ([{"max_steps": 3, "name": "scenario"}], "'scenario' cannot name a contract"),
