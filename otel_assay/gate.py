@@ -959,9 +959,15 @@ def _regression_checks(results: list[ScenarioResult], arms_b, arms_c, cfg: GateC
                 check.verdict, check.reason = PASS, (f"upper {1 - cfg.alpha:.0%} bound on the drop "
                                                      f"{res.drop_upper:.3f} < delta={s.delta}")
             else:
+                # n* is the size that detects a drop of delta; past it an undecided drop lies
+                # between 0 and delta, and saying "n* trials decide" asked for trials already run
+                n_min = min(res.baseline_n, res.candidate_n)
+                hint = ("" if not res.n_star else
+                        f": about {res.n_star} trials per version decide (n*)" if n_min < res.n_star else
+                        f": {n_min} trials per version already reach n*={res.n_star}; a drop of {res.drop:.3f}, "
+                        "between 0 and delta, takes many more to tell from either")
                 check.reason = (f"{tag}{test} p={p_adj:.3g}; upper bound on the drop {res.drop_upper:.3f} >= "
-                                f"delta={s.delta}" + (f": about {res.n_star} trials per version decide (n*)"
-                                                      if res.n_star else ""))
+                                f"delta={s.delta}" + hint)
 
         family.add(check, [st["pvalue"]], finish)
 

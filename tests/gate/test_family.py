@@ -194,3 +194,15 @@ def test_interrupted_trials_stay_out_of_the_fingerprint_test(tmp_path):
     r = run_gate(write_trials(tmp_path / "lake2", trials, id_seed=5), GateConfig(),
                  baseline="version=v1", candidate="version=v2")
     assert r.scenarios[0].check("fingerprint").verdict == "FAIL" and r.decision == "block"
+
+
+def test_an_undecided_regression_past_n_star_asks_for_no_trials_already_run(tmp_path):
+    # 100/100 against 95/100: n* (the size that detects a drop of delta) is 78, yet the drop of
+    # 0.05 leaves the non-inferiority bound above delta. "about 78 trials per version decide"
+    # asked for fewer trials than had run
+    trials = ([{"scenario": "s", "version": "v1", "outcome": "pass"} for _ in range(100)]
+              + [{"scenario": "s", "version": "v2", "outcome": "pass" if i < 95 else "fail"} for i in range(100)])
+    lake = write_trials(tmp_path / "lake", trials)
+    c = run_gate(lake, GateConfig(), baseline="version=v1", candidate="version=v2").scenarios[0].check("regression")
+    assert c.verdict == "INCONCLUSIVE" and c.stats["n_star"] == 78, (c.verdict, c.stats)
+    assert "decide (n*)" not in c.reason and "100 trials per version already reach n*=78" in c.reason, c.reason
