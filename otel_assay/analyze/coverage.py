@@ -43,6 +43,11 @@ def _where(trials_table: str | None) -> str:
 
 def coverage_sets(engine, trials_table: str | None = None) -> CoverageSets:
     """Read every coverage set for the trials in ``trials_table`` (all trials when None)."""
+    with engine.steps_of(trials_table):
+        return _coverage_sets(engine, trials_table)
+
+
+def _coverage_sets(engine, trials_table: str | None) -> CoverageSets:
     w = _where(trials_table)
     q = engine.rows
     sets = CoverageSets()

@@ -7,6 +7,7 @@ half-written file or a row twice.
 
 from __future__ import annotations
 
+import contextlib
 import glob as _glob
 import os
 import re
@@ -272,6 +273,23 @@ class Engine:
         self.materialize(["trials"])
         self.con.execute(f"CREATE OR REPLACE VIEW trials AS SELECT * FROM _cached_trials "
                          f"SEMI JOIN {table} USING (trace_id)").fetchall()
+
+    @contextlib.contextmanager
+    def steps_of(self, table: str | None):
+        """Inside the block, ``steps`` (and every view read from it) holds only the steps of the
+        trials in temp table ``table``, when ``steps`` is materialized; otherwise nothing changes.
+
+        A query such as ``SELECT ... FROM decision_paths SEMI JOIN table`` filters after the
+        view's aggregation, which DuckDB does not push down through it: coverage of the
+        candidate computed every baseline trial's decision path and states as well."""
+        if table is None or "steps" not in self.materialized:
+            yield
+            return
+        self.con.execute(f"CREATE OR REPLACE VIEW steps AS SELECT * FROM _cached_steps SEMI JOIN {table} USING (trace_id)")
+        try:
+            yield
+        finally:
+            self.con.execute("CREATE OR REPLACE VIEW steps AS SELECT * FROM _cached_steps")
 
     def _cache(self, view: str, query: str, params: Sequence[Any] = ()) -> None:
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE _cached_{view} AS {query}", list(params)).fetchall()

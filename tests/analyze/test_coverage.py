@@ -96,6 +96,25 @@ def test_coverage_sets(open_engine, lake):
     assert dict(sets.models_tested) == {"gpt-4o": 6, "claude-3-5-sonnet": 2}
 
 
+def test_coverage_of_some_trials_over_materialized_steps(open_engine, lake):
+    # the gate's case: steps cached, coverage of the candidate's trials only (the view of steps
+    # is narrowed to them for the queries, then put back)
+    eng = open_engine(lake)
+    eng.materialize(["steps", "trials"])
+    n_steps = eng.rows("SELECT count(*) FROM steps")[0][0]
+    eng.con.execute("CREATE TEMP TABLE picked AS SELECT trace_id FROM trials ORDER BY trace_id LIMIT 2")
+    picked = {r[0] for r in eng.rows("SELECT trace_id FROM picked")}
+    sets = coverage_sets(eng, "picked")
+    assert eng.rows("SELECT count(*) FROM steps")[0][0] == n_steps
+    fresh = open_engine(lake)
+    fresh.con.execute("CREATE TEMP TABLE picked AS SELECT unnest(?::VARCHAR[]) AS trace_id", [sorted(picked)])
+    expected = coverage_sets(fresh, "picked")  # steps not materialized: filtered after the views
+    assert sets.n_trials == 2
+    for name in ("tools_used", "path_counts", "state_counts", "boundaries_hit", "models_tested", "tools_defined"):
+        assert getattr(sets, name) == getattr(expected, name), name
+    assert sum(sets.path_counts.values()) == 2
+
+
 def test_decision_paths_of_tools_named_like_the_separators_stay_apart(tmp_path, open_engine):
     # a tool named `add > tool:add` read as two add steps: two paths counted as one for Chao1
     write_lake(tmp_path, [
