@@ -199,17 +199,21 @@ def test_adaptive_method_calibrates(tmp_path):
     assert s.variance_class is not None and s.target_n >= 15 and s.n == s.target_n
 
 
+# one scenario file for the CLI tests: a billing question the routing agent should answer
+ROUTING = textwrap.dedent("""
+    name: routing
+    config: {threshold: 0.85, delta: 0.15, beta: 0.1, method: sprt, n_max: 100}
+    scenarios:
+      - name: billing
+        input: My payment failed
+        properties: {expected: billing}
+        evaluator: {type: contains}
+""")
+
+
 def test_cli_run_and_gate(tmp_path):
     f = tmp_path / "s.yaml"
-    f.write_text(textwrap.dedent("""
-        name: routing
-        config: {threshold: 0.85, delta: 0.15, beta: 0.1, method: sprt, n_max: 100}
-        scenarios:
-          - name: billing
-            input: My payment failed
-            properties: {expected: billing}
-            evaluator: {type: contains}
-    """))
+    f.write_text(ROUTING)
     lake = str(tmp_path / "lake")
     r = CliRunner().invoke(cli(), ["run", str(f), "--agent", "tests.live.agents:good", "--version", "v1",
                                    "--dir", lake, "-q", "--json", str(tmp_path / "r.json")])
@@ -593,15 +597,7 @@ def test_run_with_a_gate_config_holding_a_sql_contract(tmp_path):
     from pathlib import Path
 
     f = tmp_path / "s.yaml"
-    f.write_text(textwrap.dedent("""
-        name: routing
-        config: {threshold: 0.85, delta: 0.15, beta: 0.1, method: sprt, n_max: 100}
-        scenarios:
-          - name: billing
-            input: My payment failed
-            properties: {expected: billing}
-            evaluator: {type: contains}
-    """))
+    f.write_text(ROUTING)
     gate_cfg = tmp_path / "assay.yaml"
     gate_cfg.write_text("contracts:\n  - name: short\n    sql: \"n_steps <= (SELECT 50 FROM trials LIMIT 1)\"\n")
     lake = tmp_path / "lake"
