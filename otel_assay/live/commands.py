@@ -185,7 +185,12 @@ def register(cli: click.Group) -> None:
         gcfg = None
         if gate_config:
             from ..gate import load_config
+            from ..oracles.contracts import ContractError, check_sql
             gcfg = load_config(gate_config)
+            try:
+                check_sql(gcfg.contracts)
+            except ContractError as e:
+                raise UsageError(f"{gcfg.source}: {e}") from None
         from ..gate_cli import check_output_paths, remove_stale_reports
         check_output_paths(json=json_path)  # before the trials are paid for, not after
         remove_stale_reports(json_path)

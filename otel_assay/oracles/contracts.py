@@ -369,6 +369,24 @@ def evaluate(engine, contracts: Sequence[Contract], *, trials: str = "trials") -
     return ContractResults(list(contracts), table)
 
 
+def check_sql(contracts: Sequence[Contract]) -> None:
+    """Judge the ``sql:`` contracts over an empty lake: one that cannot run (a misspelt column,
+    a file read, a second statement) raises :class:`ContractError` now, not after the trials
+    it would judge have been run and paid for (``otel-assay run --config``)."""
+    import tempfile
+    from pathlib import Path
+
+    from ..analyze.engine import Engine
+
+    sql = [c for c in contracts if c.kind == "sql"]
+    if not sql:
+        return
+    with tempfile.TemporaryDirectory(prefix="otel-assay-check-") as d:
+        (Path(d) / "spans").mkdir()
+        with Engine(d) as eng:
+            evaluate(eng, sql)
+
+
 def _sql_contracts(engine, facts: "pa.Table", contracts: list[tuple[int, Contract]]) -> dict[int, list[bool | None]]:
     """Judge the ``sql:`` contracts: each expression over the trial's row (``facts``), in a
     locked-down copy of the engine, so that it reads the row and the lake's views but no other

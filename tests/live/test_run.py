@@ -3,6 +3,7 @@ bad input. Real trial API, real lake, real DuckDB; scripted offline agents (test
 
 from __future__ import annotations
 
+import json
 import math
 import textwrap
 import time
@@ -679,3 +680,25 @@ def test_a_reader_that_stops_early_changes_neither_the_verdict_nor_the_json(tmp_
         assert p.returncode == 0, (quiet, p.stderr)
         assert json.loads(report.read_text())["decision"] == "PASS"
         assert "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_sql_contract_that_cannot_run_is_refused_before_any_trial(tmp_path):
+    # it was refused by the gate at the end, after every trial had been run and paid for
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    f = tmp_path / "s.yaml"
+    f.write_text(ROUTING)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    for expr, why in (("n_stepz <= 5", "not found"), ("(SELECT count(*) FROM read_csv('/etc/passwd')) > 0",
+                                                      "not other files")):
+        cfg = tmp_path / "assay.yaml"
+        cfg.write_text("contracts:\n  - name: short\n    sql: " + json.dumps(expr) + "\n")
+        lake = tmp_path / f"lake-{why[:3]}"
+        r = subprocess.run([sys.executable, "-m", "otel_assay", "run", f, "--agent", "tests.live.agents:good",
+                            "--version", "v1", "--dir", lake, "--config", cfg], capture_output=True, text=True,
+                           timeout=300, env=env, cwd=Path(__file__).resolve().parents[2])
+        assert r.returncode == 3 and "contract 'short'" in r.stderr and why in r.stderr, r.stdout + r.stderr
+        assert not list(lake.rglob("*.parquet")), "trials ran"
