@@ -372,38 +372,45 @@ def check_baseline(lake: str, baseline: str) -> None:
         eng.close()
 
 
-def existing_trials(lake: str, version: str, scenarios: list[str]) -> dict[str, list[tuple[int, bool | None, bool]]]:
-    """Trials already in the lake for ``version``: scenario -> [(index, passed, counted)] in
-    index order, one entry per index (a counted attempt wins over excluded ones)."""
-    out: dict[str, list[tuple[int, bool | None, bool]]] = {s: [] for s in scenarios}
+# a trial of the lake a run resumes from: (index, passed, counted, (steps, tool calls, tokens)),
+# the last being what adaptive calibration measures of each trial
+PriorTrial = tuple[int, "bool | None", bool, tuple[int, int, int]]
+
+
+def existing_trials(lake: str, version: str, scenarios: list[str]) -> dict[str, list[PriorTrial]]:
+    """Trials already in the lake for ``version``: scenario -> [PriorTrial] in index order, one
+    entry per index (a counted attempt wins over excluded ones)."""
+    out: dict[str, list[PriorTrial]] = {s: [] for s in scenarios}
     rows = query_trials(
-        lake, "SELECT scenario, trial_index, passed, counted FROM trials "
+        lake, "SELECT scenario, trial_index, passed, counted, n_steps, n_tool, "
+              "coalesce(input_tokens, 0) + coalesce(output_tokens, 0) FROM trials "
               "WHERE version = ? AND trial_index IS NOT NULL AND list_contains(?, scenario) "
               "ORDER BY scenario, trial_index, counted DESC, start_time_unix_nano", [version, scenarios], " to resume")
     last: dict[str, int] = {}
-    for sc, idx, passed, counted in rows:
+    for sc, idx, passed, counted, n_steps, n_tool, tokens in rows:
         if last.get(sc) == idx:
             continue
         last[sc] = idx
-        out[sc].append((int(idx), None if passed is None else bool(passed), bool(counted) and passed is not None))
+        out[sc].append((int(idx), None if passed is None else bool(passed), bool(counted) and passed is not None,
+                        (int(n_steps), int(n_tool), int(tokens))))
     return out
 
 
 # ================================================================== per-scenario state machine
 class _ScenarioState:
-    def __init__(self, scenario: Scenario, prior: list[tuple[int, bool | None, bool]]):
+    def __init__(self, scenario: Scenario, prior: list[PriorTrial]):
         self.scenario = scenario
         cfg = scenario.config
         self.cfg = cfg
         self.run = ScenarioRun(scenario.name, cfg, cfg.method)
-        self.next_index = (max(i for i, _, _ in prior) + 1) if prior else 0
+        self.next_index = (max(t[0] for t in prior) + 1) if prior else 0
         self.sprt: SPRT | None = None
         self.outcomes: list[int] = []        # counted outcomes in index order (all of them)
         self.fed_upto = self.next_index      # indices below this are settled
         self.buffer: dict[int, TrialRecord] = {}
         self.calibration: list[list[float]] = []
         self.in_flight = 0
-        prior_outcomes = [int(p) for _, p, c in prior if c]
+        prior_outcomes = [int(p) for _, p, c, _ in prior if c]
         self.run.resumed = len(prior_outcomes)
         if cfg.method == "sprt":
             self.sprt = SPRT(cfg.threshold, cfg.delta, cfg.alpha, cfg.beta, cfg.sprt_n_max)
@@ -419,6 +426,11 @@ class _ScenarioState:
                 self.run.target_n = cfg.trials
             else:
                 self.run.target_n = None  # set after calibration
+                # a resumed run calibrates on the trials it resumes: it launched none past the
+                # calibration count and judged the calibration sample alone, for ever
+                self.calibration = [[*f, float(p)] for _, p, c, f in prior if c]
+                if len(self.outcomes) >= cfg.calibration:
+                    self._calibrate()
             self._check_fixed_done()
 
     # -------------------------------------------------------------- bookkeeping
@@ -513,9 +525,9 @@ class _ScenarioState:
                 self.calibration.append([r.n_steps, r.n_tools, r.tokens, float(bool(r.passed))])
                 self._check_fixed_done()
                 if self.cfg.method == "adaptive" and self.run.target_n is None and len(self.outcomes) >= self.cfg.calibration:
-                    self._calibrate(r)
+                    self._calibrate()
 
-    def _calibrate(self, rec: TrialRecord) -> None:
+    def _calibrate(self) -> None:
         cal = np.array(self.calibration, dtype=float)
         budget = adaptive_budget(cal, self.cfg.alpha, self.cfg.beta)
         self.run.variance_class = budget.variance_class
@@ -610,7 +622,7 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
         got = prior.get(s.name, [])
         st = _ScenarioState(s, got if resume else [])
         if not resume and got:  # start fresh, but never reuse a trial index of this version
-            st.next_index = st.fed_upto = max(i for i, _, _ in got) + 1
+            st.next_index = st.fed_upto = max(t[0] for t in got) + 1
         states.append(st)
     collector = step_collector()
     if collector is not None:

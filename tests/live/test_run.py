@@ -200,6 +200,18 @@ def test_adaptive_method_calibrates(tmp_path):
     assert s.variance_class is not None and s.target_n >= 15 and s.n == s.target_n
 
 
+def test_an_adaptive_run_resumed_after_calibration_goes_on_to_its_target(tmp_path):
+    # stopped by its budget past calibration, a rerun launched nothing (its calibration sample
+    # was empty, so the cap stayed the calibration count) and judged the calibration alone
+    s = suite(method="adaptive", calibration=10)
+    first = run_suite(s, Router(0.99, seed=5), version="v", lake=str(tmp_path), budget_tokens=12 * 140,
+                      concurrency=1).scenarios[0]
+    assert 10 <= first.n < first.target_n, (first.n, first.target_n)
+    again = run_suite(s, Router(0.99, seed=5), version="v", lake=str(tmp_path), concurrency=1).scenarios[0]
+    assert again.resumed == first.n and again.variance_class is not None
+    assert again.n == again.target_n > first.n, (again.n, again.target_n, first.n)
+
+
 # one scenario file for the CLI tests: a billing question the routing agent should answer
 ROUTING = textwrap.dedent("""
     name: routing
