@@ -173,7 +173,8 @@ def import_(paths, lake_dir):
     if len(inputs.skipped) > 20:
         click.echo(f"... and {len(inputs.skipped) - 20} more skipped")
     if not inputs.files:
-        raise DataError("no files to import (see above): name OTLP trace files, or directories holding them")
+        found = "see the notes above" if inputs.skipped else "the directories named are empty"
+        raise DataError(f"no files to import ({found}): name OTLP trace files, or directories holding them")
     files = inputs.files
     total = sum(os.path.getsize(f) for f in files)
     try:

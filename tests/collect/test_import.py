@@ -438,4 +438,8 @@ def test_a_directory_imports_the_span_files_directly_in_it(tmp_path):
         assert "no files to import" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("import", partition, "--dir", tmp_path / "lake3")
     assert r.returncode == 4 and "skipped, a Parquet file" in r.stdout, r.stdout + r.stderr
+    # an empty directory: nothing was skipped, so the message says so instead of "see above"
+    (tmp_path / "empty").mkdir()
+    r = run_cli("import", tmp_path / "empty", "--dir", tmp_path / "lake4")
+    assert r.returncode == 4 and "the directories named are empty" in r.stderr, r.stdout + r.stderr
     assert lake_view(lake) == expected_view(spans[:20] + spans[25:])
