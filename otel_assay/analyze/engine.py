@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 import duckdb
 import pyarrow as pa
 
-from ..collect.lake import Lake, LakeError, check_lake_file, duckdb_connect, missing_columns_sql, sql_list
+from ..collect.lake import Lake, LakeError, duckdb_connect, inspect_lake_file, missing_columns_sql, sql_list
 from ..collect.schema import TABLES
 from ..errors import UsageError
 from .canonical import canonical_json_arrow
@@ -148,6 +148,9 @@ class Engine:
         # an Engine as the source: the same files (see locked_copy), already checked
         copy = isinstance(source, Engine)
         self.files = source.files if copy else resolve_sources(source)
+        # per table: whether every file has the same columns, of the same types, in the same
+        # order (_bind_table)
+        self._uniform: dict[str, bool] = dict(source._uniform) if copy else {}
         self.con = duckdb_connect(memory_limit)
         # every view and command orders explicitly, so DuckDB need not keep scan order (which
         # costs memory on large lakes)
@@ -177,10 +180,14 @@ class Engine:
         for table, paths in self.files.items():
             if table not in TABLES:
                 continue
+            layouts = set()
             for p in paths:
-                problem = check_lake_file(p, table)
+                schema, problem = inspect_lake_file(p, table)
                 if problem:
                     bad.append(f"{p}: {problem}")
+                else:
+                    layouts.add(tuple((f.name, f.type) for f in schema))
+            self._uniform[table] = len(layouts) <= 1
         if bad:
             more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
             sources = [p for paths in self.files.values() for p in paths]
@@ -204,7 +211,11 @@ class Engine:
             # alone or matched by a glob with the lake's files) has none, and DuckDB refuses
             # to read the two kinds together with hive_partitioning
             hive = all(_DT_DIR_RE.match(p.parent.name) for p in paths)
-            source = (f"read_parquet({sql_list(paths)}, union_by_name = true, "
+            # files of one layout are bound by the first file's schema; unifying them by name
+            # makes DuckDB read every file's schema each time a view that reads the table is
+            # bound (a lake of 1,000 small files took 12 s to open, 2 s bound by the first)
+            by_name = "false" if self._uniform.get(table) else "true"
+            source = (f"read_parquet({sql_list(paths)}, union_by_name = {by_name}, "
                       f"hive_partitioning = {'true' if hive else 'false'})")
             # files of an older schema version or another writer may lack columns the views use
             cols = {r[0] for r in self.con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}

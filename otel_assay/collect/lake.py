@@ -692,11 +692,17 @@ REQUIRED_COLUMNS = {
 
 def check_lake_file(path: Path, table: str = "spans") -> str | None:
     """Why ``path`` cannot be read as a lake file of ``table``, or None if it can."""
+    return inspect_lake_file(path, table)[1]
+
+
+def inspect_lake_file(path: Path, table: str = "spans") -> tuple[pa.Schema | None, str | None]:
+    """The Parquet schema of ``path`` (None if unreadable), and why it cannot be read as a
+    lake file of ``table`` (None if it can)."""
     try:
         schema = pq.read_schema(path)
     except (OSError, pa.ArrowException) as e:
-        return f"not a readable Parquet file ({str(e).splitlines()[0][:200]})"
+        return None, f"not a readable Parquet file ({str(e).splitlines()[0][:200]})"
     missing = REQUIRED_COLUMNS[table] - set(schema.names)
     if missing:
-        return f"not an otel-assay {table} file (missing columns: {', '.join(sorted(missing))})"
-    return None
+        return schema, f"not an otel-assay {table} file (missing columns: {', '.join(sorted(missing))})"
+    return schema, None

@@ -406,6 +406,27 @@ def test_files_of_an_older_schema_are_read_and_compacted(tmp_path):
     assert pq.read_schema(merged).names == SPANS_SCHEMA.names and _count(lake) == (20, 20)
 
 
+@pytest.mark.parametrize("change", ["reorder", "drop"])
+def test_files_of_several_layouts_are_read_by_column_name(tmp_path, change):
+    # a lake whose files all have one layout is bound by the first file's schema (fast to
+    # open); a file with fewer columns must switch to unifying by name (DuckDB refuses the
+    # file otherwise), and one with the same columns in another order must read right too
+    lake = tmp_path / "lake"
+    for f in range(2):
+        b = SpanBatch()
+        for i in range(10):
+            add(b, span_id=f"{f * 10 + i + 1:016x}", end_time_unix_nano=T0 + 1000 * f + i, status_code=f)
+        Lake(lake).write(b.tables())
+    second = next(p for p in Lake(lake).live_files() if pq.read_table(p).column("status_code")[0].as_py() == 1)
+    t = pq.read_table(second)
+    t = t.select(list(reversed(t.column_names))) if change == "reorder" else t.drop_columns(["trace_state", "error_class"])
+    pq.write_table(t, second)
+    r = run_cli("sql", lake, "SELECT status_code, count(*) AS n, min(duration_ns) AS lo, max(duration_ns) AS hi, "
+                "count(trace_state) AS ts FROM spans GROUP BY 1 ORDER BY 1", "--format", "csv")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout.splitlines()[1:] == ["0,10,0,9,0", "1,10,1000,1009,0"], r.stdout
+
+
 def test_corrupt_and_foreign_parquet_in_the_lake(tmp_path):
     lake = tmp_path / "lake"
     _write_files(lake, 2, 10)
