@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from otel_assay.collect.schema import make_resource
 
 from .conftest import rows
@@ -172,6 +174,50 @@ def test_steps_built_in_parts_equal_steps_in_one_go(tmp_path, open_engine, monke
     assert eng.steps_parts > 10
     parts = rows(eng, f"SELECT {columns} FROM steps ORDER BY trace_id, seq")
     assert len(whole) > 80 and parts == whole
+
+    # a user's price table, read by every connection that builds a part
+    prices = tmp_path / "prices.csv"
+    prices.write_text("provider,model,input_usd_per_mtok,output_usd_per_mtok\n,gpt-4o,1000000,0\n")
+    whole = rows(open_engine(tmp_path, prices=prices), f"SELECT {columns} FROM steps ORDER BY trace_id, seq")
+    eng = open_engine(tmp_path, prices=prices)
+    eng.materialize()
+    assert eng.steps_parts > 10
+    assert rows(eng, f"SELECT {columns} FROM steps ORDER BY trace_id, seq") == whole
+    assert any(r["cost_usd"] for r in whole)
+
+
+def test_ctrl_c_while_steps_are_built_in_parts_interrupts_every_part(tmp_path, open_engine, monkeypatch):
+    """Two connections build `steps` parts at a time: Ctrl-C must reach the caller while they
+    run (both queries interrupted, not left to finish every part), leave no thread running,
+    and leave the engine able to build `steps` afresh."""
+    import os
+    import signal
+    import threading
+
+    from otel_assay.analyze import engine as engine_mod
+
+    spans = []
+    for t in range(1, 301):
+        spans.append(span(t, 1, None, "invoke_agent a", 0, 100, AGENT))
+        spans += [span(t, k, 1, "execute_tool t", k, k + 1, TOOL) for k in range(2, 12)]
+    write_lake(tmp_path, spans)
+    eng = open_engine(tmp_path)
+    limit = engine_mod._bytes(eng.rows("SELECT current_setting('memory_limit')")[0][0])
+    monkeypatch.setattr(engine_mod, "STEPS_BYTES_PER_SPAN", limit // 3 // 30)   # 30 spans per part
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            eng.materialize(["steps"])
+    finally:
+        timer.cancel()
+    assert not [t for t in threading.enumerate() if t.name.startswith("otel-assay-steps-")]
+    built = eng.rows("SELECT count(*) FROM _cached_steps")[0][0]
+    assert built < len(spans), "the interrupt came after every part was built: make the lake larger"
+    assert "steps" not in eng.materialized
+    eng.materialize(["steps"])
+    assert eng.steps_parts > 10
+    assert eng.rows("SELECT count(*), count(DISTINCT span_id || trace_id) FROM steps")[0] == (len(spans), len(spans))
 
 
 def test_spans_without_a_trace_id_make_no_trial(tmp_path, open_engine):
