@@ -40,6 +40,7 @@ from .. import semconv
 log = logging.getLogger("otel_assay.capture")
 
 _TRUE = {"1", "true", "yes", "on"}
+_SAMPLED = trace.TraceFlags.SAMPLED
 
 
 def disabled() -> bool:
@@ -91,7 +92,7 @@ class AssayAttributesProcessor(SpanProcessor):
         self._ended = itertools.count()  # next() on a C counter is atomic under the GIL
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
-        attrs = _ACTIVE_TRACES.get(span.context.trace_id)
+        attrs = _ACTIVE_TRACES.get(span.context[0])  # SpanContext is a tuple: (trace_id, span_id, ...)
         if attrs is None:
             bag = otel_baggage.get_all(parent_context)
             if bag:
@@ -136,7 +137,9 @@ class DirectExportProcessor(SpanProcessor):
         pass
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self._done or not span.context.trace_flags.sampled:
+        # SpanContext is a tuple (trace_id, span_id, is_remote, trace_flags, ...): indexed, not
+        # read through properties, a Python call each on every span
+        if self._done or not span.context[3] & _SAMPLED:
             return
         try:
             self.exporter.export((span,))

@@ -98,10 +98,11 @@ def start_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL
                parent: Any = None, start_time: int | None = None, links=None,
                tracer_name: str = "otel_assay") -> trace.Span:
     """Start a span. ``parent``: a Span, a Context, or None for the current context."""
-    if isinstance(parent, trace.Span):
-        ctx = trace.set_span_in_context(parent)
-    else:
+    # a Context (a dict) is checked first: a check against the Span ABC is a Python call
+    if parent is None or isinstance(parent, otel_context.Context):
         ctx = parent
+    else:
+        ctx = trace.set_span_in_context(parent)
     return _runtime.tracer(tracer_name).start_span(
         name, context=ctx, kind=kind, attributes=clean(attrs), start_time=start_time, links=links)
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import time
 from contextvars import ContextVar
+from json.encoder import encode_basestring
 from typing import Any
 from uuid import UUID
 
@@ -78,6 +79,14 @@ def _message_json(msg: Any) -> dict[str, Any]:
     return m
 
 
+def _with_finish_reason(message_json: str, finish: str) -> str:
+    """``to_json([{**message, "finish_reason": finish}])`` from the message's JSON (an output
+    message is the input message with its finish reason): sorted keys put finish_reason
+    first, before the only keys _message_json makes, parts and role; the string is escaped
+    as to_json's encoder (ensure_ascii=False) escapes it."""
+    return '[{"finish_reason": ' + encode_basestring(finish) + ", " + message_json[1:] + "]"
+
+
 _DECLARES: dict[tuple[type, str], bool] = {}
 
 
@@ -103,7 +112,8 @@ _CACHE_MAX = 4096  # cached message / tool-definition JSON strings (entries hold
 
 
 class _Run:
-    __slots__ = ("span", "parent", "trial", "kind", "node", "root", "token", "call_id", "interrupted", "thread")
+    __slots__ = ("span", "parent", "trial", "kind", "node", "root", "token", "call_id", "interrupted", "thread",
+                 "content")
 
     def __init__(self, span, parent, trial=None, kind="", node=None, root=None):
         self.span = span        # our span for this run, or None for plumbing
@@ -117,6 +127,7 @@ class _Run:
         self.call_id = None     # a tool run's call id, when LangChain gave one
         self.interrupted = False  # a graph invocation (root run) that paused for a human
         self.thread = None      # a root run's checkpointer thread id
+        self.content = False    # a model or tool run: whether it records message content (see _llm_start)
 
 
 class _LLMRun(_Run):
@@ -139,8 +150,9 @@ class _LLMRun(_Run):
 
     __slots__ = ("name", "attrs", "start", "delegated", "live", "prev", "outer", "open_inner")
 
-    def __init__(self, name, attrs, parent, kind, root=None):
+    def __init__(self, name, attrs, parent, kind, root=None, content=False):
         self.span, self.parent, self.trial, self.kind, self.node, self.root = None, parent, None, kind, None, root
+        self.content = content
         self.name, self.attrs, self.start = name, attrs, time.time_ns()
         self.delegated, self.live, self.prev = False, True, None
         self.outer, self.open_inner = None, 0  # the run this one was reached from; runs it reached still open
@@ -276,8 +288,19 @@ class AssayCallbackHandler(_Base):
         return s
 
     def _messages_json(self, messages) -> str:
-        # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ")
-        return "[" + ", ".join(self._cached_json(m, _message_json) for m in messages) + "]"
+        # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ").
+        # A hit (every message of the history but the newest) is checked here as _cached_json
+        # does, without a call per message
+        cache = self._json_cache
+        parts = []
+        for m in messages:
+            hit = cache.get(id(m))
+            if (hit is not None and hit[0] is m and hit[1] is getattr(m, "content", None)
+                    and hit[2] is _optional(m, "tool_calls")):
+                parts.append(hit[3])
+            else:
+                parts.append(self._cached_json(m, _message_json))
+        return "[" + ", ".join(parts) + "]"
 
     # ---------------------------------------------------------------- helpers
     def _parent(self, parent_run_id: UUID | None):
@@ -443,7 +466,10 @@ class AssayCallbackHandler(_Base):
                            "caller_stopped" if caller_stopped else None)
 
     # ---------------------------------------------------------------- models
-    def _llm_start(self, op, serialized, messages, run_id, parent_run_id, metadata, kw):
+    def _llm_start(self, op, serialized, content, messages, run_id, parent_run_id, metadata, kw):
+        """``content``: whether this model call records message content, as read when it
+        starts; its end records the output by the same answer (reading the environment costs
+        as much as a small attribute's whole export, at every callback)."""
         md = metadata or {}
         params = kw.get("invocation_params") or {}
         model = (params.get("model") or params.get("model_name") or params.get("model_id")
@@ -456,7 +482,7 @@ class AssayCallbackHandler(_Base):
         if tools:
             attrs[semconv.GEN_AI_TOOL_DEFINITIONS] = (self._cached_json(tools, lambda t: t) if isinstance(tools, list)
                                                       else to_json(tools))
-        if _runtime.capture_content() and messages is not None:
+        if content and messages is not None:
             try:
                 attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(messages)
             except Exception:
@@ -466,7 +492,7 @@ class AssayCallbackHandler(_Base):
         if parent is None:  # the context of the start, not of the end
             parent = otel_context.get_current()
         run = _LLMRun(f"{op} {model}" if model else op, attrs, parent, "llm" if model else "llm?",
-                      root=parent_run.root if parent_run is not None else None)
+                      root=parent_run.root if parent_run is not None else None, content=content)
         current = _LLM.get()
         outer = parent_run if isinstance(parent_run, _LLMRun) else _live(current)
         if outer is not None:
@@ -482,16 +508,18 @@ class AssayCallbackHandler(_Base):
     def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, tags=None,
                             metadata=None, **kw):
         msgs = None
-        if _runtime.capture_content():
+        content = _runtime.capture_content()
+        if content:
             try:
                 msgs = self._messages_json(messages[0] if messages else [])
             except Exception:
                 msgs = None
-        self._llm_start(semconv.OP_CHAT, serialized, msgs, run_id, parent_run_id, metadata, kw)
+        self._llm_start(semconv.OP_CHAT, serialized, content, msgs, run_id, parent_run_id, metadata, kw)
 
     def on_llm_start(self, serialized, prompts, *, run_id, parent_run_id=None, tags=None, metadata=None, **kw):
-        msgs = [text_parts("user", p) for p in prompts] if _runtime.capture_content() else None
-        self._llm_start(semconv.OP_TEXT_COMPLETION, serialized, msgs, run_id, parent_run_id, metadata, kw)
+        content = _runtime.capture_content()
+        msgs = [text_parts("user", p) for p in prompts] if content else None
+        self._llm_start(semconv.OP_TEXT_COMPLETION, serialized, content, msgs, run_id, parent_run_id, metadata, kw)
 
     def on_llm_new_token(self, token, *, run_id, **kw):
         r = self._runs.get(run_id)
@@ -535,14 +563,16 @@ class AssayCallbackHandler(_Base):
             # the request named no model (fakes, some wrappers): name the span by the response model
             attrs[semconv.GEN_AI_REQUEST_MODEL] = resp_model
             name = f"{name} {resp_model}"
-        if _runtime.capture_content():
+        if r.content:
             try:
                 if msg is not None:
-                    out = _message_json(msg)
+                    # through the cache: the answer is the next call's input too
+                    out = _with_finish_reason(self._cached_json(msg, _message_json), str(finish))
                 else:
                     out = text_parts("assistant", getattr(gen, "text", ""))
-                out["finish_reason"] = str(finish)
-                attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json([out])
+                    out["finish_reason"] = str(finish)
+                    out = to_json([out])
+                attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = out
             except Exception:
                 pass
         r.attrs.update(attrs)
@@ -569,12 +599,14 @@ class AssayCallbackHandler(_Base):
                  semconv.GEN_AI_TOOL_CALL_ID: kw.get("tool_call_id"), semconv.GEN_AI_TOOL_TYPE: "function",
                  semconv.GEN_AI_TOOL_DESCRIPTION: ser.get("description"), semconv.ASSAY_STEP_KIND: "tool",
                  semconv.ASSAY_FRAMEWORK: FRAMEWORK, semconv.ASSAY_GRAPH_NODE: md.get("langgraph_node")}
-        if _runtime.capture_content():
+        content = _runtime.capture_content()  # for the result too, as for a model call (_llm_start)
+        if content:
             attrs[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = args_json(inputs if inputs is not None else input_str)
         span = start_span(f"execute_tool {name}", attrs, parent=self._parent(parent_run_id))
         parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
         run = _Run(span, span, kind="tool", root=parent_run.root if parent_run is not None else None)
         run.call_id = kw.get("tool_call_id")
+        run.content = content
         # the tool's body runs between this callback and its end, in this context (LangChain
         # copies it for the body after on_tool_start; the handler runs inline): spans the
         # tool makes (other instrumentation, @otel_assay.step) become its children
@@ -591,7 +623,7 @@ class AssayCallbackHandler(_Base):
         content = getattr(output, "content", output)
         if getattr(output, "tool_call_id", None) and not r.call_id:  # no call id at the start
             span.set_attribute(semconv.GEN_AI_TOOL_CALL_ID, output.tool_call_id)
-        if _runtime.capture_content():
+        if r.content:
             span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, result_text(content))
         if getattr(output, "status", None) == "error":
             fail(span, type_name="ToolError", message=result_text(content))

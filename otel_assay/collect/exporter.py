@@ -86,6 +86,7 @@ class ParquetSpanExporter(SpanExporter):
         self._dropping = False  # spans were dropped in this outage (warned once)
         self._oldest: float | None = None
         self._resources: dict[int, tuple[object, Resource]] = {}
+        self._last_resource: tuple[object, Resource | None] = (object(), None)
         self.spans_received = 0
         self.spans_written = 0
         self.spans_rejected = 0
@@ -112,12 +113,15 @@ class ParquetSpanExporter(SpanExporter):
             before = batch.rejected
             add = batch.add_sdk_span
             for span in spans:
-                add(span, self._resource(span.resource))
+                res = span.resource
+                last = self._last_resource  # a process's spans share one resource
+                add(span, last[1] if last[0] is res else self._resource(res))
             self.spans_received += len(spans)
             self.spans_rejected += batch.rejected - before
-            if self._oldest is None and len(batch):
+            rows = len(batch)
+            if self._oldest is None and rows:
                 self._oldest = time.monotonic()
-            full = len(batch) >= self.max_rows
+            full = rows >= self.max_rows
         if full:
             self._flush()
         return SpanExportResult.SUCCESS
@@ -164,11 +168,12 @@ class ParquetSpanExporter(SpanExporter):
     def _resource(self, res) -> Resource:
         hit = self._resources.get(id(res))
         if hit is not None and hit[0] is res:
+            self._last_resource = hit
             return hit[1]
         prepared = make_resource(res.attributes.items() if res is not None else (), self.limits)
         if len(self._resources) > 64:
             self._resources.clear()
-        self._resources[id(res)] = (res, prepared)
+        self._resources[id(res)] = self._last_resource = (res, prepared)
         return prepared
 
     def _flush(self) -> bool:

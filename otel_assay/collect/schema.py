@@ -162,7 +162,18 @@ def stringify(value: Any) -> str | None:
     # stored as its text instead of failing the span
     if not isinstance(value, (list, tuple, dict)):
         return str(value)
-    return json.dumps(_jsonable(value), separators=(",", ":"), ensure_ascii=False, default=str)
+    if type(value) is tuple or type(value) is list:
+        for v in value:
+            if type(v) is not str:
+                break
+        else:  # an array of strings (finish reasons, tags): nothing for _jsonable to convert
+            return _compact_json(value)
+    return _compact_json(_jsonable(value))
+
+
+# what json.dumps(separators=(",", ":"), ensure_ascii=False, default=str) builds on every
+# call: an encoder, a microsecond of a chat span's export
+_compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
 
 
 _HEX_RE = re.compile(r"[0-9a-fA-F]+")
@@ -304,9 +315,15 @@ def _sdk_bounded(span, private: str, public: str, dropped: str) -> tuple[Any, in
     return items, getattr(items, "dropped", 0)
 
 
-# the SDK's SpanKind is 0-based; OTLP reserves 0 for UNSPECIFIED (a table: enum .value is slow)
-_OTLP_KIND = {k: k.value + 1 for k in SpanKind}
-_STATUS_CODE = {c: c.value for c in StatusCode}
+# the SDK's SpanKind is 0-based; OTLP reserves 0 for UNSPECIFIED. Keyed by the members'
+# _value_ (enum .value is a property, and a member's hash a Python call); a kind or code that
+# is no SDK enum member fails the lookup and rejects the span
+_OTLP_KIND = {k._value_: k.value + 1 for k in SpanKind}
+_STATUS_CODE = {c._value_: c.value for c in StatusCode}
+# the spans columns the SDK path fills, in the order of SpanBatch._sdk_appends
+_SDK_SPAN_COLUMNS = ("trace_id", "span_id", "parent_span_id", "trace_state", "name", "kind", "start_time_unix_nano",
+                     "duration_ns", "status_code", "status_message", "service_name", "scope_name", "scope_version",
+                     "dropped_attributes_count", "dropped_events_count", "dropped_links_count")
 
 
 class SpanBatch:
@@ -333,6 +350,9 @@ class SpanBatch:
         self.rejected = 0
         self.reject_reasons: dict[str, int] = {}
         self.truncated_values = 0
+        # the SDK path's column appends, bound once (the lists are only ever changed in place)
+        self._sdk_appends = tuple(self._span_cols[c].append for c in _SDK_SPAN_COLUMNS)
+        self._last_trace: tuple[int, str] = (0, "")  # the last SDK span's trace id, as int and hex
 
     def __len__(self) -> int:
         return len(self._span_cols["trace_id"])
@@ -357,6 +377,7 @@ class SpanBatch:
         limits = self.limits
         max_attributes, max_key, max_value = limits.max_attributes, limits.max_key_chars, limits.max_value_chars
         keys, values = maps.keys, maps.values
+        add_key, add_value = keys.append, values.append
         first = len(keys)
         n = 0
         dropped = 0
@@ -376,8 +397,8 @@ class SpanBatch:
                 if len(value) > max_value:
                     value = value[:max_value] + TRUNCATION_MARK
                     self.truncated_values += 1
-                keys.append(key)
-                values.append(value)
+                add_key(key)
+                add_value(value)
                 n += 1
                 continue
             if promoted is not None:
@@ -402,8 +423,8 @@ class SpanBatch:
             if s is not None and len(s) > max_value:
                 s = s[:max_value] + TRUNCATION_MARK
                 self.truncated_values += 1
-            keys.append(key)
-            values.append(s)
+            add_key(key)
+            add_value(s)
             n += 1
         if not unique and n > 1 and len(set(keys[first:])) != n:
             dropped += _keep_first_of_each_key(keys, values, first)
@@ -539,8 +560,10 @@ class SpanBatch:
 
         Same rules as :meth:`add_span`; SDK ids are integers, so only their range needs checking.
         """
+        # SpanContext is the tuple (trace_id, span_id, is_remote, trace_flags, trace_state, ...):
+        # indexed, not read through its properties (a Python call each)
         ctx = span.context
-        tid, sid = ctx.trace_id, ctx.span_id
+        tid, sid = ctx[0], ctx[1]
         start, end = span.start_time or 0, span.end_time or 0
         if not 0 < tid < (1 << 128) or not 0 < sid < (1 << 64):
             self.reject("trace_id or span_id is zero or out of range")
@@ -548,7 +571,7 @@ class SpanBatch:
         if not 0 < start <= end <= INT64_MAX:
             self.reject("span has no valid start/end time (not ended, or ends before it starts)")
             return False
-        n = len(self)
+        n = len(self._span_promoted)
         try:
             return self._append_sdk_span(span, resource, ctx, tid, sid, start, end)
         except Exception as e:
@@ -560,30 +583,44 @@ class SpanBatch:
             return False
 
     def _append_sdk_span(self, span, resource: Resource, ctx, tid: int, sid: int, start: int, end: int) -> bool:
+        # The exporter's per-span cost is paid on the agent's thread, between its steps,
+        # where every lookup and call costs several times what it does in a loop: the column
+        # appends are bound once per batch, the spans of a trace (which end one after another)
+        # format its id once, and the enum tables are read by value (an Enum's hash is a
+        # Python call)
         limits = self.limits
-        cols = self._span_cols
+        max_value = limits.max_value_chars
         promoted: dict[str, Any] = {}
         attributes, sdk_dropped = _sdk_bounded(span, "_attributes", "attributes", "dropped_attributes")
         dropped = self._attrs_into(self._span_attrs, _sdk_items(attributes), promoted, True)
-        trace_hex = format(tid, "032x")
+        last_tid, trace_hex = self._last_trace
+        if tid != last_tid:
+            trace_hex = format(tid, "032x")
+            self._last_trace = (tid, trace_hex)
         span_hex = format(sid, "016x")
         parent = span.parent
         status = span.status
         scope = span.instrumentation_scope
-        ts = ctx.trace_state
-        cols["trace_id"].append(trace_hex)
-        cols["span_id"].append(span_hex)
-        cols["parent_span_id"].append(format(parent.span_id, "016x") if parent is not None and parent.span_id else None)
-        cols["trace_state"].append(ts.to_header() or None if ts else None)
-        cols["name"].append(_limit(span.name, limits) or "")
-        cols["kind"].append(_OTLP_KIND[span.kind])
-        cols["start_time_unix_nano"].append(start)
-        cols["duration_ns"].append(end - start)
-        cols["status_code"].append(_STATUS_CODE[status.status_code])
-        cols["status_message"].append(_limit(status.description, limits) or None)
-        cols["service_name"].append(resource.service_name)
-        cols["scope_name"].append(scope.name or None if scope else None)
-        cols["scope_version"].append(scope.version or None if scope else None)
+        ts = ctx[4]
+        name = span.name
+        description = status.description
+        (trace_ids, span_ids, parent_ids, trace_states, names, kinds, starts, durations, status_codes,
+         status_messages, service_names, scope_names, scope_versions, dropped_attrs, dropped_evs,
+         dropped_lns) = self._sdk_appends
+        trace_ids(trace_hex)
+        span_ids(span_hex)
+        parent_ids(format(parent[1], "016x") if parent is not None and parent[1] else None)
+        trace_states(ts.to_header() or None if ts else None)
+        names((name if len(name) <= max_value else _limit(name, limits)) if name else "")
+        kinds(_OTLP_KIND[span.kind._value_])
+        starts(start)
+        durations(end - start)
+        status_codes(_STATUS_CODE[status.status_code._value_])
+        status_messages((description if len(description) <= max_value else _limit(description, limits))
+                        if description else None)
+        service_names(resource.service_name)
+        scope_names(scope.name or None if scope else None)
+        scope_versions(scope.version or None if scope else None)
         self._span_promoted.append(promoted)
         res = self._span_res
         res.keys.extend(resource.keys)
@@ -596,7 +633,7 @@ class SpanBatch:
                 dropped_events += len(events) - limits.max_events
                 events = events[: limits.max_events]
             ev = self._ev_cols
-            ev_rows, row = self._ev_span_row, len(cols["trace_id"]) - 1
+            ev_rows, row = self._ev_span_row, len(self._span_promoted) - 1
             for e in events:
                 e_dropped = self._attrs_into(self._ev_attrs, _sdk_items(e.attributes), None, True)
                 ev["trace_id"].append(trace_hex)
@@ -613,7 +650,7 @@ class SpanBatch:
                 dropped_links += len(links) - limits.max_links
                 links = links[: limits.max_links]
             ln = self._ln_cols
-            ln_rows, row = self._ln_span_row, len(cols["trace_id"]) - 1
+            ln_rows, row = self._ln_span_row, len(self._span_promoted) - 1
             for l in links:
                 l_dropped = self._attrs_into(self._ln_attrs, _sdk_items(l.attributes), None, True)
                 lc = l.context
@@ -625,9 +662,9 @@ class SpanBatch:
                 ln["dropped_attributes_count"].append(l_dropped)
                 ln[PARTITION_TIME].append(start)
                 ln_rows.append(row)
-        cols["dropped_attributes_count"].append(min(sdk_dropped + dropped, 2**31 - 1))
-        cols["dropped_events_count"].append(min(dropped_events, 2**31 - 1))
-        cols["dropped_links_count"].append(min(dropped_links, 2**31 - 1))
+        dropped_attrs(min(sdk_dropped + dropped, 2**31 - 1))
+        dropped_evs(min(dropped_events, 2**31 - 1))
+        dropped_lns(min(dropped_links, 2**31 - 1))
         return True
 
     def _truncate(self, n: int) -> None:

@@ -181,6 +181,37 @@ def test_hand_built_readable_spans_with_plain_dict_attributes(tmp_path):
 
 
 
+def test_spans_of_traces_taking_turns_and_arrays_land_as_sent(tmp_path):
+    """The exporter formats a trace's id once for the spans of that trace that come in a row,
+    and encodes an array of strings without converting it first: spans of two traces taking
+    turns keep their own ids, and every array is the compact JSON of its value."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext
+
+    from otel_assay.collect.lake import Lake
+
+    arrays = {"strings": ("stop", "é", 'q"uote', "\\n"), "empty": (), "ints": (1, 2), "bools": (True, False),
+              "floats": (1.5, float("nan")), "mixed": ("a", 1)}
+    res = Resource.create({})
+    spans = [ReadableSpan(f"s{i}", context=SpanContext(0xA if i % 2 else 0xB, 0x10 + i, is_remote=False),
+                          attributes=arrays, start_time=10, end_time=20, resource=res) for i in range(6)]
+    exp = ParquetSpanExporter(tmp_path / "lake")
+    exp.export(spans[:3])
+    exp.export(spans[3:])
+    exp.shutdown()
+    rows = pa.concat_tables([pq.read_table(f) for f in Lake(tmp_path / "lake").live_files()]).to_pylist()
+    assert sorted((r["name"], r["trace_id"]) for r in rows) == [
+        (f"s{i}", format(0xA if i % 2 else 0xB, "032x")) for i in range(6)]
+    reference = {k: json.dumps([x if x == x else "nan" for x in v], separators=(",", ":"), ensure_ascii=False)
+                 for k, v in arrays.items()}
+    assert all(dict(r["attributes"]) == reference for r in rows)
+
+
 def test_a_hand_built_span_the_sdk_would_not_allow_does_not_corrupt_its_neighbours(tmp_path):
     """A ReadableSpan built by other code can hold a set or an unknown kind: the set failed
     stringify after the span's first attributes were appended (they became the next span's,
