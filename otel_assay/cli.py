@@ -17,7 +17,7 @@ import click
 
 from . import __version__
 from .clitypes import FiniteFloatRange
-from .errors import EXIT_DATA, EXIT_USAGE, DataError, UsageError
+from .errors import EXIT_DATA, EXIT_USAGE, DataError, UsageError, interrupted
 
 
 def default_lake() -> str:
@@ -382,6 +382,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as e:
+        if interrupted(e):
+            sys.exit(130)
         # whatever escaped the commands must not exit 1, which CI reads as "block"
         sys.exit(_unexpected(e))
     sys.exit(rv if isinstance(rv, int) else 0)

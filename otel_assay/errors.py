@@ -1,4 +1,4 @@
-"""The CLI's two expected-error kinds and their exit codes (DESIGN §8)."""
+"""The CLI's two expected-error kinds and their exit codes (DESIGN §8), and Ctrl-C."""
 
 from __future__ import annotations
 
@@ -21,3 +21,14 @@ class DataError(click.ClickException):
     """No matching trials, unreadable, corrupt or missing data: exit 4. The message says what was found."""
 
     exit_code = EXIT_DATA
+
+
+def interrupted(e: BaseException) -> bool:
+    """Whether ``e`` is Ctrl-C: DuckDB stops a query on SIGINT and raises
+    ``RuntimeError('Query interrupted')`` instead of KeyboardInterrupt (and
+    InterruptException for Connection.interrupt()). Reported as a bug with its traceback,
+    exit 4, it read as a broken lake; it is exit 130 like any interrupted command."""
+    import duckdb
+
+    return isinstance(e, (KeyboardInterrupt, duckdb.InterruptException)) or (
+        type(e) is RuntimeError and str(e) == "Query interrupted")

@@ -55,7 +55,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import stats
-from .errors import EXIT_BLOCK, EXIT_DEPLOY, EXIT_MANUAL, DataError, UsageError
+from .errors import EXIT_BLOCK, EXIT_DEPLOY, EXIT_MANUAL, DataError, UsageError, interrupted
 
 CHECKS = ("pass_rate", "regression", "fingerprint", "stability", "contracts", "metamorphic")
 CORRECTIONS = ("holm", "bonferroni", "bh", "by", "none")
@@ -579,6 +579,8 @@ def _open(lake) -> Any:
     except LakeError as e:
         raise DataError(f"{lake}: {e}") from None
     except Exception as e:  # duckdb raises its own kinds on corrupt or truncated files
+        if interrupted(e):
+            raise
         raise DataError(f"{lake}: cannot read the lake: {str(e).splitlines()[0]}") from None
     eng.con.execute("SET enable_progress_bar = false")  # ours is on stderr, and only on a terminal
     return eng

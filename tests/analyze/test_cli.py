@@ -472,3 +472,25 @@ def test_a_reader_that_exits_before_the_output_keeps_the_exit_code(big_lake, tmp
     p = _piped((args[0], big_lake, *args[1:]), "true")
     assert p.returncode == code, p.stderr
     assert "Traceback" not in p.stderr and "Exception ignored" not in p.stderr and "Broken pipe" not in p.stderr, p.stderr
+
+
+def test_ctrl_c_during_a_query_exits_130_without_a_traceback(lake, capsys):
+    """DuckDB stops a query on Ctrl-C and raises RuntimeError('Query interrupted'), not
+    KeyboardInterrupt: the CLI reported that as an internal error (a traceback, 'this is a
+    bug', exit 4) instead of exiting 130 like any interrupted command."""
+    import os
+    import signal
+    import threading
+    import time
+
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    t0 = time.monotonic()
+    timer.start()
+    try:
+        # tens of seconds of DuckDB work, so the signal arrives inside the query
+        code, out, err = run(capsys, "sql", str(lake), "SELECT sum(hash(range)) FROM range(20000000000)")
+    finally:
+        timer.cancel()
+    assert code == 130, (code, err[-500:])
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert time.monotonic() - t0 < 10
