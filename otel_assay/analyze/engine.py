@@ -11,8 +11,6 @@ import contextlib
 import glob as _glob
 import os
 import re
-import threading
-import time
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -43,8 +41,7 @@ VIEW_ORDER = [
 CACHED_VIEWS = ["steps", "trials"]
 
 # Working memory of `steps` per span, measured on the bench lake (bench/bench_views.py):
-# a part of Engine._materialize_steps gets a third of DuckDB's memory limit (two parts
-# are built at a time, and the third share holds the parts already built).
+# a part of Engine._materialize_steps gets a third of DuckDB's memory limit.
 STEPS_BYTES_PER_SPAN = 1000
 
 PRICES_ENV = "OTEL_ASSAY_PRICES"
@@ -138,21 +135,6 @@ def _bytes(size: str) -> int:
     return int(float(m.group(1)) * base ** " KMGTP".index(m.group(2) or " "))
 
 
-def _close_when_idle(cursor, wait: float = 2.0) -> None:
-    """Close a DuckDB connection. One that was interrupted stays busy for a moment after
-    its call has returned (measured: under 0.5 s), and DuckDB refuses to close a busy
-    connection rather than wait; past ``wait`` it is left for the garbage collector."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            cursor.close()
-            return
-        except duckdb.Error:
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.01)
-
-
 class Engine:
     """A DuckDB connection with the lake's tables and the views of ``queries/*.sql``.
 
@@ -244,7 +226,7 @@ class Engine:
             empty = schema.empty_table().append_column("dt", pa.array([], pa.date32()))
             if row:
                 empty = empty.append_column("span_row", pa.array([], pa.int64()))
-            self._table_from_arrow(f"_{name}_empty", empty)
+            self.con.register(f"_{name}_empty", empty)
             self.con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _{name}_empty")
 
     def _bind_labels(self) -> None:
@@ -255,18 +237,9 @@ class Engine:
                 "union_by_name = true, filename = true)"
             )
         else:
-            self._table_from_arrow("_lake_labels_empty", LABELS_SCHEMA.empty_table().append_column(
+            self.con.register("_lake_labels_empty", LABELS_SCHEMA.empty_table().append_column(
                 "filename", pa.array([], pa.string())))
             self.con.execute("CREATE OR REPLACE VIEW lake_labels AS SELECT * FROM _lake_labels_empty")
-
-    def _table_from_arrow(self, name: str, table: pa.Table) -> None:
-        # a table of the database, not a registered Arrow table or a temporary table: those
-        # are seen by this connection only, not by the ones that build `steps` in parts
-        self.con.register("_arrow_table", table)
-        try:
-            self.con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM _arrow_table")
-        finally:
-            self.con.unregister("_arrow_table")
 
     def _bind_prices(self, path: str | os.PathLike | None) -> None:
         """Replace the shipped price table by a user's CSV (same columns as model_prices)."""
@@ -278,8 +251,7 @@ class Engine:
             raise UsageError(f"price table {p} does not exist (set by --prices or {PRICES_ENV})")
         try:
             self.con.execute(
-                # not TEMP: the connections that build `steps` in parts read the prices too
-                "CREATE OR REPLACE TABLE _model_prices AS SELECT CAST(provider AS VARCHAR) AS provider, "
+                "CREATE OR REPLACE TEMP TABLE _model_prices AS SELECT CAST(provider AS VARCHAR) AS provider, "
                 "CAST(model AS VARCHAR) AS model, CAST(input_usd_per_mtok AS DOUBLE) AS input_usd_per_mtok, "
                 "CAST(output_usd_per_mtok AS DOUBLE) AS output_usd_per_mtok, NULL::VARCHAR AS vendor "
                 "FROM read_csv(?, header = true, all_varchar = true)", [str(p)])
@@ -342,8 +314,7 @@ class Engine:
         Each part is a trace-id range. Lake files are sorted by trace id, so in a large
         (compacted) file a part skips the row groups outside its range; small files that
         each cover every trace id are filtered whole by every part (about 7 % more time per
-        extra part, measured on a 1M-span lake of 16 interleaved files). Two parts are built
-        at a time, each by its own connection (see _build_parts).
+        extra part, measured on a 1M-span lake of 16 interleaved files).
         """
         n, n_no_trace = self.rows("SELECT count(*), count(*) FILTER (WHERE trace_id IS NULL) FROM lake_spans")[0]
         limit = _bytes(self.rows("SELECT current_setting('memory_limit')")[0][0])
@@ -358,60 +329,14 @@ class Engine:
             "SELECT trace_id FROM lake_spans USING SAMPLE reservoir(20000 ROWS) REPEATABLE (7)"))
         bounds = [None, *sorted({sample[len(sample) * i // parts] for i in range(1, parts)}), None]
         self.steps_parts = len(bounds) - 1
-        # a table of the database rather than a temporary one: the connections that build
-        # the parts append to it, and a temporary table is seen by its own connection only
-        self.con.execute("CREATE OR REPLACE TABLE _cached_steps AS SELECT * FROM steps_between(NULL, NULL) LIMIT 0")
-        self._build_parts("INSERT INTO _cached_steps SELECT * FROM steps_between(?, ?)", list(zip(bounds, bounds[1:])))
+        self.con.execute("CREATE OR REPLACE TEMP TABLE _cached_steps AS SELECT * FROM steps_between(?, ?)",
+                         bounds[:2]).fetchall()
+        for lo, hi in zip(bounds[1:-1], bounds[2:]):
+            self.con.execute("INSERT INTO _cached_steps SELECT * FROM steps_between(?, ?)", [lo, hi]).fetchall()
+        # only now that every part is in: a part that fails (out of memory) or is interrupted
+        # must leave `steps` computed from the lake, not reading the parts built before it
         self.con.execute("CREATE OR REPLACE VIEW steps AS SELECT * FROM _cached_steps")
         self.materialized.add("steps")
-
-    def _build_parts(self, sql: str, params: list[Sequence[Any]]) -> None:
-        """Run ``sql`` once per entry of ``params``, two at a time (one with a single DuckDB
-        thread), each on a connection of its own. A `steps` part keeps two threads busy
-        about 80 % of its time (CPU time over wall time, bench lake); a second part running
-        beside it fills the gaps. Not more than two: the parts are sized for two in memory
-        at once (STEPS_BYTES_PER_SPAN). Ctrl-C interrupts every part that runs."""
-        threads = int(self.rows("SELECT current_setting('threads')")[0][0])
-        workers = max(1, min(len(params), 2, threads))
-        cursors = [self.con.cursor() for _ in range(workers)]
-        errors: list[BaseException] = []
-        stop = threading.Event()
-
-        def stop_all() -> None:
-            stop.set()  # a part that starts after the interrupt below would not see it
-            for c in cursors:
-                c.interrupt()
-
-        def work(k: int) -> None:
-            try:
-                for i in range(k, len(params), workers):
-                    if stop.is_set():
-                        return
-                    cursors[k].execute(sql, list(params[i])).fetchall()
-            except BaseException as e:  # re-raised on the calling thread
-                errors.append(e)
-                stop_all()  # the other part would run to its end only to be thrown away
-
-        runners = [threading.Thread(target=work, args=(k,), name=f"otel-assay-steps-{k}", daemon=True)
-                   for k in range(workers)]
-        started = []
-        try:
-            for t in runners:
-                t.start()
-                started.append(t)
-            for t in started:
-                while t.is_alive():
-                    t.join(0.2)  # a join without a timeout would hold Ctrl-C until the part ends
-        except BaseException:
-            stop_all()
-            for t in started:
-                t.join()
-            raise
-        finally:
-            for c in cursors:
-                _close_when_idle(c)
-        if errors:
-            raise errors[0]
 
     def lock_down(self) -> None:
         """Forbid file access beyond the bound lake files, for running a user's SQL.
