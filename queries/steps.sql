@@ -84,21 +84,11 @@ tl_adopted AS (
      AND a.start_time_unix_nano + a.duration_ns >= t.start_time_unix_nano + t.duration_ns
     GROUP BY t.rid
 ),
-kept AS (
-    SELECT rid, tk, sk, pk, span_id, start_time_unix_nano, duration_ns, step_kind, priority, tool_call_id,
-        CASE WHEN step_kind = 'tool' THEN lower(coalesce(tool_name, '')) ELSE '' END AS identity,
-        CASE WHEN step_kind = 'agent' THEN agent_name END AS agent_here,
-        tl_task_name IS NOT NULL AND pk IS NOT NULL AS adoptable
-    FROM base ANTI JOIN dropped_copies USING (rid)
-),
--- only a Traceloop task span can be adopted, so only those meet tl_adopted: joining every
--- span to it made DuckDB hash all of them (it builds on the side it expects to be smaller
--- and cannot know that tl_adopted is nearly always empty)
 core AS MATERIALIZED (
-    SELECT * EXCLUDE (adoptable) FROM kept WHERE NOT adoptable
-    UNION ALL
-    SELECT k.* EXCLUDE (adoptable) REPLACE (coalesce(ad.agent_sk, k.pk) AS pk)
-    FROM kept k LEFT JOIN tl_adopted ad USING (rid) WHERE k.adoptable
+    SELECT rid, tk, sk, coalesce(ad.agent_sk, pk) AS pk, span_id, start_time_unix_nano, duration_ns, step_kind, priority, tool_call_id,
+        CASE WHEN step_kind = 'tool' THEN lower(coalesce(tool_name, '')) ELSE '' END AS identity,
+        CASE WHEN step_kind = 'agent' THEN agent_name END AS agent_here
+    FROM base ANTI JOIN dropped_copies USING (rid) LEFT JOIN tl_adopted ad USING (rid)
 ),
 -- rule (2): only trials with steps from two or more conventions can hold duplicates
 mixed AS (
@@ -221,7 +211,7 @@ placed AS (
 -- sorted on integers only (the hashed span id breaks ties): sorting strings here would
 -- cost more than the whole tree walk
 ordered AS (
-    SELECT rid, tk, step_kind, depth, step_parent_id, inherited_agent,
+    SELECT rid, tk, step_kind,
         row_number() OVER (PARTITION BY tk ORDER BY start_time_unix_nano, depth, sk) AS seq
     FROM placed
 ),
@@ -234,9 +224,9 @@ trial_ends AS (
 ),
 -- the wide columns, joined back once
 filled AS (
-    SELECT o.seq, o.depth, o.step_parent_id, e.last_llm_seq, e.last_tool_seq, e.has_respond,
+    SELECT o.seq, p.depth, p.step_parent_id, e.last_llm_seq, e.last_tool_seq, e.has_respond,
         b.trace_id, b.span_id, b.step_kind, b.source_convention, b.scope_name, b.name,
-        coalesce(b.agent_name, d.agent_name, o.inherited_agent) AS agent_name,
+        coalesce(b.agent_name, d.agent_name, p.inherited_agent) AS agent_name,
         b.tool_name,
         coalesce(b.tool_call_id, d.tool_call_id) AS tool_call_id,
         coalesce(b.tool_args_raw, d.tool_args_raw) AS tool_args_raw,
@@ -250,6 +240,7 @@ filled AS (
         b.status, b.error_type, b.start_time_unix_nano, b.duration_ns, b.finish_reasons,
         coalesce(b.output_text, d.output_text) AS output_text
     FROM ordered o
+    JOIN placed p ON p.rid = o.rid
     JOIN base b ON b.rid = o.rid
     JOIN trial_ends e ON e.tk = o.tk
     LEFT JOIN merged m ON m.rid = o.rid
