@@ -206,6 +206,9 @@ def test_steps_interrupted_between_parts_are_built_afresh(tmp_path, open_engine,
     monkeypatch.setattr(engine_mod, "STEPS_BYTES_PER_SPAN", limit // 3 // 30)   # 30 spans per part
     from otel_assay.errors import interrupted
 
+    # a process started in the background (a CI runner may start the tests so) inherits
+    # SIGINT ignored; Ctrl-C at a terminal raises KeyboardInterrupt, as here
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -213,6 +216,7 @@ def test_steps_interrupted_between_parts_are_built_afresh(tmp_path, open_engine,
             eng.materialize(["steps"])
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert interrupted(e.value), e.value
     built = eng.rows("SELECT count(*) FROM _cached_steps")[0][0]
     assert 0 < built < len(spans), "the interrupt came before the first part or after the last: resize the lake"
