@@ -302,8 +302,14 @@ class Engine:
         finally:
             self.con.execute("CREATE OR REPLACE VIEW steps AS SELECT * FROM _cached_steps")
 
-    def _cache(self, view: str, query: str, params: Sequence[Any] = ()) -> None:
+    def _cache(self, view: str, query: str, params: Sequence[Any] = (),
+               more: Sequence[tuple[str, Sequence[Any]]] = ()) -> None:
+        """``view`` into a table: the rows of ``query``, then of each of ``more``. The view
+        reads the table only once every query has run: one that fails (out of memory) or is
+        interrupted leaves the view computing from the lake, not reading part of its rows."""
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE _cached_{view} AS {query}", list(params)).fetchall()
+        for q, p in more:
+            self.con.execute(f"INSERT INTO _cached_{view} {q}", list(p)).fetchall()
         self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _cached_{view}").fetchall()
         self.materialized.add(view)
 
@@ -329,14 +335,8 @@ class Engine:
             "SELECT trace_id FROM lake_spans USING SAMPLE reservoir(20000 ROWS) REPEATABLE (7)"))
         bounds = [None, *sorted({sample[len(sample) * i // parts] for i in range(1, parts)}), None]
         self.steps_parts = len(bounds) - 1
-        self.con.execute("CREATE OR REPLACE TEMP TABLE _cached_steps AS SELECT * FROM steps_between(?, ?)",
-                         bounds[:2]).fetchall()
-        for lo, hi in zip(bounds[1:-1], bounds[2:]):
-            self.con.execute("INSERT INTO _cached_steps SELECT * FROM steps_between(?, ?)", [lo, hi]).fetchall()
-        # only now that every part is in: a part that fails (out of memory) or is interrupted
-        # must leave `steps` computed from the lake, not reading the parts built before it
-        self.con.execute("CREATE OR REPLACE VIEW steps AS SELECT * FROM _cached_steps")
-        self.materialized.add("steps")
+        part = "SELECT * FROM steps_between(?, ?)"
+        self._cache("steps", part, bounds[:2], [(part, [lo, hi]) for lo, hi in zip(bounds[1:-1], bounds[2:])])
 
     def lock_down(self) -> None:
         """Forbid file access beyond the bound lake files, for running a user's SQL.

@@ -288,19 +288,8 @@ class AssayCallbackHandler(_Base):
         return s
 
     def _messages_json(self, messages) -> str:
-        # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ").
-        # A hit (every message of the history but the newest) is checked here as _cached_json
-        # does, without a call per message
-        cache = self._json_cache
-        parts = []
-        for m in messages:
-            hit = cache.get(id(m))
-            if (hit is not None and hit[0] is m and hit[1] is getattr(m, "content", None)
-                    and hit[2] is _optional(m, "tool_calls")):
-                parts.append(hit[3])
-            else:
-                parts.append(self._cached_json(m, _message_json))
-        return "[" + ", ".join(parts) + "]"
+        # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ")
+        return "[" + ", ".join(self._cached_json(m, _message_json) for m in messages) + "]"
 
     # ---------------------------------------------------------------- helpers
     def _parent(self, parent_run_id: UUID | None):
