@@ -7,6 +7,11 @@
 -- they would make every state unique and state coverage meaningless. State coverage is
 -- 1 - exp(-|distinct states| / λ).
 --
+-- An agent or tool name is written with \ before each \ and | in it, so that two different
+-- states never read the same: an agent named `a | tool:b` in an llm step read as agent `a`
+-- in a step of a tool named `b | llm`. Ordinary names read as they are (and skip the
+-- replace(), which copies every name: a tenth more time for the 10M-span bench lake's states).
+--
 -- abstract_states counts these per trial; the coverage sets count them per state straight
 -- from here, which skips a (trial, state) grouping of every step.
 --
@@ -15,7 +20,11 @@
 -- as long again on the 10M-span bench lake.
 CREATE OR REPLACE VIEW step_states AS
 WITH labelled AS (
-    SELECT trace_id, seq, coalesce(agent_name, '') AS agent, step_kind || coalesce(':' || tool_name, '') AS action
+    SELECT trace_id, seq,
+        CASE WHEN contains(agent_name, '|') OR contains(agent_name, '\')
+             THEN replace(replace(agent_name, '\', '\\'), '|', '\|') ELSE coalesce(agent_name, '') END AS agent,
+        step_kind || coalesce(':' || CASE WHEN contains(tool_name, '|') OR contains(tool_name, '\')
+                                          THEN replace(replace(tool_name, '\', '\\'), '|', '\|') ELSE tool_name END, '') AS action
     FROM steps
 )
 SELECT s.trace_id, s.seq, s.agent || ' | ' || s.action || ' | ' || coalesce(p.action, 'start') AS state

@@ -132,6 +132,25 @@ def test_decision_paths_of_tools_named_like_the_separators_stay_apart(tmp_path, 
         "llm > tool:search > respond": 1}
 
 
+def test_states_of_names_holding_the_separator_stay_apart(tmp_path, open_engine):
+    # agent `a | tool:b` answering, and agent `a` calling a tool named `b | respond`, both
+    # read "a | tool:b | respond | start": two states counted as one
+    def step(n, agent, attrs):
+        return span(n, 1, None, "step", 0, 1, {"gen_ai.agent.name": agent, **attrs})
+
+    write_lake(tmp_path, [
+        step(1, "a | tool:b", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m"}),
+        step(2, "a", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "b | respond"}),
+        step(3, "x\\", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t"}),
+        step(4, "x", {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t"}),
+    ])
+    assert dict(coverage_sets(open_engine(tmp_path)).state_counts) == {
+        "a \\| tool:b | respond | start": 1,
+        "a | tool:b \\| respond | start": 1,
+        "x\\\\ | tool:t | start": 1,
+        "x | tool:t | start": 1}
+
+
 def test_coverage_numbers(open_engine, lake):
     sets = coverage_sets(open_engine(lake))
     report = coverage_report(sets, models_target=["gpt-4o", "o1"], state_lambda=50)
