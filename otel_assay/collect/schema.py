@@ -221,6 +221,32 @@ class _Maps:
         )
 
 
+class _Resources:
+    """The resource of each span, as an index into the batch's distinct resources: a process
+    sends all its spans with one resource, and copying its attributes into every span's map
+    converted them to Arrow once per span."""
+
+    def __init__(self):
+        self.rows: list[int] = []
+        self.distinct: list[Resource] = []  # held, so that no other object takes an id below
+        self._index: dict[int, int] = {}
+
+    def index(self, resource: Resource) -> int:
+        i = self._index.get(id(resource))
+        if i is None:
+            i = self._index[id(resource)] = len(self.distinct)
+            self.distinct.append(resource)
+        return i
+
+    def array(self) -> pa.MapArray:
+        maps = _Maps()
+        for r in self.distinct:
+            maps.keys.extend(r.keys)
+            maps.values.extend(r.values)
+            maps.offsets.append(len(maps.keys))
+        return maps.array().take(pa.array(self.rows, pa.int32()))
+
+
 def _scrub(s: str | None) -> str | None:
     # JSON can carry lone surrogates ("\ud800") that are valid Python str but not UTF-8.
     if s is None:
@@ -337,7 +363,7 @@ class SpanBatch:
         # one append per span instead of one per promoted column; tables() spreads them out
         self._span_promoted: list[dict] = []
         self._span_attrs = _Maps()
-        self._span_res = _Maps()
+        self._span_res = _Resources()
         self._ev_cols: dict[str, list] = {n: [] for n in SPAN_EVENTS_SCHEMA.names if n != "attributes"}
         self._ev_cols[PARTITION_TIME] = []
         self._ev_attrs = _Maps()
@@ -353,6 +379,7 @@ class SpanBatch:
         # the SDK path's column appends, bound once (the lists are only ever changed in place)
         self._sdk_appends = tuple(self._span_cols[c].append for c in _SDK_SPAN_COLUMNS)
         self._last_trace: tuple[int, str] = (0, "")  # the last SDK span's trace id, as int and hex
+        self._kv_cache: dict = _KV_CACHES.setdefault(limits, {})
 
     def __len__(self) -> int:
         return len(self._span_cols["trace_id"])
@@ -513,10 +540,7 @@ class SpanBatch:
         cols["scope_name"].append(scope_name or None)
         cols["scope_version"].append(scope_version or None)
         self._span_promoted.append(promoted)
-        res = self._span_res
-        res.keys.extend(resource.keys)
-        res.values.extend(resource.values)
-        res.offsets.append(len(res.keys))
+        self._span_res.rows.append(self._span_res.index(resource))
 
         if len(events) > limits.max_events:
             dropped_events_count += len(events) - limits.max_events
@@ -622,10 +646,7 @@ class SpanBatch:
         scope_names(scope.name or None if scope else None)
         scope_versions(scope.version or None if scope else None)
         self._span_promoted.append(promoted)
-        res = self._span_res
-        res.keys.extend(resource.keys)
-        res.values.extend(resource.values)
-        res.offsets.append(len(res.keys))
+        self._span_res.rows.append(self._span_res.index(resource))
         events, dropped_events = _sdk_bounded(span, "_events", "events", "dropped_events")
         if events:
             events = list(events)
@@ -672,9 +693,10 @@ class SpanBatch:
         for lst in self._span_cols.values():
             del lst[n:]
         del self._span_promoted[n:]
-        for maps in (self._span_attrs, self._span_res):
-            del maps.offsets[n + 1:]
-            del maps.keys[maps.offsets[-1]:], maps.values[maps.offsets[-1]:]
+        del self._span_res.rows[n:]
+        maps = self._span_attrs
+        del maps.offsets[n + 1:]
+        del maps.keys[maps.offsets[-1]:], maps.values[maps.offsets[-1]:]
         for cols, rows, maps in ((self._ev_cols, self._ev_span_row, self._ev_attrs),
                                  (self._ln_cols, self._ln_span_row, self._ln_attrs)):
             k = len(rows)
@@ -715,7 +737,7 @@ class SpanBatch:
         return (key if len(key) <= limits.max_key_chars else None), col, pval, sval
 
     def _warm(self, kvs) -> None:
-        cache = _KV_CACHES.setdefault(self.limits, {})
+        cache = self._kv_cache
         for b in kvs:
             if b not in cache:
                 ent = self._kv_entry(b)
@@ -723,32 +745,35 @@ class SpanBatch:
                     cache[b] = ent
 
     def _pb_attrs_into(self, maps: _Maps, kvs, promoted: dict | None) -> int:
-        """Append serialized KeyValues (bytes) to ``maps``; decode errors raise before any append."""
-        cache = _KV_CACHES.setdefault(self.limits, {})
-        entries = []
-        for b in kvs:
-            ent = cache.get(b)
-            if ent is None:
-                ent = self._kv_entry(b)
-                if len(b) <= _CACHEABLE_BYTES:  # repeated small attributes; never a 10 MB value
-                    if len(cache) >= _CACHE_ENTRIES:
-                        cache.clear()
-                    cache[b] = ent
-            entries.append(ent)
+        """Append serialized KeyValues (bytes) to ``maps``; a decode error raises with nothing
+        of them appended (what was is taken back)."""
+        cache = self._kv_cache
         keys, values = maps.keys, maps.values
         first = len(keys)
         max_attributes = self.limits.max_attributes
         n = dropped = 0
-        for key, col, pval, sval in entries:
-            if col is not None and promoted is not None and col not in promoted:
-                promoted[col] = pval
-                continue
-            if key is None or n >= max_attributes:
-                dropped += 1
-                continue
-            keys.append(key)
-            values.append(sval)
-            n += 1
+        try:
+            for b in kvs:
+                ent = cache.get(b)
+                if ent is None:
+                    ent = self._kv_entry(b)
+                    if len(b) <= _CACHEABLE_BYTES:  # repeated small attributes; never a 10 MB value
+                        if len(cache) >= _CACHE_ENTRIES:
+                            cache.clear()
+                        cache[b] = ent
+                key, col, pval, sval = ent
+                if col is not None and promoted is not None and col not in promoted:
+                    promoted[col] = pval
+                    continue
+                if key is None or n >= max_attributes:
+                    dropped += 1
+                    continue
+                keys.append(key)
+                values.append(sval)
+                n += 1
+        except BaseException:
+            del keys[first:], values[first:]
+            raise
         if n > 1 and len(set(keys[first:])) != n:
             dropped += _keep_first_of_each_key(keys, values, first)
         maps.offsets.append(len(keys))
@@ -765,7 +790,7 @@ class SpanBatch:
         c_dropped_a, c_dropped_e, c_dropped_l = (cols["dropped_attributes_count"], cols["dropped_events_count"],
                                                  cols["dropped_links_count"])
         c_promoted = self._span_promoted
-        res = self._span_res
+        res_rows, res_index = self._span_res.rows.append, self._span_res.index(resource)
         span_attrs = self._span_attrs
         scope_name = scope_name or None
         scope_version = scope_version or None
@@ -823,9 +848,7 @@ class SpanBatch:
             c_scope.append(scope_name)
             c_scope_v.append(scope_version)
             c_promoted.append(promoted)
-            res.keys.extend(resource.keys)
-            res.values.extend(resource.values)
-            res.offsets.append(len(res.keys))
+            res_rows(res_index)
             dropped_events = span.dropped_events_count
             dropped_links = span.dropped_links_count
             if span.events:

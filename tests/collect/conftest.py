@@ -61,18 +61,18 @@ def agent_trial(tracer, scenario: str = "refund", index: int = 0, *, n_tools: in
         root.set_attribute("assay.trial.score", 0.25 if fail else 1.0)
 
 
-def make_provider(*processors, service="shop-agent"):
+def make_provider(*processors, service="shop-agent", resource=None):
     tp = TracerProvider(resource=Resource.create({"service.name": service, "service.version": "1.2.3",
-                                                  "deployment.environment": "test"}))
+                                                  "deployment.environment": "test", **(resource or {})}))
     for p in processors:
         tp.add_span_processor(p)
     return tp
 
 
-def recorded_trials(n: int, **kw):
+def recorded_trials(n: int, *, service="shop-agent", resource=None, **kw):
     """Run ``n`` trials through an in-memory exporter; return the SDK's finished spans."""
     mem = InMemorySpanExporter()
-    tp = make_provider(SimpleSpanProcessor(mem))
+    tp = make_provider(SimpleSpanProcessor(mem), service=service, resource=resource)
     tracer = tp.get_tracer("tests.agent", "0.1")
     for i in range(n):
         agent_trial(tracer, index=i, fail=(i % 3 == 2), **kw)

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_assay.collect import ParquetSpanExporter
 from otel_assay.collect.lake import LakeError
 
-from .conftest import agent_trial, expected_view, lake_view, make_provider
+from .conftest import agent_trial, expected_view, lake_view, make_provider, recorded_trials
 
 
 @pytest.mark.parametrize("processor", ["simple", "batch"])
@@ -31,6 +31,16 @@ def test_every_span_lands_with_ids_parents_times_attributes_events(tmp_path, pro
     if processor == "simple":
         assert exp.files_written > 1
     assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+def test_two_providers_spans_in_one_export_keep_their_own_resource(tmp_path):
+    shop = recorded_trials(2)
+    billing = recorded_trials(2, service="billing-agent", resource={"host.name": "h2", "k8s.pod.name": "p-1"})
+    mixed = [s for pair in zip(shop, billing) for s in pair]  # alternating, as two threads' spans end
+    exp = ParquetSpanExporter(tmp_path / "lake")
+    exp.export(mixed)
+    exp.shutdown()
+    assert lake_view(tmp_path / "lake") == expected_view(mixed)
+
 
 def test_what_the_sdk_dropped_under_its_span_limits_is_counted(tmp_path):
     # the exporter reads the SDK's private bounded containers for speed; their dropped

@@ -70,6 +70,22 @@ def test_retransmitted_batch_is_stored_once(tmp_path, collector_factory):
     assert lake_view(tmp_path / "lake") == expected_view(spans)
 
 
+def test_spans_keep_their_own_resource_when_a_request_holds_several(tmp_path, collector_factory):
+    # the batch keeps each distinct resource once and gives each span the index of its own;
+    # a resource sent twice (the third block), with spans already stored, adds nothing
+    shop = recorded_trials(2)
+    billing = recorded_trials(2, service="billing-agent", resource={"host.name": "h2", "k8s.pod.name": "p-1"})
+    req = encode_proto(shop + billing)
+    req.resource_spans.add().CopyFrom(req.resource_spans[0])
+    assert len(req.resource_spans) == 3
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    assert post(c.http_url, req.SerializeToString())[0] == 200
+    code, out, err = c.terminate()
+    assert code == 0, err
+    assert f"{len(shop)} duplicates dropped" in out
+    assert lake_view(tmp_path / "lake") == expected_view(shop + billing)
+
+
 def test_a_span_twice_in_one_request_is_stored_once_with_its_own_events_and_links(tmp_path, collector_factory):
     spans = recorded_trials(2)
     req = encode_proto(spans)
