@@ -41,7 +41,8 @@ VIEW_ORDER = [
 CACHED_VIEWS = ["steps", "trials"]
 
 # Working memory of `steps` per span, measured on the bench lake (bench/bench_views.py):
-# a part of Engine._materialize_steps gets a third of DuckDB's memory limit.
+# a part of Engine._materialize_steps gets a third of DuckDB's memory limit (the rest holds
+# the parts already built, and the tables and views cached beside them).
 STEPS_BYTES_PER_SPAN = 1000
 
 PRICES_ENV = "OTEL_ASSAY_PRICES"

@@ -231,6 +231,10 @@ class _Resources:
         self.distinct: list[Resource] = []  # held, so that no other object takes an id below
         self._index: dict[int, int] = {}
 
+    def add(self, resource: Resource) -> None:
+        """One span's resource."""
+        self.rows.append(self.index(resource))
+
     def index(self, resource: Resource) -> int:
         i = self._index.get(id(resource))
         if i is None:
@@ -540,7 +544,7 @@ class SpanBatch:
         cols["scope_name"].append(scope_name or None)
         cols["scope_version"].append(scope_version or None)
         self._span_promoted.append(promoted)
-        self._span_res.rows.append(self._span_res.index(resource))
+        self._span_res.add(resource)
 
         if len(events) > limits.max_events:
             dropped_events_count += len(events) - limits.max_events
@@ -646,7 +650,7 @@ class SpanBatch:
         scope_names(scope.name or None if scope else None)
         scope_versions(scope.version or None if scope else None)
         self._span_promoted.append(promoted)
-        self._span_res.rows.append(self._span_res.index(resource))
+        self._span_res.add(resource)
         events, dropped_events = _sdk_bounded(span, "_events", "events", "dropped_events")
         if events:
             events = list(events)
