@@ -33,6 +33,8 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from .schema import EMPTY_TABLES
+
 MAGIC = b"OAW1"
 _HEADER = struct.Struct("<4sII")
 _LEN = struct.Struct("<I")
@@ -43,14 +45,22 @@ class WALError(OSError):
     """The log could not be made durable; the batch was not acknowledged."""
 
 
+def _ipc_stream(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+# the empty tables of a batch without events or links, encoded once rather than per record
+_EMPTY_STREAMS = {name: _ipc_stream(t) for name, t in EMPTY_TABLES.items()}
+
+
 def encode(tables: dict[str, pa.Table]) -> bytes:
     parts = []
     for name in TABLE_ORDER:
-        sink = pa.BufferOutputStream()
         t = tables[name]
-        with pa.ipc.new_stream(sink, t.schema) as w:
-            w.write_table(t)
-        buf = sink.getvalue().to_pybytes()
+        buf = _EMPTY_STREAMS[name] if t is EMPTY_TABLES[name] else _ipc_stream(t)
         parts.append(_LEN.pack(len(buf)))
         parts.append(buf)
     return b"".join(parts)

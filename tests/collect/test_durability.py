@@ -8,6 +8,7 @@ import time
 import urllib.error
 import urllib.request
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -140,6 +141,46 @@ def test_a_short_write_to_the_log_is_not_acknowledged(tmp_path, monkeypatch):
     path = wal._segment.path
     wal.close()
     assert len(list(read_segment(path))) == 2  # records 1 and 3; the torn half was taken back
+
+
+def test_batches_with_and_without_events_and_links_share_one_log_and_one_parquet_write(tmp_path):
+    """A batch without events or links logs shared empty tables: they must have the schema of
+    the tables a batch with events and links builds, or the flush that concatenates both fails."""
+    from otel_assay.collect import wal as wal_mod
+    from otel_assay.collect.lake import Lake
+    from otel_assay.collect.schema import SpanBatch, make_resource
+    from otel_assay.collect.wal import WriteAheadLog, read_segment
+
+    res = make_resource([("service.name", "agent")])
+
+    def batch(with_events_and_links: bool):
+        b = SpanBatch()
+        for i in range(3):
+            b.add_span(trace_id=f"{i + 1:032x}", span_id=f"{i + 1:016x}", parent_span_id=None, name="s",
+                       kind=1, start_time_unix_nano=1_700_000_000_000_000_000 + i,
+                       end_time_unix_nano=1_700_000_000_000_000_100 + i, status_code=0, status_message=None,
+                       trace_state=None, scope_name="t", scope_version=None, resource=res,
+                       attributes=[("gen_ai.operation.name", "chat")],
+                       events=[(1_700_000_000_000_000_050, "e", [("k", "v")], 0)] if with_events_and_links else (),
+                       links=[(f"{9:032x}", f"{9:016x}", None, [("l", 1)], 0)] if with_events_and_links else ())
+        return b.tables(), len(b)
+
+    full, plain = batch(True), batch(False)
+    for name, t in plain[0].items():
+        assert t.schema.equals(full[0][name].schema, check_metadata=True), name
+    assert plain[0]["span_events"].num_rows == 0 and full[0]["span_events"].num_rows == 3
+    log = WriteAheadLog(tmp_path / "_wal")
+    log.append(*plain)
+    log.append(*full)
+    log.append(*plain)
+    path = log._segment.path
+    log.close()
+    records = [wal_mod.decode(r) for r in read_segment(path)]
+    assert [r["span_links"].num_rows for r in records] == [0, 3, 0]
+    lake = Lake(tmp_path / "lake")
+    lake.write({name: pa.concat_tables([r[name] for r in records]) for name in wal_mod.TABLE_ORDER}, token="t")
+    assert sum(pq.read_metadata(f).num_rows for f in lake.live_files("span_events")) == 3
+    assert sum(pq.read_metadata(f).num_rows for f in lake.live_files("spans")) == 9
 
 
 def test_a_failed_parquet_write_is_retried_and_pushes_back_meanwhile(tmp_path, monkeypatch):
