@@ -92,6 +92,7 @@ DELTA_COLUMNS = {"start_time_unix_nano", "duration_ns", "time_unix_nano"}
 PLAIN_COLUMNS = {"span_id", "parent_span_id"}
 
 INT64_MAX = (1 << 63) - 1
+INT32_MAX = (1 << 31) - 1
 _ZERO16 = bytes(16)
 _ZERO8 = bytes(8)
 # decoded protobuf KeyValues, per Limits (see _fastpb): bounded, small values only
@@ -323,7 +324,7 @@ def _limit(s: str | None, limits: Limits) -> str | None:
 def _count(n: int) -> int:
     """A dropped count as the int32 column holds it. OTLP's are uint32, but OTLP/JSON can
     say anything (-1, 2**40), and one out-of-range value failed the whole batch's write."""
-    return min(max(n, 0), 2**31 - 1)
+    return min(max(n, 0), INT32_MAX)
 
 
 def _sdk_items(attributes) -> Iterable[tuple[str, Any]]:
@@ -692,9 +693,10 @@ class SpanBatch:
                 ln["dropped_attributes_count"].append(l_dropped)
                 ln[PARTITION_TIME].append(start)
                 ln_rows.append(row)
-        dropped_attrs(min(sdk_dropped + dropped, 2**31 - 1))
-        dropped_evs(min(dropped_events, 2**31 - 1))
-        dropped_lns(min(dropped_links, 2**31 - 1))
+        dropped += sdk_dropped
+        dropped_attrs(dropped if dropped < INT32_MAX else INT32_MAX)
+        dropped_evs(dropped_events if dropped_events < INT32_MAX else INT32_MAX)
+        dropped_lns(dropped_links if dropped_links < INT32_MAX else INT32_MAX)
         return True
 
     def _truncate(self, n: int) -> None:
@@ -830,10 +832,11 @@ class SpanBatch:
             trace_hex = tid.hex()
             span_hex = sid.hex()
             promoted: dict = {}
+            events, links = span.events, span.links
             try:
-                for e in span.events:  # decode event and link attributes first: a bad one rejects
+                for e in events:  # decode event and link attributes first: a bad one rejects
                     self._warm(e.attributes)  # the span before anything of it is appended
-                for l in span.links:
+                for l in links:
                     self._warm(l.attributes)
                 dropped = self._pb_attrs_into(span_attrs, span.attributes, promoted)
             except Exception as e:  # invalid UTF-8 or malformed KeyValue bytes; nothing was appended
@@ -860,8 +863,7 @@ class SpanBatch:
             res_rows(res_index)
             dropped_events = span.dropped_events_count
             dropped_links = span.dropped_links_count
-            if span.events:
-                events = span.events
+            if events:
                 if len(events) > limits.max_events:
                     dropped_events += len(events) - limits.max_events
                     events = events[: limits.max_events]
@@ -873,11 +875,10 @@ class SpanBatch:
                     ev["span_id"].append(span_hex)
                     ev["time_unix_nano"].append(min(e.time_unix_nano, INT64_MAX))
                     ev["name"].append(_limit(e.name, limits) or "")
-                    ev["dropped_attributes_count"].append(min(e_dropped, 2**31 - 1))
+                    ev["dropped_attributes_count"].append(min(e_dropped, INT32_MAX))
                     ev[PARTITION_TIME].append(start)
                     ev_rows.append(row)
-            if span.links:
-                links = span.links
+            if links:
                 if len(links) > limits.max_links:
                     dropped_links += len(links) - limits.max_links
                     links = links[: limits.max_links]
@@ -893,12 +894,13 @@ class SpanBatch:
                     ln["linked_trace_id"].append(l.trace_id.hex())
                     ln["linked_span_id"].append(l.span_id.hex())
                     ln["trace_state"].append(l.trace_state or None)
-                    ln["dropped_attributes_count"].append(min(l_dropped, 2**31 - 1))
+                    ln["dropped_attributes_count"].append(min(l_dropped, INT32_MAX))
                     ln[PARTITION_TIME].append(start)
                     ln_rows.append(row)
-            c_dropped_a.append(min(span.dropped_attributes_count + dropped, 2**31 - 1))
-            c_dropped_e.append(min(dropped_events, 2**31 - 1))
-            c_dropped_l.append(min(dropped_links, 2**31 - 1))
+            dropped += span.dropped_attributes_count
+            c_dropped_a.append(dropped if dropped < INT32_MAX else INT32_MAX)
+            c_dropped_e.append(dropped_events if dropped_events < INT32_MAX else INT32_MAX)
+            c_dropped_l.append(dropped_links if dropped_links < INT32_MAX else INT32_MAX)
             accepted += 1
         return accepted
 
