@@ -17,6 +17,7 @@ import io
 import ipaddress
 import json
 import logging
+import re
 import resource
 import socket
 import ssl
@@ -25,6 +26,7 @@ import time
 import zlib
 from concurrent import futures
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -614,6 +616,61 @@ class _DeadlineReader(io.RawIOBase):
         return self.sock.recv_into(b)
 
 
+class _Headers:
+    """A request's header fields: names case-insensitive, repeated fields kept in order (the
+    part of ``email.message.Message`` the handler reads)."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: dict[str, list[str]]):
+        self._fields = fields
+
+    def get(self, name: str, default=None):
+        values = self._fields.get(name.lower())
+        return values[0] if values else default
+
+    def get_all(self, name: str, failobj=None):
+        values = self._fields.get(name.lower())
+        return list(values) if values else failobj
+
+
+class _BadHead(Exception):
+    def __init__(self, status: HTTPStatus, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+# RFC 9110 §5.1: a field name is a token
+_FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_MAX_HEADER_LINE = 65536  # as http.client's _MAXLINE and _MAXHEADERS
+_MAX_HEADERS = 100
+_HTTP_VERSION = re.compile(r"HTTP/([0-9]{1,10})\.([0-9]{1,10})")
+
+
+def _read_header_fields(rfile) -> _Headers:
+    """Read and parse a request's header section (RFC 9112 §5), strictly.
+
+    The standard library's parser (the email package's) takes what RFC 9112 tells a server
+    to refuse, and a proxy in front may read such a request otherwise (request smuggling): a
+    line folded onto the previous one, whitespace between a field name and its colon, a
+    line without a colon. It also cost three times as much (22 µs a request, 7 here)."""
+    fields: dict[str, list[str]] = {}
+    for _ in range(_MAX_HEADERS + 1):
+        line = rfile.readline(_MAX_HEADER_LINE + 1)
+        if len(line) > _MAX_HEADER_LINE:
+            raise _BadHead(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "header line too long")
+        if line in (b"\r\n", b"\n", b""):
+            return _Headers(fields)
+        text = line.decode("iso-8859-1").rstrip("\r\n")
+        if text[:1] in (" ", "\t"):
+            raise _BadHead(HTTPStatus.BAD_REQUEST, "obsolete line folding in a header field")
+        name, colon, value = text.partition(":")
+        if not colon or not _FIELD_NAME.fullmatch(name) or "\r" in value or "\0" in value:
+            raise _BadHead(HTTPStatus.BAD_REQUEST, f"malformed header field line {text[:80]!r}")
+        fields.setdefault(name.lower(), []).append(value.strip(" \t"))
+    raise _BadHead(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, f"more than {_MAX_HEADERS} header fields")
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "otel-assay"
@@ -657,11 +714,51 @@ class _Handler(BaseHTTPRequestHandler):
         super().handle_one_request()
 
     def parse_request(self) -> bool:
-        ok = super().parse_request()
+        ok = self._parse_head()
         # the body has its own schedule (_read_body), and the drain of a refused one the timeout
         self._reader.deadline = None
         self.connection.settimeout(self.timeout)
         return ok
+
+    def _parse_head(self) -> bool:
+        """The request line and the header fields (as ``BaseHTTPRequestHandler.parse_request``,
+        but with the strict header parser); on failure the error has been sent."""
+        self.command = None
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        words = self.requestline.split()
+        if not words:
+            return False
+        if len(words) != 3:  # the HTTP/0.9 form ("GET /") included: OTLP needs HTTP/1.x
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({self.requestline[:200]!r})")
+            return False
+        command, path, version = words
+        m = _HTTP_VERSION.fullmatch(version)
+        if not m:
+            self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request version ({version[:40]!r})")
+            return False
+        number = int(m.group(1)), int(m.group(2))
+        if number >= (2, 0):
+            self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, f"Invalid HTTP version ({version[5:]})")
+            return False
+        self.request_version = version
+        self.close_connection = number < (1, 1)
+        self.command, self.path = command, path
+        try:
+            self.headers = _read_header_fields(self.rfile)
+        except _BadHead as e:
+            self.close_connection = True  # where the next request would begin is unknown
+            self.send_error(e.status, str(e))
+            return False
+        connection = self.headers.get("Connection", "").lower()
+        if connection == "close":
+            self.close_connection = True
+        elif connection == "keep-alive":
+            self.close_connection = False
+        if self.headers.get("Expect", "").lower() == "100-continue" and number >= (1, 1):
+            return self.handle_expect_100()
+        return True
 
     def log_message(self, fmt, *args):  # the collector reports through logging, not stderr noise
         log.debug("%s - " + fmt, self.address_string(), *args)
@@ -674,8 +771,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
+        # the head and the body leave in one write (the head is buffered by send_header): as
+        # two, each small send woke the client and cost the collector a system call's work
+        self._headers_buffer.extend((b"\r\n", body))
+        self.flush_headers()
 
     def _error(self, code: int, grpc_code: int, message: str, is_json: bool, headers: dict | None = None) -> None:
         if is_json:

@@ -740,3 +740,72 @@ def test_a_body_that_waits_too_long_for_the_decoding_budget_is_told_to_retry(tmp
     finally:
         receiver.stop()
     assert len(lake_view(tmp_path / "lake")) == len(spans)
+
+
+def _exchange(port: int, raw: bytes) -> bytes:
+    """Send ``raw`` on a new connection and read until the collector closes it."""
+    import socket
+
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(raw)
+    data = b""
+    while part := sock.recv(65536):
+        data += part
+    sock.close()
+    return data
+
+
+@pytest.mark.parametrize("head, status", [
+    (b"Content-Length : {n}\r\n", b"400"),  # whitespace before the colon (RFC 9112 5.1)
+    (b"X-Note: a\r\n  folded\r\nContent-Length: {n}\r\n", b"400"),  # obsolete line folding
+    (b"no colon here\r\nContent-Length: {n}\r\n", b"400"),
+    (b"Bad\x00Name: x\r\nContent-Length: {n}\r\n", b"400"),
+    (b"X-Note: a\rContent-Length: 0\r\nContent-Length: {n}\r\n", b"400"),  # a bare CR inside a value
+    (b"".join(b"X-H%d: v\r\n" % i for i in range(101)) + b"Content-Length: {n}\r\n", b"431"),
+    (b"X-Long: " + b"v" * 70_000 + b"\r\nContent-Length: {n}\r\n", b"431"),
+])
+def test_a_malformed_header_section_is_refused_and_the_connection_closed(tmp_path, collector_factory, head, status):
+    """A header section a proxy in front may read otherwise (request smuggling) is refused, as
+    RFC 9112 tells a server to; nothing of it is stored and the collector keeps serving."""
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    spans = recorded_trials(1)
+    body = encode_proto(spans).SerializeToString()
+    data = _exchange(c.ports["http"], b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                     + head.replace(b"{n}", str(len(body)).encode()) + b"\r\n" + body)
+    assert data.startswith(b"HTTP/1.1 " + status), data[:200]
+    assert data.count(b"HTTP/1.1 ") == 1 and b"Connection: close" in data
+    assert post(c.http_url, body)[0] == 200  # still serving
+    c.terminate()
+    assert lake_view(tmp_path / "lake") == expected_view(spans)  # stored once: from the good request
+
+
+@pytest.mark.parametrize("line, status", [(b"GET /health", b"400"), (b"POST /v1/traces HTTP/2.0", b"505"),
+                                          (b"POST /v1/traces HTTP/1.x", b"400"), (b"POST /v1/traces HTTP/1.1 extra", b"400")])
+def test_a_malformed_request_line_is_refused(tmp_path, collector_factory, line, status):
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    data = _exchange(c.ports["http"], line + b"\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    assert status in data.split(b"\r\n", 1)[0], data[:200]
+    assert post(c.http_url, encode_proto(recorded_trials(1)).SerializeToString())[0] == 200
+
+
+def test_header_names_are_case_insensitive_and_expect_100_continue_is_answered(tmp_path, collector_factory):
+    """curl sends ``Expect: 100-continue`` before a large body and waits for the interim answer."""
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    spans = recorded_trials(2)
+    body = encode_proto(spans).SerializeToString()
+    head = (b"POST /v1/traces HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-protobuf\r\n"
+            b"CONTENT-LENGTH: %d\r\nexpect: 100-continue\r\nconnection: close\r\n\r\n" % len(body))
+    import socket
+
+    sock = socket.create_connection(("127.0.0.1", c.ports["http"]), timeout=10)
+    sock.sendall(head)
+    interim = sock.recv(65536)
+    assert interim.startswith(b"HTTP/1.1 100"), interim
+    sock.sendall(body)
+    data = b""
+    while part := sock.recv(65536):
+        data += part
+    sock.close()
+    assert data.startswith(b"HTTP/1.1 200") and b"Content-Type: application/x-protobuf" in data, data[:300]
+    c.terminate()
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
