@@ -642,8 +642,10 @@ class _BadHead(Exception):
 
 # RFC 9110 §5.1: a field name is a token
 _FIELD_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_MAX_HEADER_LINE = 65536  # as http.client's _MAXLINE and _MAXHEADERS
-_MAX_HEADERS = 100
+_MAX_HEADERS = 100  # as http.client's _MAXHEADERS
+# the whole header section, as http.client's _MAXLINE bounds one line: 100 lines of 64 KiB
+# each, on each of a thousand connections, was 6 GB of heads held at once
+_MAX_HEADER_BYTES = 65536
 _HTTP_VERSION = re.compile(r"HTTP/([0-9]{1,10})\.([0-9]{1,10})")
 
 
@@ -655,12 +657,17 @@ def _read_header_fields(rfile) -> _Headers:
     line folded onto the previous one, whitespace between a field name and its colon, a
     line without a colon. It also cost three times as much (22 µs a request, 7 here)."""
     fields: dict[str, list[str]] = {}
+    left = _MAX_HEADER_BYTES
     for _ in range(_MAX_HEADERS + 1):
-        line = rfile.readline(_MAX_HEADER_LINE + 1)
-        if len(line) > _MAX_HEADER_LINE:
-            raise _BadHead(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "header line too long")
-        if line in (b"\r\n", b"\n", b""):
+        line = rfile.readline(left + 1)
+        left -= len(line)
+        if left < 0:
+            raise _BadHead(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                           f"header section larger than {_MAX_HEADER_BYTES} bytes")
+        if line in (b"\r\n", b"\n"):
             return _Headers(fields)
+        if not line.endswith(b"\n"):  # the client closed its side mid-head (RFC 9112 8)
+            raise _BadHead(HTTPStatus.BAD_REQUEST, "the connection ended inside the header section")
         text = line.decode("iso-8859-1").rstrip("\r\n")
         if text[:1] in (" ", "\t"):
             raise _BadHead(HTTPStatus.BAD_REQUEST, "obsolete line folding in a header field")
@@ -675,9 +682,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "otel-assay"
     timeout = 60  # seconds a connection may stall mid-request (slow clients cannot pin a thread forever)
-    # the status line and headers, then the body, are two small writes: with Nagle on, a
-    # kept-alive client's delayed ACK held the second back ~40 ms per export
+    # a response is one write (_send), but an interim 100 Continue and the final response are
+    # two: with Nagle on, a kept-alive client's delayed ACK held the second back ~40 ms
     disable_nagle_algorithm = True
+    # what an error found on the request line is sent as (the stdlib's HTTP/0.9 default sent
+    # a bare body, without a status line)
+    default_request_version = "HTTP/1.1"
     # once a request holds a slot its body must keep coming at least this fast: a client
     # trickling bytes (slowloris) would otherwise pin one of the few slots for as long as it
     # likes, 60 s per byte
@@ -727,10 +737,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.request_version = self.default_request_version
         self.close_connection = True
         self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
-        words = self.requestline.split()
-        if not words:
+        if not self.requestline:
             return False
-        if len(words) != 3:  # the HTTP/0.9 form ("GET /") included: OTLP needs HTTP/1.x
+        # method SP request-target SP HTTP-version (RFC 9112 3), the HTTP/0.9 form ("GET /")
+        # and other whitespace (str.split took \xa0 and \x1c for a separator) refused
+        words = self.requestline.split(" ")
+        if len(words) != 3 or not all(words):
             self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request syntax ({self.requestline[:200]!r})")
             return False
         command, path, version = words
@@ -739,11 +751,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(HTTPStatus.BAD_REQUEST, f"Bad request version ({version[:40]!r})")
             return False
         number = int(m.group(1)), int(m.group(2))
-        if number >= (2, 0):
+        if number[0] != 1:
             self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, f"Invalid HTTP version ({version[5:]})")
             return False
         self.request_version = version
         self.close_connection = number < (1, 1)
+        if path.startswith("//"):  # as the stdlib: "//x" reads as a host to some clients
+            path = "/" + path.lstrip("/")
         self.command, self.path = command, path
         try:
             self.headers = _read_header_fields(self.rfile)
@@ -751,10 +765,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # where the next request would begin is unknown
             self.send_error(e.status, str(e))
             return False
-        connection = self.headers.get("Connection", "").lower()
-        if connection == "close":
+        if number >= (1, 1) and len(self.headers.get_all("Host", ())) != 1:
             self.close_connection = True
-        elif connection == "keep-alive":
+            self.send_error(HTTPStatus.BAD_REQUEST, "exactly one Host header field is required")
+            return False
+        # a list of options (RFC 9112 9.6): "close" anywhere in it wins
+        options = {o.strip().lower() for v in self.headers.get_all("Connection", ()) for o in v.split(",")}
+        if "close" in options:
+            self.close_connection = True
+        elif "keep-alive" in options:
             self.close_connection = False
         if self.headers.get("Expect", "").lower() == "100-continue" and number >= (1, 1):
             return self.handle_expect_100()

@@ -763,6 +763,8 @@ def _exchange(port: int, raw: bytes) -> bytes:
     (b"X-Note: a\rContent-Length: 0\r\nContent-Length: {n}\r\n", b"400"),  # a bare CR inside a value
     (b"".join(b"X-H%d: v\r\n" % i for i in range(101)) + b"Content-Length: {n}\r\n", b"431"),
     (b"X-Long: " + b"v" * 70_000 + b"\r\nContent-Length: {n}\r\n", b"431"),
+    (b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 1000) for i in range(70)) + b"Content-Length: {n}\r\n", b"431"),
+    (b"Host: y\r\nContent-Length: {n}\r\n", b"400"),  # a second Host (RFC 9112 3.2)
 ])
 def test_a_malformed_header_section_is_refused_and_the_connection_closed(tmp_path, collector_factory, head, status):
     """A header section a proxy in front may read otherwise (request smuggling) is refused, as
@@ -779,13 +781,46 @@ def test_a_malformed_header_section_is_refused_and_the_connection_closed(tmp_pat
     assert lake_view(tmp_path / "lake") == expected_view(spans)  # stored once: from the good request
 
 
-@pytest.mark.parametrize("line, status", [(b"GET /health", b"400"), (b"POST /v1/traces HTTP/2.0", b"505"),
-                                          (b"POST /v1/traces HTTP/1.x", b"400"), (b"POST /v1/traces HTTP/1.1 extra", b"400")])
-def test_a_malformed_request_line_is_refused(tmp_path, collector_factory, line, status):
+@pytest.mark.parametrize("head, status", [
+    (b"GET /health\r\n", b"400"),  # the HTTP/0.9 form
+    (b"GET /health HTTP/0.9\r\nHost: x\r\n", b"505"),
+    (b"POST /v1/traces HTTP/2.0\r\nHost: x\r\n", b"505"),
+    (b"POST /v1/traces HTTP/1.x\r\nHost: x\r\n", b"400"),
+    (b"POST /v1/traces HTTP/1.1 extra\r\nHost: x\r\n", b"400"),
+    (b"GET\xa0/health HTTP/1.1\r\nHost: x\r\n", b"400"),  # not a separator (RFC 9112 3)
+    (b"GET  /health HTTP/1.1\r\nHost: x\r\n", b"400"),
+    (b"GET /health HTTP/1.1\r\n", b"400"),  # no Host (RFC 9112 3.2)
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nHost: y\r\n", b"400"),
+])
+def test_a_malformed_request_line_or_host_is_refused_with_a_status_line(tmp_path, collector_factory, head, status):
     c = collector_factory(tmp_path / "lake", grpc=False)
-    data = _exchange(c.ports["http"], line + b"\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
-    assert status in data.split(b"\r\n", 1)[0], data[:200]
+    data = _exchange(c.ports["http"], head + b"Content-Length: 0\r\n\r\n")
+    assert data.startswith(b"HTTP/1.1 " + status) and b"Connection: close" in data, data[:200]
     assert post(c.http_url, encode_proto(recorded_trials(1)).SerializeToString())[0] == 200
+
+
+def test_a_head_cut_short_by_the_client_is_refused_not_taken_for_a_whole_one(tmp_path, collector_factory):
+    import socket
+
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    sock = socket.create_connection(("127.0.0.1", c.ports["http"]), timeout=10)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # no blank line: the head never ended
+    sock.shutdown(socket.SHUT_WR)
+    data = b""
+    while part := sock.recv(65536):
+        data += part
+    sock.close()
+    assert data.startswith(b"HTTP/1.1 400"), data[:200]
+
+
+def test_connection_options_are_a_list_and_close_wins(tmp_path, collector_factory):
+    """RFC 9112 9.6: a client that says close in a list of options gets its connection closed;
+    HTTP/1.0 without Host is still served, and a path led by // is the path."""
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    data = _exchange(c.ports["http"], b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, close\r\n\r\n"
+                     b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert data.startswith(b"HTTP/1.1 200") and data.count(b"HTTP/1.1 ") == 1, data[:300]
+    assert _exchange(c.ports["http"], b"GET //health HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200")
 
 
 def test_header_names_are_case_insensitive_and_expect_100_continue_is_answered(tmp_path, collector_factory):
