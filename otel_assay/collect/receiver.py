@@ -646,7 +646,13 @@ _MAX_HEADERS = 100  # as http.client's _MAXHEADERS
 # the whole header section, as http.client's _MAXLINE bounds one line: 100 lines of 64 KiB
 # each, on each of a thousand connections, was 6 GB of heads held at once
 _MAX_HEADER_BYTES = 65536
-_HTTP_VERSION = re.compile(r"HTTP/([0-9]{1,10})\.([0-9]{1,10})")
+_HTTP_VERSION = re.compile(r"HTTP/([0-9])\.([0-9])")  # RFC 9112 2.3
+
+
+def _without_line_end(line: str) -> str:
+    """``line`` without its CRLF or LF: one, so that a CR before it stays to be refused (a
+    bare CR, RFC 9112 2.2)."""
+    return line[:-2] if line.endswith("\r\n") else line[:-1] if line.endswith("\n") else line
 
 
 def _read_header_fields(rfile) -> _Headers:
@@ -668,7 +674,7 @@ def _read_header_fields(rfile) -> _Headers:
             return _Headers(fields)
         if not line.endswith(b"\n"):  # the client closed its side mid-head (RFC 9112 8)
             raise _BadHead(HTTPStatus.BAD_REQUEST, "the connection ended inside the header section")
-        text = line.decode("iso-8859-1").rstrip("\r\n")
+        text = _without_line_end(line.decode("iso-8859-1"))
         if text[:1] in (" ", "\t"):
             raise _BadHead(HTTPStatus.BAD_REQUEST, "obsolete line folding in a header field")
         name, colon, value = text.partition(":")
@@ -736,8 +742,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.command = None
         self.request_version = self.default_request_version
         self.close_connection = True
-        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        if self.raw_requestline in (b"\r\n", b"\n"):  # one empty line before a request is ignored (RFC 9112 2.2)
+            self.raw_requestline = self.rfile.readline(65537)
+            if len(self.raw_requestline) > 65536:
+                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+                return False
+        self.requestline = _without_line_end(str(self.raw_requestline, "iso-8859-1"))
         if not self.requestline:
+            return False
+        if "\r" in self.requestline or "\0" in self.requestline:
+            self.send_error(HTTPStatus.BAD_REQUEST, "a CR or NUL in the request line")
             return False
         # method SP request-target SP HTTP-version (RFC 9112 3), the HTTP/0.9 form ("GET /")
         # and other whitespace (str.split took \xa0 and \x1c for a separator) refused
@@ -788,6 +802,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         if self.close_connection:  # say so: a client reusing the connection would hit a broken pipe
             self.send_header("Connection", "close")
+        elif self.request_version == "HTTP/1.0":  # it asked to keep the connection: say it is kept
+            self.send_header("Connection", "keep-alive")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         # the head and the body leave in one write (the head is buffered by send_header): as

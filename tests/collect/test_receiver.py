@@ -791,6 +791,10 @@ def test_a_malformed_header_section_is_refused_and_the_connection_closed(tmp_pat
     (b"GET  /health HTTP/1.1\r\nHost: x\r\n", b"400"),
     (b"GET /health HTTP/1.1\r\n", b"400"),  # no Host (RFC 9112 3.2)
     (b"GET /health HTTP/1.1\r\nHost: x\r\nHost: y\r\n", b"400"),
+    (b"GET /health HTTP/1.1\r\r\nHost: x\r\n", b"400"),  # a bare CR (RFC 9112 2.2)
+    (b"GET /hea\rlth HTTP/1.1\r\nHost: x\r\n", b"400"),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\r\n", b"400"),
+    (b"GET /health HTTP/01.1\r\nHost: x\r\n", b"400"),
 ])
 def test_a_malformed_request_line_or_host_is_refused_with_a_status_line(tmp_path, collector_factory, head, status):
     c = collector_factory(tmp_path / "lake", grpc=False)
@@ -821,6 +825,17 @@ def test_connection_options_are_a_list_and_close_wins(tmp_path, collector_factor
                      b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
     assert data.startswith(b"HTTP/1.1 200") and data.count(b"HTTP/1.1 ") == 1, data[:300]
     assert _exchange(c.ports["http"], b"GET //health HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200")
+    # one empty line before a request is ignored (RFC 9112 2.2); an HTTP/1.0 client that asks
+    # to keep its connection is told it is kept
+    import socket
+
+    sock = socket.create_connection(("127.0.0.1", c.ports["http"]), timeout=10)
+    sock.sendall(b"\r\nGET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+    head = b""
+    while b"\r\n\r\n" not in head and (part := sock.recv(65536)):
+        head += part
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 200") and b"Connection: keep-alive" in head, head
 
 
 def test_header_names_are_case_insensitive_and_expect_100_continue_is_answered(tmp_path, collector_factory):
