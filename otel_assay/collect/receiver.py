@@ -652,7 +652,7 @@ _HTTP_VERSION = re.compile(r"HTTP/([0-9])\.([0-9])")  # RFC 9112 2.3
 def _without_line_end(line: str) -> str:
     """``line`` without its CRLF or LF: one, so that a CR before it stays to be refused (a
     bare CR, RFC 9112 2.2)."""
-    return line[:-2] if line.endswith("\r\n") else line[:-1] if line.endswith("\n") else line
+    return line.removesuffix("\r\n") if line.endswith("\r\n") else line.removesuffix("\n")
 
 
 def _read_header_fields(rfile) -> _Headers:
