@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +30,24 @@ def post(url, body: bytes, ctype="application/x-protobuf", headers=None):
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
+
+
+def _read_until_closed(sock) -> bytes:
+    data = b""
+    while part := sock.recv(65536):
+        data += part
+    sock.close()
+    return data
+
+
+def _exchange(port: int, raw: bytes, *, half_close: bool = False) -> bytes:
+    """Send ``raw`` on a new connection (then shut our side with ``half_close``) and read
+    until the collector closes it."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(raw)
+    if half_close:
+        sock.shutdown(socket.SHUT_WR)
+    return _read_until_closed(sock)
 
 
 def test_grpc_and_http_exporters_round_trip_every_span(tmp_path, collector_factory):
@@ -296,7 +315,6 @@ def test_tls_on_both_listeners_with_token(tmp_path, collector_factory, self_sign
                                  headers={"Content-Type": "application/x-protobuf", "Authorization": "Bearer t0k"})
     with urllib.request.urlopen(req, context=ctx, timeout=30) as r:
         assert r.status == 200
-    import socket
     stalled = socket.create_connection(("127.0.0.1", c.ports["http"]))  # connects, never handshakes
     with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP to a TLS port is refused
         urllib.request.urlopen(urllib.request.Request(c.http_url, data=body, method="POST",
@@ -341,21 +359,11 @@ def test_a_client_that_sends_its_whole_body_first_gets_the_refusal_not_a_broken_
 
 def test_transfer_encoding_is_refused_and_the_connection_closed(tmp_path, collector_factory):
     """Chunked with a Content-Length too: reading by the length would take the rest as a second request."""
-    import socket
-
     c = collector_factory(tmp_path / "lake", grpc=False)
-    sock = socket.create_connection(("127.0.0.1", c.ports["http"]), timeout=10)
     smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
     chunk = b"0\r\n\r\n" + smuggled
-    sock.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-                 b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk)
-    data = b""
-    while True:
-        part = sock.recv(65536)
-        if not part:
-            break
-        data += part
-    sock.close()
+    data = _exchange(c.ports["http"], b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                     b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk)
     assert data.startswith(b"HTTP/1.1 411") and b"Connection: close" in data
     assert data.count(b"HTTP/1.1") == 1  # the smuggled GET was never answered
 
@@ -459,8 +467,6 @@ def test_a_client_that_trickles_its_body_loses_its_slot_and_others_get_in(tmp_pa
     """Slowloris: a body sent a few bytes at a time held one of the few request slots for up
     to 60 s per byte. Past the minimum upload rate it is answered 503 (which exporters retry)
     and the slot freed."""
-    import socket
-
     from otel_assay.collect.receiver import Collector, Receiver
 
     collector = Collector(tmp_path / "lake", flush_seconds=30)
@@ -493,8 +499,6 @@ def test_a_client_that_declares_a_large_body_and_sends_nothing_loses_its_slot_af
     """The rate is a schedule for every byte, not one deadline for the last: a declared
     20 MiB body left 10 s + 320 s to send it all, so a client that sent nothing held its slot
     five times the 60 s idle timeout."""
-    import socket
-
     from otel_assay.collect.receiver import Collector, Receiver
 
     collector = Collector(tmp_path / "lake", flush_seconds=30)
@@ -521,8 +525,6 @@ def test_a_client_that_trickles_its_headers_is_cut_off(tmp_path):
     sending one every few seconds held its connection, a thread and a file descriptor, for
     ever; with the process's descriptors (often 1024) used up that way the collector could
     accept nobody, over HTTP or gRPC. The head now has to arrive within head_timeout_s."""
-    import socket
-
     from otel_assay.collect.receiver import Collector, Receiver
 
     collector = Collector(tmp_path / "lake", flush_seconds=30)
@@ -569,8 +571,6 @@ def _lowered_nofile(n: int):
 
 @pytest.mark.parametrize("mode", ["default-cap", "cap-above-the-descriptor-limit"])
 def test_a_flood_of_idle_connections_neither_spins_nor_stops_the_collector(tmp_path, collector_factory, mode):
-    import socket
-
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from .conftest import agent_trial, make_provider
@@ -635,8 +635,6 @@ def test_a_flood_of_idle_connections_neither_spins_nor_stops_the_collector(tmp_p
 def test_a_content_length_that_is_not_one_decimal_number_is_a_400(tmp_path, collector_factory, lengths):
     """RFC 9110 §8.6: Content-Length = 1*DIGIT; several must agree. A lenient parse lets a proxy
     in front and the collector disagree on where the body ends (request smuggling)."""
-    import socket
-
     from google.rpc import status_pb2
 
     c = collector_factory(tmp_path / "lake", grpc=False)
@@ -645,13 +643,8 @@ def test_a_content_length_that_is_not_one_decimal_number_is_a_400(tmp_path, coll
     n = len(body)
     headers = b"".join(b"Content-Length: " + v.format(n=n, m=n + 1, x=format(n, "x")).encode() + b"\r\n"
                        for v in lengths)
-    sock = socket.create_connection(("127.0.0.1", c.ports["http"]), timeout=10)
-    sock.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-                 + headers + b"\r\n" + body)
-    data = b""
-    while part := sock.recv(65536):
-        data += part
-    sock.close()
+    data = _exchange(c.ports["http"], b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                     + headers + b"\r\n" + body)
     head, _, resp = data.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400") and b"Connection: close" in head, data
     assert "invalid Content-Length" in status_pb2.Status.FromString(resp).message
@@ -661,18 +654,11 @@ def test_a_content_length_that_is_not_one_decimal_number_is_a_400(tmp_path, coll
 
 
 def test_repeated_equal_content_lengths_are_one(tmp_path, collector_factory):
-    import socket
-
     c = collector_factory(tmp_path / "lake", grpc=False)
     spans = recorded_trials(1)
     body = encode_proto(spans).SerializeToString()
-    sock = socket.create_connection(("127.0.0.1", c.ports["http"]), timeout=10)
-    sock.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nConnection: close\r\n"
-                 b"Content-Length: %d\r\nContent-Length:  %d \r\n\r\n" % (len(body), len(body)) + body)
-    data = b""
-    while part := sock.recv(65536):
-        data += part
-    sock.close()
+    data = _exchange(c.ports["http"], b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                     b"Connection: close\r\nContent-Length: %d\r\nContent-Length:  %d \r\n\r\n" % (len(body), len(body)) + body)
     assert data.startswith(b"HTTP/1.1 200"), data
     c.terminate()
     assert lake_view(tmp_path / "lake") == expected_view(spans)
@@ -742,19 +728,6 @@ def test_a_body_that_waits_too_long_for_the_decoding_budget_is_told_to_retry(tmp
     assert len(lake_view(tmp_path / "lake")) == len(spans)
 
 
-def _exchange(port: int, raw: bytes) -> bytes:
-    """Send ``raw`` on a new connection and read until the collector closes it."""
-    import socket
-
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    sock.sendall(raw)
-    data = b""
-    while part := sock.recv(65536):
-        data += part
-    sock.close()
-    return data
-
-
 @pytest.mark.parametrize("head, status", [
     (b"Content-Length : {n}\r\n", b"400"),  # whitespace before the colon (RFC 9112 5.1)
     (b"X-Note: a\r\n  folded\r\nContent-Length: {n}\r\n", b"400"),  # obsolete line folding
@@ -804,16 +777,9 @@ def test_a_malformed_request_line_or_host_is_refused_with_a_status_line(tmp_path
 
 
 def test_a_head_cut_short_by_the_client_is_refused_not_taken_for_a_whole_one(tmp_path, collector_factory):
-    import socket
-
     c = collector_factory(tmp_path / "lake", grpc=False)
-    sock = socket.create_connection(("127.0.0.1", c.ports["http"]), timeout=10)
-    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # no blank line: the head never ended
-    sock.shutdown(socket.SHUT_WR)
-    data = b""
-    while part := sock.recv(65536):
-        data += part
-    sock.close()
+    # no blank line: the head never ended
+    data = _exchange(c.ports["http"], b"GET /health HTTP/1.1\r\nHost: x\r\n", half_close=True)
     assert data.startswith(b"HTTP/1.1 400"), data[:200]
 
 
@@ -827,8 +793,6 @@ def test_connection_options_are_a_list_and_close_wins(tmp_path, collector_factor
     assert _exchange(c.ports["http"], b"GET //health HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200")
     # one empty line before a request is ignored (RFC 9112 2.2); an HTTP/1.0 client that asks
     # to keep its connection is told it is kept
-    import socket
-
     sock = socket.create_connection(("127.0.0.1", c.ports["http"]), timeout=10)
     sock.sendall(b"\r\nGET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
     head = b""
@@ -845,17 +809,12 @@ def test_header_names_are_case_insensitive_and_expect_100_continue_is_answered(t
     body = encode_proto(spans).SerializeToString()
     head = (b"POST /v1/traces HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-protobuf\r\n"
             b"CONTENT-LENGTH: %d\r\nexpect: 100-continue\r\nconnection: close\r\n\r\n" % len(body))
-    import socket
-
     sock = socket.create_connection(("127.0.0.1", c.ports["http"]), timeout=10)
     sock.sendall(head)
     interim = sock.recv(65536)
     assert interim.startswith(b"HTTP/1.1 100"), interim
     sock.sendall(body)
-    data = b""
-    while part := sock.recv(65536):
-        data += part
-    sock.close()
+    data = _read_until_closed(sock)
     assert data.startswith(b"HTTP/1.1 200") and b"Content-Type: application/x-protobuf" in data, data[:300]
     c.terminate()
     assert lake_view(tmp_path / "lake") == expected_view(spans)
