@@ -159,6 +159,22 @@ class NotUTF8(ValueError):
 def decode_keyvalue(b: bytes) -> tuple[str, Any]:
     """(key, value) of one serialized KeyValue; values as Python objects like otlp._pb_value."""
     try:
+        # A value seen for the first time is decoded here, about once per span: the usual
+        # KeyValue (a key and a string or an int, each under 128 bytes, one-byte lengths) is
+        # read without a call per varint.
+        if b[0] == 0x0A and (n := b[1]) < 0x80:
+            i = 2 + n
+            end = len(b)
+            if i + 3 < end and b[i] == 0x12 and b[i + 1] < 0x80 and i + 2 + b[i + 1] == end:
+                tag = b[i + 2]
+                if tag == 0x0A:  # string_value
+                    m = b[i + 3]
+                    if m < 0x80 and i + 4 + m == end:
+                        return b[2:i].decode("utf-8"), b[i + 4:].decode("utf-8")
+                elif tag == 0x18:  # int_value
+                    x, j = _varint(b, i + 3)
+                    if j == end:
+                        return b[2:i].decode("utf-8"), x - (1 << 64) if x >= (1 << 63) else x
         if b[0] == 0x0A:  # field 1 (key), length-delimited
             n, i = _varint(b, 1)
             key = b[i:i + n].decode("utf-8")
