@@ -132,14 +132,27 @@ class _RecentKeys:
     def add_new(self, keys: list[int]) -> list[bool]:
         """Mark which keys are new and remember them (a key repeated within ``keys`` counts once)."""
         s, fifo = self._set, self._fifo
-        fresh = []
-        for k in keys:
-            if k in s:
-                fresh.append(False)
-            else:
-                s.add(k)
-                fifo.append(k)
-                fresh.append(True)
+        n = len(s)
+        if s.isdisjoint(keys) and (s.update(keys) or len(s) - n == len(keys)):
+            # the usual batch, every key new and none twice: set operations instead of a
+            # Python iteration per span
+            fifo.extend(keys)
+            fresh = [True] * len(keys)
+        else:
+            if len(s) != n:  # new but repeated within the batch: taken back, and counted once below
+                s.difference_update(keys)
+            fresh = []
+            for k in keys:
+                if k in s:
+                    fresh.append(False)
+                else:
+                    s.add(k)
+                    fifo.append(k)
+                    fresh.append(True)
+        excess = len(fifo) - self._n_stale - self.capacity
+        if excess > 0 and not self._n_stale:
+            # without given-back keys, each entry of the fifo is a key of the window, once
+            s.difference_update([fifo.popleft() for _ in range(excess)])
         while len(fifo) - self._n_stale > self.capacity:
             k = fifo.popleft()
             n = self._stale.get(k) if self._n_stale else None

@@ -499,3 +499,33 @@ def test_a_damaged_record_in_the_middle_of_a_log_segment_costs_only_itself(tmp_p
     code, _out, err = c3.terminate()
     assert code == 0 and "damaged" not in err
     assert sorted(_stored_span_ids(lake)) == sorted(ids)
+
+
+def test_the_dedupe_window_matches_a_plain_model_of_it():
+    """Random batches (new keys, keys seen before, keys repeated within a batch) and
+    commits that fail (forget), against the window's meaning: the last ``capacity`` keys
+    taken, oldest out first, a key given back no longer in it."""
+    import random
+    from collections import OrderedDict
+
+    from otel_assay.collect.receiver import _RecentKeys
+
+    rng = random.Random(11)
+    for capacity in (1, 5, 50):
+        w, model = _RecentKeys(capacity), OrderedDict()
+        for _ in range(3000):
+            keys = [rng.randrange(3 * capacity + 3) for _ in range(rng.randrange(0, 2 * capacity + 2))]
+            if rng.random() < 0.15:
+                gone = rng.sample(sorted(set(keys) | set(model)), k=min(3, len(set(keys) | set(model))))
+                w.forget(gone)
+                for k in gone:
+                    model.pop(k, None)
+                continue
+            want = []
+            for k in keys:
+                want.append(k not in model)
+                model[k] = None
+            while len(model) > capacity:
+                model.popitem(last=False)
+            assert w.add_new(keys) == want
+            assert w._set == set(model)
