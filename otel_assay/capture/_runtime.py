@@ -124,9 +124,10 @@ class AssayAttributesProcessor(SpanProcessor):
 class DirectExportProcessor(SpanProcessor):
     """Hands each sampled, finished span to the exporter on the calling thread.
 
-    For ``ParquetSpanExporter`` ``export`` only appends to an in-memory columnar batch
-    (files are written by the exporter's flush thread or when ``max_rows`` is reached), so
-    this never drops a span, whatever the burst, and costs less than a queue hand-off.
+    For ``ParquetSpanExporter`` ``export`` only holds the span in memory (it converts held
+    spans to rows in batches; files are written by the exporter's flush thread or when
+    ``max_rows`` is reached), so this never drops a span, whatever the burst, and costs
+    less than a queue hand-off.
     """
 
     def __init__(self, exporter) -> None:

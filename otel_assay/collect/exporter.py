@@ -38,6 +38,9 @@ def _env_float(name: str, default: float) -> float:
 class ParquetSpanExporter(SpanExporter):
     """Buffer finished spans and write them to the lake as Parquet files.
 
+    ``export`` holds spans and converts them to rows 512 at a time (``CONVERT_SPANS``) and
+    at every flush; a span that cannot be read is counted in ``spans_rejected`` then.
+
     A file is written when ``max_rows`` spans are buffered or the oldest buffered span is
     ``max_age_s`` old (a background thread checks), on ``force_flush()`` and on
     ``shutdown()``. Works behind a ``BatchSpanProcessor`` or a ``SimpleSpanProcessor``;
@@ -136,9 +139,15 @@ class ParquetSpanExporter(SpanExporter):
         before = batch.rejected
         add = batch.add_sdk_span
         for span in pending:
-            res = span.resource
-            last = self._last_resource  # a process's spans share one resource
-            add(span, last[1] if last[0] is res else self._resource(res))
+            try:
+                res = span.resource
+                last = self._last_resource  # a process's spans share one resource
+                add(span, last[1] if last[0] is res else self._resource(res))
+            except Exception as e:
+                # a span built by other code than the SDK (no context, a resource without
+                # attributes): it is this span's fault, not the rest's, and export() has
+                # long returned, so it is counted rather than raised
+                batch.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
         self.spans_rejected += batch.rejected - before
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -200,7 +209,7 @@ class ParquetSpanExporter(SpanExporter):
                 batch = self._batch
                 if len(batch):
                     self._batch = SpanBatch(self.limits)
-                    self._oldest = None
+                self._oldest = None  # nothing is held now (held spans that were all rejected included)
             if len(batch):
                 self._unwritten.append((batch.tables(), len(batch)))
                 self._bound_unwritten()
@@ -248,4 +257,7 @@ class ParquetSpanExporter(SpanExporter):
         while not self._stop.wait(interval):
             oldest = self._oldest
             if oldest is not None and time.monotonic() - oldest >= self.max_age_s:
-                self._flush()
+                try:
+                    self._flush()
+                except Exception:  # the thread must outlive one bad flush, or nothing is written by age again
+                    log.exception("otel-assay: flushing spans to %s failed", self.lake.root)

@@ -309,3 +309,43 @@ def test_spans_waiting_for_a_lake_that_stays_unwritable_are_bounded_oldest_dropp
     tp.shutdown()
     assert [r.getMessage().count("oldest are being dropped") for r in caplog.records].count(1) == 2
     assert exp.spans_written + exp.spans_lost == exp.spans_received == 370
+
+
+def test_a_span_without_a_context_is_rejected_and_the_age_flusher_goes_on(tmp_path):
+    """export() holds spans and converts them later (on the age flusher's thread here): a
+    hand-built span that cannot be read at all raised there, which killed the flusher and
+    silently dropped the spans held after it; nothing was written by age again."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext
+
+    res = Resource.create({})
+
+    def good(i):
+        return ReadableSpan(f"s{i}", context=SpanContext(7, 0x10 + i, is_remote=False), start_time=10, end_time=20,
+                            resource=res)
+
+    def wait_for(written):
+        deadline = time.monotonic() + 20
+        while exp.spans_written < written and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return exp.spans_written
+
+    exp = ParquetSpanExporter(tmp_path / "lake", max_age_s=0.2)
+    for i in range(5):
+        exp.export([good(i)])
+    assert exp.export([ReadableSpan("no context", start_time=10, end_time=20, resource=res)]).name == "SUCCESS"
+    for i in range(5, 10):
+        exp.export([good(i)])
+    assert wait_for(10) == 10  # written by age, around the bad span
+    assert exp.spans_rejected == 1 and exp._timer.is_alive()
+    # a flush of held spans that were all rejected leaves nothing waiting: the next span's
+    # age counts from its own export, not from theirs (it was written at the next tick)
+    exp.max_age_s = 60
+    exp.export([ReadableSpan("no context", start_time=10, end_time=20, resource=res)])
+    exp.force_flush()
+    before = time.monotonic()
+    exp.export([good(10)])
+    assert exp._oldest >= before
+    exp.shutdown()
+    assert (exp.spans_received, exp.spans_written, exp.spans_rejected, exp.spans_lost) == (13, 11, 2, 0)
