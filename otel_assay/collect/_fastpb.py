@@ -146,7 +146,8 @@ def _varint(b: bytes, i: int) -> tuple[int, int]:
         i += 1
         result |= (byte & 0x7F) << shift
         if byte < 0x80:
-            return result, i
+            # a tenth byte can carry bits past the 64th, which protobuf drops (so does upb)
+            return result & 0xFFFF_FFFF_FFFF_FFFF, i
         shift += 7
         if shift > 63:
             raise ValueError("varint too long")

@@ -228,9 +228,15 @@ def test_the_receivers_keyvalue_decoder_reads_what_the_generated_class_reads():
     cases = [KeyValue(key=k, value=v) for k in ("", "k", "gen_ai.usage.input_tokens", "é" * 63, "k" * 127, "k" * 128)
              for v in values]
     cases.append(KeyValue(key="no.value"))
-    for kv in cases:
+    wire = [kv.SerializeToString() for kv in cases]
+    # ten-byte varints whose last byte carries bits past the 64th (protobuf drops them): an
+    # int (-1 either way) and a bool (false: its low 64 bits are zero)
+    wire += [b"\x0a\x01k\x12\x0b\x18" + b"\xff" * 9 + bytes([last]) for last in (0x01, 0x03, 0x7F)]
+    wire.append(b"\x0a\x01k\x12\x0b\x10" + b"\x80" * 9 + b"\x02")
+    for b in wire:
+        kv = KeyValue.FromString(b)
         want = (kv.key, _pb_value(kv.value))
-        got = decode_keyvalue(kv.SerializeToString())
+        got = decode_keyvalue(b)
         assert got == want and type(got[1]) is type(want[1]), (kv, got)
     # text that is not UTF-8, in the key and in a short string value
     with pytest.raises(NotUTF8):
