@@ -111,9 +111,9 @@ class ParquetSpanExporter(SpanExporter):
 
     # ----------------------------------------------------------- SpanExporter API
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._shutdown:
-            return SpanExportResult.FAILURE
         with self._lock:
+            if self._shutdown:  # checked under the lock: shutdown's last flush takes all that got in
+                return SpanExportResult.FAILURE
             if self._timer is None:  # first span in a forked child
                 self._start_timer()
             self._pending.extend(spans)
@@ -154,13 +154,15 @@ class ParquetSpanExporter(SpanExporter):
         return self._flush()
 
     def shutdown(self) -> None:
-        if self._shutdown:
-            return
+        with self._lock:
+            if self._shutdown:
+                return
+            # before the last flush: a span exported during it was accepted and never written
+            self._shutdown = True
         self._stop.set()
         if self._timer is not None:
             self._timer.join(timeout=5)
         ok = self._flush()
-        self._shutdown = True
         if not ok:
             with self._write_lock, self._lock:  # the order _flush takes them in
                 lost = len(self._batch) + len(self._pending) + sum(n for _t, n in self._unwritten)

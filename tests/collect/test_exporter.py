@@ -349,3 +349,36 @@ def test_a_span_without_a_context_is_rejected_and_the_age_flusher_goes_on(tmp_pa
     assert exp._oldest >= before
     exp.shutdown()
     assert (exp.spans_received, exp.spans_written, exp.spans_rejected, exp.spans_lost) == (13, 11, 2, 0)
+
+
+def test_every_span_export_accepted_during_a_shutdown_is_written(tmp_path):
+    """Threads keep exporting while another shuts the exporter down: a span accepted after
+    the last flush had taken the buffer, before shutdown was marked, was acknowledged
+    (SUCCESS) and never written nor counted lost."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext
+
+    res = Resource.create({})
+    for attempt in range(5):
+        exp = ParquetSpanExporter(tmp_path / f"lake{attempt}")
+        accepted = [0] * 4
+
+        def send(t):
+            i = 0
+            while True:
+                i += 1
+                span = ReadableSpan("s", context=SpanContext(t + 1, i, is_remote=False), start_time=10, end_time=20,
+                                    resource=res)
+                if exp.export([span]).name != "SUCCESS":
+                    return
+                accepted[t] += 1
+
+        threads = [threading.Thread(target=send, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        time.sleep(0.05 * (attempt + 1))
+        exp.shutdown()
+        for th in threads:
+            th.join()
+        assert sum(accepted) == exp.spans_received == exp.spans_written and exp.spans_lost == 0
