@@ -364,7 +364,7 @@ def test_every_span_export_accepted_during_a_shutdown_is_written(tmp_path):
         exp = ParquetSpanExporter(tmp_path / f"lake{attempt}")
         accepted = [0] * 4
 
-        def send(t):
+        def send(t, exp=exp, accepted=accepted):
             i = 0
             while True:
                 i += 1

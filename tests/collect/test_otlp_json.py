@@ -214,6 +214,7 @@ def test_the_receivers_keyvalue_decoder_reads_what_the_generated_class_reads():
     # the decoder has a path of its own for short keys with a string or int value (one-byte
     # lengths); the cases either side of each length limit and every value type must read
     # as the generated protobuf class reads them
+    from google.protobuf.message import DecodeError
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 
     from otel_assay.collect._fastpb import NotUTF8, decode_keyvalue
@@ -244,7 +245,5 @@ def test_the_receivers_keyvalue_decoder_reads_what_the_generated_class_reads():
     with pytest.raises(NotUTF8):
         decode_keyvalue(b"\x0a\x01k\x12\x03\x0a\x01\xff")
     # a value cut short is malformed, not read as a shorter one
-    from google.protobuf.message import DecodeError
-
     with pytest.raises(DecodeError):
         decode_keyvalue(KeyValue(key="k", value=AnyValue(string_value="abc")).SerializeToString()[:-1])
