@@ -17,7 +17,7 @@ from .schema import DEFAULT_LIMITS, Limits, Resource, SpanBatch, make_resource
 
 log = logging.getLogger("otel_assay.collect")
 
-# spans export() holds before it converts them to rows (see _convert_pending)
+# spans export() holds before it converts them to rows (see _convert_held)
 CONVERT_SPANS = 512
 
 
@@ -86,7 +86,7 @@ class ParquetSpanExporter(SpanExporter):
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._batch = SpanBatch(limits)
-        self._pending: list[ReadableSpan] = []  # exported, not yet converted (see _convert_pending)
+        self._held: list[ReadableSpan] = []  # exported, not yet converted (see _convert_held)
         # (tables, rows) of flushes whose write failed, oldest first: rewritten before anything
         # newer at the next flush, so spans that arrive while a write is failing wait their turn
         self._unwritten: list[tuple[dict, int]] = []
@@ -116,29 +116,29 @@ class ParquetSpanExporter(SpanExporter):
                 return SpanExportResult.FAILURE
             if self._timer is None:  # first span in a forked child
                 self._start_timer()
-            self._pending.extend(spans)
+            self._held.extend(spans)
             self.spans_received += len(spans)
-            if self._oldest is None and self._pending:
+            if self._oldest is None and self._held:
                 self._oldest = time.monotonic()
-            if len(self._pending) >= CONVERT_SPANS:
-                self._convert_pending()
-            full = len(self._batch) + len(self._pending) >= self.max_rows
+            if len(self._held) >= CONVERT_SPANS:
+                self._convert_held()
+            full = len(self._batch) + len(self._held) >= self.max_rows
         if full:
             self._flush()
         return SpanExportResult.SUCCESS
 
-    def _convert_pending(self) -> None:
+    def _convert_held(self) -> None:
         """Turn the spans held by export() into rows (with ``_lock`` held).
 
         Spans are held and converted together rather than one by one as they end: the
         converter then runs as one loop, with its code and the SDK's in the CPU's caches,
         at less than half the cost per span of converting each between an agent's steps
         (whose code evicts it). ``CONVERT_SPANS`` bounds what is held unconverted."""
-        pending, self._pending = self._pending, []
+        held, self._held = self._held, []
         batch = self._batch
         before = batch.rejected
         add = batch.add_sdk_span
-        for span in pending:
+        for span in held:
             try:
                 res = span.resource
                 last = self._last_resource  # a process's spans share one resource
@@ -165,11 +165,11 @@ class ParquetSpanExporter(SpanExporter):
         ok = self._flush()
         if not ok:
             with self._write_lock, self._lock:  # the order _flush takes them in
-                lost = len(self._batch) + len(self._pending) + sum(n for _t, n in self._unwritten)
+                lost = len(self._batch) + len(self._held) + sum(n for _t, n in self._unwritten)
                 self.spans_lost += lost
                 log.error("otel-assay: %d spans could not be written to %s: %s", lost, self.lake.root, self.last_error)
                 self._batch = SpanBatch(self.limits)
-                self._pending = []
+                self._held = []
                 self._unwritten = []
 
     # ----------------------------------------------------------- internals
@@ -183,7 +183,7 @@ class ParquetSpanExporter(SpanExporter):
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._batch = SpanBatch(self.limits)
-        self._pending = []
+        self._held = []
         self._unwritten = []
         self._dropping = False
         self._oldest = None
@@ -207,7 +207,7 @@ class ParquetSpanExporter(SpanExporter):
     def _flush(self) -> bool:
         with self._write_lock:
             with self._lock:
-                self._convert_pending()
+                self._convert_held()
                 batch = self._batch
                 if len(batch):
                     self._batch = SpanBatch(self.limits)

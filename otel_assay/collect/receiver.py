@@ -132,15 +132,13 @@ class _RecentKeys:
     def add_new(self, keys: list[int]) -> list[bool]:
         """Mark which keys are new and remember them (a key repeated within ``keys`` counts once)."""
         s, fifo = self._set, self._fifo
-        n = len(s)
-        if s.isdisjoint(keys) and (s.update(keys) or len(s) - n == len(keys)):
+        if s.isdisjoint(keys) and len(set(keys)) == len(keys):
             # the usual batch, every key new and none twice: set operations instead of a
             # Python iteration per span
+            s.update(keys)
             fifo.extend(keys)
             fresh = [True] * len(keys)
         else:
-            if len(s) != n:  # new but repeated within the batch: taken back, and counted once below
-                s.difference_update(keys)
             fresh = []
             for k in keys:
                 if k in s:
