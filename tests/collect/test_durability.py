@@ -311,24 +311,31 @@ def test_compaction_leaves_the_files_of_a_log_segment_that_is_still_there(tmp_pa
     assert len(ids) == len(set(ids)) == 200
 
 
-def test_a_batch_that_failed_to_store_is_not_taken_for_a_duplicate_when_retried(tmp_path, monkeypatch):
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_a_batch_that_failed_to_store_is_not_taken_for_a_duplicate_when_retried(tmp_path, monkeypatch, compiled):
     """Its keys entered the dedupe window before the tables were built: a failure there left
     them in it, and the client's retry of the same spans was acknowledged and dropped."""
+    from otel_assay.collect import fastpath
     from otel_assay.collect.receiver import Collector
     from otel_assay.collect.schema import SpanBatch
 
+    if compiled:
+        assert fastpath.available(), "the compiled decoder is not built (pip install -e . builds it)"
+    else:
+        monkeypatch.setenv("OTEL_ASSAY_PURE_PYTHON", "1")
+    batch_class = fastpath.FastBatch if compiled else SpanBatch
     c = Collector(tmp_path / "lake", flush_seconds=3600)
     body = synthetic.request(3, rng=random.Random(4)).SerializeToString()
-    real_tables = SpanBatch.tables
+    real_tables = batch_class.tables
 
     def tables(self, keep=None):
         raise RuntimeError("boom")
 
     try:
-        monkeypatch.setattr(SpanBatch, "tables", tables)
+        monkeypatch.setattr(batch_class, "tables", tables)
         with pytest.raises(RuntimeError):
             c.submit_protobuf(body)
-        monkeypatch.setattr(SpanBatch, "tables", real_tables)
+        monkeypatch.setattr(batch_class, "tables", real_tables)
         r = c.submit_protobuf(body)
         assert r.duplicates == 0 and r.accepted == 30
         c.flush()

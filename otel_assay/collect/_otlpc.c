@@ -1,0 +1,1109 @@
+/*
+ * The OTLP receiver's compiled fast path: an ExportTraceServiceRequest (protobuf wire
+ * bytes) straight into the columns of the lake's `spans` table, as Arrow buffers.
+ *
+ * It reads only requests whose every span is plain: no events, no links, attribute values
+ * that are strings, ints, bools or finite doubles, every string valid UTF-8 and within the
+ * limits, no repeated keys, nothing to reject. For anything else decode() returns None and
+ * the receiver takes its Python path (otlp.add_protobuf), which has every rule. So this
+ * code never decides a rule the Python path does not: it only does what that path would do
+ * for the common request, and tests compare the two on the same bytes (random and mutated
+ * requests included). Whatever the input, it reads only inside the body it was given.
+ *
+ * Python side: otel_assay.collect.fastpath.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define NPROMOTED_MAX 64
+#define FALLBACK 1 /* not a request this code reads: the Python path decides */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} Buf;
+
+static int buf_reserve(Buf *b, size_t extra) {
+    if (b->len + extra <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra)
+        cap *= 2;
+    char *p = PyMem_Realloc(b->p, cap);
+    if (!p) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int buf_put(Buf *b, const void *src, size_t n) {
+    if (n == 0)
+        return 0; /* memcpy may not be given a NULL buffer, even for nothing */
+    if (buf_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->p + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+static void buf_free(Buf *b) {
+    PyMem_Free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+/* An Arrow column being built: values (fixed width) or offsets + data (strings), and a
+ * validity bitmap (bit set: not null). */
+typedef struct {
+    Buf data, offsets, valid;
+    int64_t n, nulls;
+    int is_string;
+    int width; /* fixed-width columns: bytes per value */
+} Col;
+
+static int col_init(Col *c, int is_string, int width) {
+    memset(c, 0, sizeof(*c));
+    c->is_string = is_string;
+    c->width = width;
+    if (is_string) {
+        int32_t zero = 0;
+        return buf_put(&c->offsets, &zero, 4);
+    }
+    return 0;
+}
+
+static void col_free(Col *c) {
+    buf_free(&c->data);
+    buf_free(&c->offsets);
+    buf_free(&c->valid);
+}
+
+static int col_bit(Col *c, int set) {
+    if ((c->n & 7) == 0) {
+        uint8_t zero = 0;
+        if (buf_put(&c->valid, &zero, 1) < 0)
+            return -1;
+    }
+    if (set)
+        ((uint8_t *)c->valid.p)[c->n >> 3] |= (uint8_t)(1u << (c->n & 7));
+    else
+        c->nulls++;
+    c->n++;
+    return 0;
+}
+
+static int col_str(Col *c, const char *s, size_t n) {
+    if (c->data.len + n > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "string column over 2 GiB");
+        return -1;
+    }
+    if (buf_put(&c->data, s, n) < 0)
+        return -1;
+    int32_t off = (int32_t)c->data.len;
+    if (buf_put(&c->offsets, &off, 4) < 0)
+        return -1;
+    return col_bit(c, 1);
+}
+
+static int col_null(Col *c) {
+    if (c->is_string) {
+        int32_t off = (int32_t)c->data.len;
+        if (buf_put(&c->offsets, &off, 4) < 0)
+            return -1;
+    } else {
+        uint64_t zero = 0;
+        if (buf_put(&c->data, &zero, c->width) < 0)
+            return -1;
+    }
+    return col_bit(c, 0);
+}
+
+static int col_fixed(Col *c, const void *v) {
+    if (buf_put(&c->data, v, c->width) < 0)
+        return -1;
+    return col_bit(c, 1);
+}
+
+/* (data, offsets or None, validity or None, null count) */
+static PyObject *col_result(Col *c) {
+    PyObject *data = PyBytes_FromStringAndSize(c->data.p ? c->data.p : "", (Py_ssize_t)c->data.len);
+    PyObject *offsets = c->is_string ? PyBytes_FromStringAndSize(c->offsets.p, (Py_ssize_t)c->offsets.len)
+                                     : (Py_INCREF(Py_None), Py_None);
+    PyObject *valid = c->nulls ? PyBytes_FromStringAndSize(c->valid.p, (Py_ssize_t)c->valid.len)
+                               : (Py_INCREF(Py_None), Py_None);
+    if (!data || !offsets || !valid) {
+        Py_XDECREF(data);
+        Py_XDECREF(offsets);
+        Py_XDECREF(valid);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNL)", data, offsets, valid, (long long)c->nulls);
+}
+
+/* ------------------------------------------------------------------ wire format */
+typedef struct {
+    const uint8_t *p, *end;
+} Rd;
+
+/* 0: ok; FALLBACK: not read here (malformed, or a varint whose bits past the 64th are set,
+ * which the Python path judges) */
+static inline int rd_varint(Rd *r, uint64_t *out) {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (r->p >= r->end)
+            return FALLBACK;
+        uint8_t b = *r->p++;
+        if (shift == 63 && b > 1)
+            return FALLBACK;
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80) {
+            *out = v;
+            return 0;
+        }
+    }
+    return FALLBACK;
+}
+
+typedef struct {
+    uint32_t field;
+    int wt;
+    uint64_t v;                /* varint, fixed64, fixed32 */
+    const uint8_t *s;          /* length-delimited */
+    size_t n;
+} Field;
+
+/* the next field of a message; 1 when there is none, FALLBACK on anything odd */
+static inline int rd_field(Rd *r, Field *f) {
+    uint64_t tag;
+    if (r->p >= r->end)
+        return -2;
+    if (rd_varint(r, &tag))
+        return FALLBACK;
+    if (tag >> 3 == 0 || tag >> 3 > 0x1FFFFFFF)
+        return FALLBACK;
+    f->field = (uint32_t)(tag >> 3);
+    f->wt = (int)(tag & 7);
+    switch (f->wt) {
+    case 0:
+        return rd_varint(r, &f->v) ? FALLBACK : 0;
+    case 1:
+        if (r->end - r->p < 8)
+            return FALLBACK;
+        memcpy(&f->v, r->p, 8); /* little-endian hosts only: checked at import */
+        r->p += 8;
+        return 0;
+    case 5: {
+        uint32_t x;
+        if (r->end - r->p < 4)
+            return FALLBACK;
+        memcpy(&x, r->p, 4);
+        f->v = x;
+        r->p += 4;
+        return 0;
+    }
+    case 2: {
+        uint64_t n;
+        if (rd_varint(r, &n) || n > (uint64_t)(r->end - r->p))
+            return FALLBACK;
+        f->s = r->p;
+        f->n = (size_t)n;
+        r->p += n;
+        return 0;
+    }
+    default: /* groups (3, 4) and invalid wire types */
+        return FALLBACK;
+    }
+}
+
+#define NEXT(r, f) ((rc = rd_field((r), (f))) == 0)
+#define DONE (rc == -2)
+
+/* strict UTF-8, as Python's decoder and upb read it (no surrogates, no overlong forms) */
+static int utf8_ok(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        if (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!(w & 0x8080808080808080ULL)) {
+                i += 8;
+                continue;
+            }
+        }
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            if (i + 1 >= n || (s[i + 1] & 0xC0) != 0x80)
+                return 0;
+            i += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (i + 2 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80)
+                return 0;
+            if (c == 0xE0 && s[i + 1] < 0xA0)
+                return 0; /* overlong */
+            if (c == 0xED && s[i + 1] >= 0xA0)
+                return 0; /* surrogate */
+            i += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (i + 3 >= n || (s[i + 1] & 0xC0) != 0x80 || (s[i + 2] & 0xC0) != 0x80 || (s[i + 3] & 0xC0) != 0x80)
+                return 0;
+            if (c == 0xF0 && s[i + 1] < 0x90)
+                return 0; /* overlong */
+            if (c == 0xF4 && s[i + 1] >= 0x90)
+                return 0; /* past U+10FFFF */
+            i += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static const char HEX[] = "0123456789abcdef";
+
+static void to_hex(char *out, const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = HEX[s[i] >> 4];
+        out[2 * i + 1] = HEX[s[i] & 15];
+    }
+}
+
+static int all_zero(const uint8_t *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i])
+            return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ the decoder */
+enum { T_STRING = 0, T_INT64 = 1, T_DOUBLE = 2 };
+
+typedef struct {
+    const char *key;
+    Py_ssize_t len;
+    int type;
+} Promoted;
+
+typedef struct {
+    /* limits, in bytes: a string longer than this many bytes might be longer than the
+     * Python path's character limit, so such a request goes there */
+    size_t max_value, max_key;
+    uint64_t max_attributes;
+    Promoted promoted[NPROMOTED_MAX];
+    int npromoted;
+
+    Col trace_id, span_id, parent, trace_state, name, kind, start, duration, code, message;
+    Col dropped_a, dropped_e, dropped_l, group;
+    Col prom[NPROMOTED_MAX];
+    Col map_offsets, map_keys, map_values;
+    int64_t n_entries;
+    PyObject *keys;   /* list: hash(trace_hex + span_hex) per span, the receiver's dedupe key */
+    PyObject *groups; /* list: (resource index, scope name, scope version) */
+    PyObject *resources; /* list of lists of serialized resource KeyValues */
+    char numbuf[64];
+    Buf json; /* an array value's JSON text */
+} Dec;
+
+/* the AnyValue of a KeyValue: what the Python path's stringify() stores, and the value for
+ * a promoted column. Returns 0 / FALLBACK / -1 (error). */
+typedef struct {
+    int kind; /* 0 none, 1 string, 2 bool, 3 int, 4 double, 5 array (JSON text in s, n) */
+    const uint8_t *s;
+    size_t n;
+    int64_t i;
+    double d;
+} Value;
+
+static int read_array(const uint8_t *s, size_t n, Buf *json, size_t max_value, Value *v);
+
+/* an array's JSON is built in `json` (NULL: arrays are not read here, inside an array) */
+static int read_anyvalue(const uint8_t *s, size_t n, Value *v, Buf *json, size_t max_value) {
+    Rd r = {s, s + n};
+    Field f;
+    int rc, seen = 0;
+    v->kind = 0;
+    while (NEXT(&r, &f)) {
+        switch (f.field) {
+        case 1:
+            if (f.wt != 2)
+                return FALLBACK;
+            v->kind = 1;
+            v->s = f.s;
+            v->n = f.n;
+            break;
+        case 2:
+            if (f.wt != 0)
+                return FALLBACK;
+            v->kind = 2;
+            v->i = f.v != 0;
+            break;
+        case 3:
+            if (f.wt != 0)
+                return FALLBACK;
+            v->kind = 3;
+            v->i = (int64_t)f.v;
+            break;
+        case 4:
+            if (f.wt != 1)
+                return FALLBACK;
+            v->kind = 4;
+            memcpy(&v->d, &f.v, 8);
+            break;
+        case 5:
+            if (f.wt != 2 || !json || seen)
+                return FALLBACK;
+            if ((rc = read_array(f.s, f.n, json, max_value, v)) != 0)
+                return rc;
+            break;
+        case 6: case 7: /* key-value lists, bytes: the Python path */
+            return FALLBACK;
+        default:
+            continue; /* unknown fields are skipped, as protobuf does */
+        }
+        if (seen++)
+            return FALLBACK; /* two members of the oneof: the last wins in protobuf */
+    }
+    return DONE ? 0 : FALLBACK;
+}
+
+/* stringify() of a list of scalars: json.dumps(separators=(",", ":"), ensure_ascii=False) */
+static int json_string(Buf *b, const uint8_t *s, size_t n) {
+    if (buf_put(b, "\"", 1) < 0)
+        return -1;
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        if (buf_put(b, s + run, i - run) < 0)
+            return -1;
+        char esc[7];
+        size_t len = 2;
+        esc[0] = '\\';
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\b': esc[1] = 'b'; break;
+        case '\f': esc[1] = 'f'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        default:
+            memcpy(esc, "\\u00", 4);
+            esc[4] = HEX[c >> 4];
+            esc[5] = HEX[c & 15];
+            len = 6;
+        }
+        if (buf_put(b, esc, len) < 0)
+            return -1;
+        run = i + 1;
+    }
+    if (buf_put(b, s + run, n - run) < 0 || buf_put(b, "\"", 1) < 0)
+        return -1;
+    return 0;
+}
+
+static int read_array(const uint8_t *s, size_t n, Buf *json, size_t max_value, Value *v) {
+    Rd r = {s, s + n};
+    Field f;
+    int rc, first = 1;
+    char num[64];
+    json->len = 0;
+    if (buf_put(json, "[", 1) < 0)
+        return -1;
+    while (NEXT(&r, &f)) {
+        if (f.field != 1)
+            continue;
+        if (f.wt != 2)
+            return FALLBACK;
+        Value e;
+        if ((rc = read_anyvalue(f.s, f.n, &e, NULL, max_value)) != 0)
+            return rc;
+        if (!first && buf_put(json, ",", 1) < 0)
+            return -1;
+        first = 0;
+        switch (e.kind) {
+        case 0:
+            rc = buf_put(json, "null", 4);
+            break;
+        case 1:
+            if (!utf8_ok(e.s, e.n))
+                return FALLBACK;
+            rc = json_string(json, e.s, e.n);
+            break;
+        case 2:
+            rc = e.i ? buf_put(json, "true", 4) : buf_put(json, "false", 5);
+            break;
+        case 3:
+            rc = buf_put(json, num, (size_t)snprintf(num, sizeof(num), "%lld", (long long)e.i));
+            break;
+        case 4: {
+            if (!isfinite(e.d))
+                return FALLBACK; /* stringify() quotes these: the Python path */
+            char *t = PyOS_double_to_string(e.d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+            if (!t)
+                return -1;
+            rc = buf_put(json, t, strlen(t));
+            PyMem_Free(t);
+            break;
+        }
+        default:
+            return FALLBACK;
+        }
+        if (rc < 0)
+            return -1;
+        if (json->len > max_value)
+            return FALLBACK; /* it would be truncated */
+    }
+    if (!DONE)
+        return FALLBACK;
+    if (buf_put(json, "]", 1) < 0)
+        return -1;
+    if (json->len > max_value)
+        return FALLBACK;
+    v->kind = 5;
+    v->s = (const uint8_t *)json->p;
+    v->n = json->len;
+    return 0;
+}
+
+typedef struct {
+    const uint8_t *key;
+    size_t klen;
+} SeenKey;
+
+static uint32_t key_hash(const uint8_t *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 16777619u;
+    return h;
+}
+
+/* one span's attributes: promoted columns and map entries. `attrs` holds the KeyValue
+ * slices of the span, in order. */
+static int span_attributes(Dec *d, const uint8_t **kv_s, size_t *kv_n, size_t nkv) {
+    if (nkv > d->max_attributes)
+        return FALLBACK;
+    int filled[NPROMOTED_MAX] = {0};
+    /* repeated keys: a small open-addressing table of the span's keys */
+    SeenKey table_small[64];
+    SeenKey *table = table_small;
+    size_t tsize = 64;
+    while (tsize < nkv * 2)
+        tsize *= 2;
+    if (tsize > 64) {
+        table = PyMem_Calloc(tsize, sizeof(SeenKey));
+        if (!table) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    } else {
+        memset(table_small, 0, sizeof(table_small));
+    }
+    int rc = 0;
+    for (size_t a = 0; a < nkv && rc == 0; a++) {
+        Rd r = {kv_s[a], kv_s[a] + kv_n[a]};
+        Field f;
+        const uint8_t *key = (const uint8_t *)"";
+        size_t klen = 0;
+        int have_key = 0, have_value = 0, frc;
+        Value v = {0};
+        while ((frc = rd_field(&r, &f)) == 0) {
+            if (f.field == 1) {
+                if (f.wt != 2 || have_key++) {
+                    frc = FALLBACK;
+                    break;
+                }
+                key = f.s;
+                klen = f.n;
+            } else if (f.field == 2) {
+                if (f.wt != 2 || have_value++) {
+                    frc = FALLBACK;
+                    break;
+                }
+                if ((frc = read_anyvalue(f.s, f.n, &v, &d->json, d->max_value)) != 0)
+                    break;
+            }
+        }
+        if (frc != -2) {
+            rc = frc;
+            break;
+        }
+        if (klen > d->max_key || !utf8_ok(key, klen)) {
+            rc = FALLBACK;
+            break;
+        }
+        /* repeated key? */
+        size_t mask = tsize - 1, slot = key_hash(key, klen) & mask;
+        while (table[slot].key) {
+            if (table[slot].klen == klen && memcmp(table[slot].key, key, klen) == 0) {
+                rc = FALLBACK;
+                break;
+            }
+            slot = (slot + 1) & mask;
+        }
+        if (rc)
+            break;
+        table[slot].key = key; /* never NULL, also for an empty key */
+        table[slot].klen = klen;
+
+        const char *text = NULL;
+        size_t tlen = 0;
+        switch (v.kind) {
+        case 1:
+            if (v.n > d->max_value || !utf8_ok(v.s, v.n)) {
+                rc = FALLBACK;
+                break;
+            }
+            text = (const char *)v.s;
+            tlen = v.n;
+            break;
+        case 5: /* JSON built from valid UTF-8 */
+            text = (const char *)v.s;
+            tlen = v.n;
+            break;
+        case 2:
+            text = v.i ? "true" : "false";
+            tlen = v.i ? 4 : 5;
+            break;
+        case 3:
+            tlen = (size_t)snprintf(d->numbuf, sizeof(d->numbuf), "%lld", (long long)v.i);
+            text = d->numbuf;
+            break;
+        case 4: {
+            if (!isfinite(v.d)) {
+                rc = FALLBACK;
+                break;
+            }
+            /* repr(float): float_repr in CPython is exactly this call */
+            char *s = PyOS_double_to_string(v.d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+            if (!s) {
+                rc = -1;
+                break;
+            }
+            tlen = strlen(s);
+            if (tlen >= sizeof(d->numbuf))
+                tlen = sizeof(d->numbuf) - 1;
+            memcpy(d->numbuf, s, tlen);
+            PyMem_Free(s);
+            text = d->numbuf;
+            break;
+        }
+        }
+        if (rc)
+            break;
+        /* a promoted key with a value of its column's type goes to the column */
+        int col = -1;
+        for (int p = 0; p < d->npromoted; p++) {
+            if ((size_t)d->promoted[p].len == klen && memcmp(d->promoted[p].key, key, klen) == 0) {
+                int t = d->promoted[p].type;
+                if ((t == T_STRING && v.kind == 1) || (t == T_INT64 && v.kind == 3) || (t == T_DOUBLE && v.kind == 4))
+                    col = p;
+                break;
+            }
+        }
+        if (col >= 0 && !filled[col]) {
+            filled[col] = 1;
+            Col *c = &d->prom[col];
+            if (c->is_string)
+                rc = col_str(c, text, tlen) < 0 ? -1 : 0;
+            else if (c->width == 8 && v.kind == 3)
+                rc = col_fixed(c, &v.i) < 0 ? -1 : 0;
+            else
+                rc = col_fixed(c, &v.d) < 0 ? -1 : 0;
+            continue;
+        }
+        if (col_str(&d->map_keys, (const char *)key, klen) < 0 ||
+            (v.kind ? col_str(&d->map_values, text, tlen) : col_null(&d->map_values)) < 0) {
+            rc = -1;
+            break;
+        }
+        d->n_entries++;
+    }
+    if (table != table_small)
+        PyMem_Free(table);
+    if (rc)
+        return rc;
+    for (int p = 0; p < d->npromoted; p++)
+        if (!filled[p] && col_null(&d->prom[p]) < 0)
+            return -1;
+    if (d->n_entries > INT32_MAX)
+        return FALLBACK;
+    int32_t off = (int32_t)d->n_entries;
+    return buf_put(&d->map_offsets.data, &off, 4);
+}
+
+#define MAX_SPAN_ATTRS_STACK 256
+
+static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
+    Rd r = {s, s + n};
+    Field f;
+    int rc;
+    uint32_t seen = 0;
+    const uint8_t *tid = NULL, *sid = NULL, *pid = NULL, *state = NULL, *name = (const uint8_t *)"", *msg = NULL;
+    size_t tid_n = 0, sid_n = 0, pid_n = 0, state_n = 0, name_n = 0, msg_n = 0;
+    uint64_t kind = 0, start = 0, end = 0, code = 0, d_attrs = 0, d_events = 0, d_links = 0;
+    const uint8_t *kv_stack[MAX_SPAN_ATTRS_STACK];
+    size_t kvn_stack[MAX_SPAN_ATTRS_STACK];
+    const uint8_t **kv_s = kv_stack;
+    size_t *kv_n = kvn_stack, nkv = 0, kv_cap = MAX_SPAN_ATTRS_STACK;
+    int ret = 0;
+    /* wire type each singular field must have */
+    static const int8_t want[17] = {-1, 2, 2, 2, 2, 2, 0, 1, 1, 2, 0, 2, 0, 2, 0, 2, 5};
+
+    while (NEXT(&r, &f)) {
+        if (f.field > 16)
+            continue;
+        if (f.wt != want[f.field]) {
+            ret = FALLBACK;
+            goto out;
+        }
+        if (f.field == 11 || f.field == 13) { /* events, links: the Python path */
+            ret = FALLBACK;
+            goto out;
+        }
+        if (f.field == 9) {
+            if (nkv == kv_cap) {
+                size_t cap = kv_cap * 4;
+                if (nkv > d->max_attributes) {
+                    ret = FALLBACK;
+                    goto out;
+                }
+                const uint8_t **ns = PyMem_Malloc(cap * sizeof(*ns));
+                size_t *nn = PyMem_Malloc(cap * sizeof(*nn));
+                if (!ns || !nn) {
+                    PyMem_Free(ns);
+                    PyMem_Free(nn);
+                    PyErr_NoMemory();
+                    ret = -1;
+                    goto out;
+                }
+                memcpy(ns, kv_s, nkv * sizeof(*ns));
+                memcpy(nn, kv_n, nkv * sizeof(*nn));
+                if (kv_s != kv_stack) {
+                    PyMem_Free(kv_s);
+                    PyMem_Free(kv_n);
+                }
+                kv_s = ns;
+                kv_n = nn;
+                kv_cap = cap;
+            }
+            kv_s[nkv] = f.s;
+            kv_n[nkv++] = f.n;
+            continue;
+        }
+        if (seen & (1u << f.field)) { /* a singular field twice: protobuf merges, Python decides */
+            ret = FALLBACK;
+            goto out;
+        }
+        seen |= 1u << f.field;
+        switch (f.field) {
+        case 1: tid = f.s; tid_n = f.n; break;
+        case 2: sid = f.s; sid_n = f.n; break;
+        case 3: state = f.s; state_n = f.n; break;
+        case 4: pid = f.s; pid_n = f.n; break;
+        case 5: name = f.s; name_n = f.n; break;
+        case 6: kind = f.v; break;
+        case 7: start = f.v; break;
+        case 8: end = f.v; break;
+        case 10: d_attrs = f.v & 0xFFFFFFFFu; break;
+        case 12: d_events = f.v & 0xFFFFFFFFu; break;
+        case 14: d_links = f.v & 0xFFFFFFFFu; break;
+        case 15: {
+            Rd sr = {f.s, f.s + f.n};
+            Field g;
+            int src;
+            uint32_t sseen = 0;
+            while ((src = rd_field(&sr, &g)) == 0) {
+                if (g.field != 2 && g.field != 3)
+                    continue;
+                if (sseen & (1u << g.field) || g.wt != (g.field == 2 ? 2 : 0)) {
+                    ret = FALLBACK;
+                    goto out;
+                }
+                sseen |= 1u << g.field;
+                if (g.field == 2) {
+                    msg = g.s;
+                    msg_n = g.n;
+                } else {
+                    code = g.v;
+                }
+            }
+            if (src != -2) {
+                ret = FALLBACK;
+                goto out;
+            }
+            break;
+        }
+        default: break; /* 16: flags */
+        }
+    }
+    if (!DONE) {
+        ret = FALLBACK;
+        goto out;
+    }
+    /* anything the Python path would reject (or truncate) */
+    if (tid_n != 16 || all_zero(tid, 16) || sid_n != 8 || all_zero(sid, 8) || (pid_n && pid_n != 8) ||
+        start == 0 || start > INT64_MAX || end == 0 || end > INT64_MAX || end < start || kind > 5 || code > 2 ||
+        name_n > d->max_value || msg_n > d->max_value || !utf8_ok(name, name_n) ||
+        (state && !utf8_ok(state, state_n)) || (msg && !utf8_ok(msg, msg_n))) {
+        ret = FALLBACK;
+        goto out;
+    }
+    char hex[48];
+    to_hex(hex, tid, 16);
+    to_hex(hex + 32, sid, 8);
+    if ((ret = span_attributes(d, kv_s, kv_n, nkv)) != 0)
+        goto out;
+    ret = -1;
+    if (col_str(&d->trace_id, hex, 32) < 0 || col_str(&d->span_id, hex + 32, 16) < 0)
+        goto out;
+    if (pid_n == 8 && !all_zero(pid, 8)) {
+        char ph[16];
+        to_hex(ph, pid, 8);
+        if (col_str(&d->parent, ph, 16) < 0)
+            goto out;
+    } else if (col_null(&d->parent) < 0) {
+        goto out;
+    }
+    if ((state_n ? col_str(&d->trace_state, (const char *)state, state_n) : col_null(&d->trace_state)) < 0 ||
+        col_str(&d->name, (const char *)name, name_n) < 0 ||
+        (msg_n ? col_str(&d->message, (const char *)msg, msg_n) : col_null(&d->message)) < 0)
+        goto out;
+    int8_t k8 = (int8_t)kind, c8 = (int8_t)code;
+    int64_t st = (int64_t)start, du = (int64_t)(end - start);
+    int32_t da = d_attrs > INT32_MAX ? INT32_MAX : (int32_t)d_attrs;
+    int32_t de = d_events > INT32_MAX ? INT32_MAX : (int32_t)d_events;
+    int32_t dl = d_links > INT32_MAX ? INT32_MAX : (int32_t)d_links;
+    if (col_fixed(&d->kind, &k8) < 0 || col_fixed(&d->start, &st) < 0 || col_fixed(&d->duration, &du) < 0 ||
+        col_fixed(&d->code, &c8) < 0 || col_fixed(&d->dropped_a, &da) < 0 || col_fixed(&d->dropped_e, &de) < 0 ||
+        col_fixed(&d->dropped_l, &dl) < 0 || col_fixed(&d->group, &group) < 0)
+        goto out;
+    /* the receiver's dedupe key: hash(trace_hex + span_hex), as receiver._span_keys computes it */
+    PyObject *str = PyUnicode_FromStringAndSize(hex, 48);
+    if (!str)
+        goto out;
+    Py_hash_t h = PyObject_Hash(str);
+    Py_DECREF(str);
+    if (h == -1)
+        goto out;
+    PyObject *hk = PyLong_FromSsize_t(h);
+    if (!hk || PyList_Append(d->keys, hk) < 0) {
+        Py_XDECREF(hk);
+        goto out;
+    }
+    Py_DECREF(hk);
+    ret = 0;
+out:
+    if (kv_s != kv_stack) {
+        PyMem_Free(kv_s);
+        PyMem_Free(kv_n);
+    }
+    return ret;
+}
+
+static PyObject *text_or_none(const uint8_t *s, size_t n) {
+    if (!n)
+        Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)n, "strict");
+}
+
+static int read_scope_spans(Dec *d, const uint8_t *s, size_t n, Py_ssize_t resource) {
+    Rd r = {s, s + n};
+    Field f;
+    int rc, have_scope = 0;
+    const uint8_t *sname = NULL, *sver = NULL;
+    size_t sname_n = 0, sver_n = 0;
+    /* the scope first: it may follow the spans on the wire */
+    while (NEXT(&r, &f)) {
+        if (f.field != 1)
+            continue;
+        if (f.wt != 2 || have_scope++)
+            return FALLBACK;
+        Rd sr = {f.s, f.s + f.n};
+        Field g;
+        int src;
+        uint32_t sseen = 0;
+        while ((src = rd_field(&sr, &g)) == 0) {
+            if (g.field != 1 && g.field != 2)
+                continue;
+            if (g.wt != 2 || (sseen & (1u << g.field)))
+                return FALLBACK;
+            sseen |= 1u << g.field;
+            if (g.field == 1) {
+                sname = g.s;
+                sname_n = g.n;
+            } else {
+                sver = g.s;
+                sver_n = g.n;
+            }
+        }
+        if (src != -2)
+            return FALLBACK;
+    }
+    if (!DONE)
+        return FALLBACK;
+    if ((sname && !utf8_ok(sname, sname_n)) || (sver && !utf8_ok(sver, sver_n)))
+        return FALLBACK;
+    PyObject *name = text_or_none(sname, sname_n), *version = name ? text_or_none(sver, sver_n) : NULL;
+    if (!name || !version) {
+        Py_XDECREF(name);
+        Py_XDECREF(version);
+        return -1;
+    }
+    PyObject *g = Py_BuildValue("(nNN)", resource, name, version);
+    if (!g || PyList_Append(d->groups, g) < 0) {
+        Py_XDECREF(g);
+        return -1;
+    }
+    Py_DECREF(g);
+    int32_t group = (int32_t)(PyList_GET_SIZE(d->groups) - 1);
+    r.p = s;
+    while (NEXT(&r, &f)) {
+        if (f.field == 2) {
+            if (f.wt != 2)
+                return FALLBACK;
+            if ((rc = read_span(d, f.s, f.n, group)) != 0)
+                return rc;
+        } else if (f.field == 3 && f.wt != 2) {
+            return FALLBACK;
+        }
+    }
+    return 0;
+}
+
+static int read_resource_spans(Dec *d, const uint8_t *s, size_t n) {
+    Rd r = {s, s + n};
+    Field f;
+    int rc, have_resource = 0;
+    PyObject *attrs = PyList_New(0);
+    if (!attrs)
+        return -1;
+    while (NEXT(&r, &f)) {
+        if (f.field != 1)
+            continue;
+        if (f.wt != 2 || have_resource++) {
+            Py_DECREF(attrs);
+            return FALLBACK;
+        }
+        Rd rr = {f.s, f.s + f.n};
+        Field g;
+        int rrc;
+        while ((rrc = rd_field(&rr, &g)) == 0) {
+            if (g.field != 1)
+                continue;
+            if (g.wt != 2) {
+                Py_DECREF(attrs);
+                return FALLBACK;
+            }
+            PyObject *b = PyBytes_FromStringAndSize((const char *)g.s, (Py_ssize_t)g.n);
+            if (!b || PyList_Append(attrs, b) < 0) {
+                Py_XDECREF(b);
+                Py_DECREF(attrs);
+                return -1;
+            }
+            Py_DECREF(b);
+        }
+        if (rrc != -2) {
+            Py_DECREF(attrs);
+            return FALLBACK;
+        }
+    }
+    if (!DONE) {
+        Py_DECREF(attrs);
+        return FALLBACK;
+    }
+    if (PyList_Append(d->resources, attrs) < 0) {
+        Py_DECREF(attrs);
+        return -1;
+    }
+    Py_DECREF(attrs);
+    Py_ssize_t resource = PyList_GET_SIZE(d->resources) - 1;
+    r.p = s;
+    while (NEXT(&r, &f)) {
+        if (f.field == 2) {
+            if (f.wt != 2)
+                return FALLBACK;
+            if ((rc = read_scope_spans(d, f.s, f.n, resource)) != 0)
+                return rc;
+        } else if (f.field == 3 && f.wt != 2) {
+            return FALLBACK;
+        }
+    }
+    return 0;
+}
+
+static void dec_free(Dec *d) {
+    Col *cols[] = {&d->trace_id, &d->span_id, &d->parent, &d->trace_state, &d->name, &d->kind, &d->start,
+                   &d->duration, &d->code, &d->message, &d->dropped_a, &d->dropped_e, &d->dropped_l, &d->group,
+                   &d->map_offsets, &d->map_keys, &d->map_values};
+    for (size_t i = 0; i < sizeof(cols) / sizeof(cols[0]); i++)
+        col_free(cols[i]);
+    for (int p = 0; p < NPROMOTED_MAX; p++)
+        col_free(&d->prom[p]);
+    buf_free(&d->json);
+    Py_XDECREF(d->keys);
+    Py_XDECREF(d->groups);
+    Py_XDECREF(d->resources);
+}
+
+PyDoc_STRVAR(decode_doc,
+"decode(body, promoted, max_value_bytes, max_key_bytes, max_attributes)\n--\n\n"
+"The spans of an OTLP ExportTraceServiceRequest as Arrow buffers, or None when the request\n"
+"needs the Python path (see otel_assay.collect.fastpath). ``promoted`` is a sequence of\n"
+"(key, type) pairs, type 0 string, 1 int64, 2 double, in column order.");
+
+static PyObject *decode(PyObject *self, PyObject *args) {
+    Py_buffer body;
+    PyObject *promoted;
+    Py_ssize_t max_value, max_key, max_attributes;
+    if (!PyArg_ParseTuple(args, "y*Onnn", &body, &promoted, &max_value, &max_key, &max_attributes))
+        return NULL;
+    Dec *d = PyMem_Calloc(1, sizeof(Dec));
+    PyObject *result = NULL, *seq = NULL;
+    if (!d) {
+        PyBuffer_Release(&body);
+        return PyErr_NoMemory();
+    }
+    d->max_value = max_value < 0 ? 0 : (size_t)max_value;
+    d->max_key = max_key < 0 ? 0 : (size_t)max_key;
+    d->max_attributes = max_attributes < 0 ? 0 : (uint64_t)max_attributes;
+    seq = PySequence_Fast(promoted, "promoted must be a sequence");
+    if (!seq)
+        goto done;
+    d->npromoted = (int)PySequence_Fast_GET_SIZE(seq);
+    if (d->npromoted > NPROMOTED_MAX) {
+        PyErr_SetString(PyExc_ValueError, "too many promoted keys");
+        goto done;
+    }
+    for (int p = 0; p < d->npromoted; p++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, p);
+        PyObject *key;
+        int type;
+        if (!PyArg_ParseTuple(item, "Ui", &key, &type) || type < 0 || type > 2) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "promoted type must be 0, 1 or 2");
+            goto done;
+        }
+        d->promoted[p].key = PyUnicode_AsUTF8AndSize(key, &d->promoted[p].len);
+        if (!d->promoted[p].key)
+            goto done;
+        d->promoted[p].type = type;
+    }
+    d->keys = PyList_New(0);
+    d->groups = PyList_New(0);
+    d->resources = PyList_New(0);
+    if (!d->keys || !d->groups || !d->resources)
+        goto done;
+    if (col_init(&d->trace_id, 1, 0) || col_init(&d->span_id, 1, 0) || col_init(&d->parent, 1, 0) ||
+        col_init(&d->trace_state, 1, 0) || col_init(&d->name, 1, 0) || col_init(&d->message, 1, 0) ||
+        col_init(&d->kind, 0, 1) || col_init(&d->code, 0, 1) || col_init(&d->start, 0, 8) ||
+        col_init(&d->duration, 0, 8) || col_init(&d->dropped_a, 0, 4) || col_init(&d->dropped_e, 0, 4) ||
+        col_init(&d->dropped_l, 0, 4) || col_init(&d->group, 0, 4) || col_init(&d->map_offsets, 0, 4) ||
+        col_init(&d->map_keys, 1, 0) || col_init(&d->map_values, 1, 0))
+        goto done;
+    for (int p = 0; p < d->npromoted; p++)
+        if (col_init(&d->prom[p], d->promoted[p].type == T_STRING, 8))
+            goto done;
+    {
+        int32_t zero = 0;
+        if (buf_put(&d->map_offsets.data, &zero, 4) < 0)
+            goto done;
+    }
+    {
+        Rd r = {(const uint8_t *)body.buf, (const uint8_t *)body.buf + body.len};
+        Field f;
+        int rc;
+        while (NEXT(&r, &f)) {
+            if (f.field != 1)
+                continue;
+            if (f.wt != 2) {
+                rc = FALLBACK;
+                break;
+            }
+            if ((rc = read_resource_spans(d, f.s, f.n)) != 0)
+                break;
+        }
+        if (rc == -1)
+            goto done;
+        if (rc != -2) {
+            Py_INCREF(Py_None);
+            result = Py_None;
+            goto done;
+        }
+    }
+    {
+        Col *named[] = {&d->trace_id, &d->span_id, &d->parent, &d->trace_state, &d->name, &d->kind, &d->start,
+                        &d->duration, &d->code, &d->message, &d->dropped_a, &d->dropped_e, &d->dropped_l, &d->group,
+                        &d->map_keys, &d->map_values};
+        const char *names[] = {"trace_id", "span_id", "parent_span_id", "trace_state", "name", "kind",
+                               "start_time_unix_nano", "duration_ns", "status_code", "status_message",
+                               "dropped_attributes_count", "dropped_events_count", "dropped_links_count",
+                               "group", "map_keys", "map_values"};
+        PyObject *cols = PyDict_New(), *prom = PyList_New(d->npromoted);
+        if (!cols || !prom) {
+            Py_XDECREF(cols);
+            Py_XDECREF(prom);
+            goto done;
+        }
+        for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++) {
+            PyObject *c = col_result(named[i]);
+            if (!c || PyDict_SetItemString(cols, names[i], c) < 0) {
+                Py_XDECREF(c);
+                Py_DECREF(cols);
+                Py_DECREF(prom);
+                goto done;
+            }
+            Py_DECREF(c);
+        }
+        for (int p = 0; p < d->npromoted; p++) {
+            PyObject *c = col_result(&d->prom[p]);
+            if (!c) {
+                Py_DECREF(cols);
+                Py_DECREF(prom);
+                goto done;
+            }
+            PyList_SET_ITEM(prom, p, c);
+        }
+        PyObject *offsets = PyBytes_FromStringAndSize(d->map_offsets.data.p, (Py_ssize_t)d->map_offsets.data.len);
+        if (!offsets) {
+            Py_DECREF(cols);
+            Py_DECREF(prom);
+            goto done;
+        }
+        result = Py_BuildValue("(LNNNOOO)", (long long)d->trace_id.n, cols, prom, offsets, d->keys, d->groups,
+                               d->resources);
+    }
+done:
+    Py_XDECREF(seq);
+    dec_free(d);
+    PyMem_Free(d);
+    PyBuffer_Release(&body);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"decode", decode, METH_VARARGS, decode_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_otlpc",
+    "The OTLP receiver's compiled fast path (see otel_assay.collect.fastpath).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__otlpc(void) {
+    const uint16_t one = 1;
+    if (*(const uint8_t *)&one != 1) { /* protobuf fixed64 is little-endian; so must we be */
+        PyErr_SetString(PyExc_ImportError, "_otlpc supports little-endian hosts only");
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}
