@@ -20,6 +20,9 @@
 
 #define NPROMOTED_MAX 64
 #define FALLBACK 1 /* not a request this code reads: the Python path decides */
+/* larger bodies go to the Python path: a body's text grows at most six times in the
+ * columns (JSON escapes in arrays), which must each stay under 2 GiB */
+#define MAX_BODY (256 << 20)
 
 typedef struct {
     char *p;
@@ -183,7 +186,8 @@ static inline int rd_field(Rd *r, Field *f) {
     uint64_t tag;
     if (r->p >= r->end)
         return -2;
-    if (rd_varint(r, &tag))
+    const uint8_t *at = r->p;
+    if (rd_varint(r, &tag) || r->p - at > 5) /* upb refuses a tag longer than 5 bytes */
         return FALLBACK;
     if (tag >> 3 == 0 || tag >> 3 > 0x1FFFFFFF)
         return FALLBACK;
@@ -362,10 +366,11 @@ static int read_anyvalue(const uint8_t *s, size_t n, Value *v, Buf *json, size_t
             if ((rc = read_array(f.s, f.n, json, max_value, v)) != 0)
                 return rc;
             break;
-        case 6: case 7: /* key-value lists, bytes: the Python path */
-            return FALLBACK;
         default:
-            continue; /* unknown fields are skipped, as protobuf does */
+            /* key-value lists (6), bytes (7), and any other field: a newer OTLP may add
+             * members to the oneof (string_value_strindex = 8 already is one), and a member
+             * after ours would replace it */
+            return FALLBACK;
         }
         if (seen++)
             return FALLBACK; /* two members of the oneof: the last wins in protobuf */
@@ -599,6 +604,10 @@ static int span_attributes(Dec *d, const uint8_t **kv_s, size_t *kv_n, size_t nk
         }
         if (rc)
             break;
+        if (tlen > d->max_value) { /* it would be cut (a tiny limit) */
+            rc = FALLBACK;
+            break;
+        }
         /* a promoted key with a value of its column's type goes to the column */
         int col = -1;
         for (int p = 0; p < d->npromoted; p++) {
@@ -971,6 +980,11 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     if (!d) {
         PyBuffer_Release(&body);
         return PyErr_NoMemory();
+    }
+    if (body.len > MAX_BODY) { /* keeps every string column under Arrow's 2 GiB */
+        PyBuffer_Release(&body);
+        PyMem_Free(d);
+        Py_RETURN_NONE;
     }
     d->max_value = max_value < 0 ? 0 : (size_t)max_value;
     d->max_key = max_key < 0 ? 0 : (size_t)max_key;
