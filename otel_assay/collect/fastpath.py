@@ -55,7 +55,6 @@ class FastBatch:
     :class:`~otel_assay.collect.schema.SpanBatch` (nothing is ever rejected here)."""
 
     rejected = 0
-    truncated_values = 0
 
     def __init__(self, decoded: tuple, limits: Limits):
         from ._fastpb import decode_keyvalue
