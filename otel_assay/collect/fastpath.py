@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from .. import semconv
 from .otlp import MalformedOTLP
-from .schema import EMPTY_TABLES, SPANS_SCHEMA, STRING_MAP, Limits, _Maps, make_resource
+from .schema import EMPTY_TABLES, SPANS_SCHEMA, Limits, make_resource, resource_maps
 
 try:
     from . import _otlpc
@@ -80,11 +80,6 @@ class FastBatch:
         scope_names = pa.array([g[1] for g in self._groups], pa.string())
         scope_versions = pa.array([g[2] for g in self._groups], pa.string())
         group_index = pa.array(group)
-        maps = _Maps()
-        for r in self._resources:
-            maps.keys.extend(r.keys)
-            maps.values.extend(r.values)
-            maps.offsets.append(len(maps.keys))
         n_entries = len(cols["map_keys"][1]) // 4 - 1
         attributes = pa.MapArray.from_arrays(
             pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(self._map_offsets)]),
@@ -95,7 +90,7 @@ class FastBatch:
             if name == "attributes":
                 arrays.append(attributes)
             elif name == "resource_attributes":
-                arrays.append(maps.array().take(span_resource) if self._resources else pa.nulls(n, STRING_MAP))
+                arrays.append(resource_maps(self._resources).take(span_resource))
             elif name == "service_name":
                 arrays.append(services.take(span_resource))
             elif name == "scope_name":

@@ -249,12 +249,17 @@ class _Resources:
         return i
 
     def array(self) -> pa.MapArray:
-        maps = _Maps()
-        for r in self.distinct:
-            maps.keys.extend(r.keys)
-            maps.values.extend(r.values)
-            maps.offsets.append(len(maps.keys))
-        return maps.array().take(pa.array(self.rows, pa.int32()))
+        return resource_maps(self.distinct).take(pa.array(self.rows, pa.int32()))
+
+
+def resource_maps(resources: list[Resource]) -> pa.MapArray:
+    """One attributes map per resource, in order (rows take from it by resource index)."""
+    maps = _Maps()
+    for r in resources:
+        maps.keys.extend(r.keys)
+        maps.values.extend(r.values)
+        maps.offsets.append(len(maps.keys))
+    return maps.array()
 
 
 def _scrub(s: str | None) -> str | None:
