@@ -1,4 +1,4 @@
-"""The one compiled part: the OTLP receiver's fast path (otel_assay/collect/_otlpc.c).
+"""The one compiled part: the OTLP receiver's compiled decoder (otel_assay/collect/_otlpc.c).
 
 It is optional: where it cannot be built (no C compiler), the package installs without it
 and the receiver reads every request with its Python path, only slower.

@@ -1,5 +1,5 @@
 /*
- * The OTLP receiver's compiled fast path: an ExportTraceServiceRequest (protobuf wire
+ * The OTLP receiver's compiled decoder: an ExportTraceServiceRequest (protobuf wire
  * bytes) straight into the columns of the lake's `spans` table, as Arrow buffers.
  *
  * It reads only requests whose every span is plain: no events, no links, attribute values
@@ -10,7 +10,7 @@
  * for the common request, and tests compare the two on the same bytes (random and mutated
  * requests included). Whatever the input, it reads only inside the body it was given.
  *
- * Python side: otel_assay.collect.fastpath.
+ * Python side: otel_assay.collect.compiled.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -966,7 +966,7 @@ static void dec_free(Dec *d) {
 PyDoc_STRVAR(decode_doc,
 "decode(body, promoted, max_value_bytes, max_key_bytes, max_attributes)\n--\n\n"
 "The spans of an OTLP ExportTraceServiceRequest as Arrow buffers, or None when the request\n"
-"needs the Python path (see otel_assay.collect.fastpath). ``promoted`` is a sequence of\n"
+"needs the Python path (see otel_assay.collect.compiled). ``promoted`` is a sequence of\n"
 "(key, type) pairs, type 0 string, 1 int64, 2 double, in column order.");
 
 static PyObject *decode(PyObject *self, PyObject *args) {
@@ -1110,7 +1110,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_otlpc",
-    "The OTLP receiver's compiled fast path (see otel_assay.collect.fastpath).", -1, methods,
+    "The OTLP receiver's compiled decoder (see otel_assay.collect.compiled).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__otlpc(void) {

@@ -33,7 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import fastpath
+from . import compiled
 from .lake import Lake, check_lake_file
 from .otlp import MalformedOTLP, add_json, add_protobuf, parse_json, parse_protobuf
 from .schema import DEFAULT_LIMITS, Limits, SpanBatch
@@ -324,7 +324,7 @@ class Collector:
     def submit_protobuf(self, body: bytes) -> IngestResult:
         self.check_capacity()
         with self._decoding(len(body)):
-            fast = fastpath.decode(body, self.limits)
+            fast = compiled.decode(body, self.limits)
             if fast is not None:
                 return self._commit(fast, len(fast))
             req = parse_protobuf(body)
@@ -350,7 +350,7 @@ class Collector:
         On the Python path a body costs about fifteen times its size on its way to the log
         (the parsed message, the span rows, the Arrow tables, the log record), and the process
         keeps most of that memory afterwards: two 20 MiB requests at once took the collector
-        past 700 MiB. The compiled path needs less, but any request can take the Python path.
+        past 700 MiB. The compiled decoder needs less, but any request can take the Python path.
         Decoding waits until the bodies being decoded fit in ``max_decoding_bytes``, so big
         requests go one at a time while small ones still share it; a body larger than the
         budget goes alone. Bodies get in in the order they came (a big one is not passed for
@@ -392,7 +392,7 @@ class Collector:
 
     def _commit_locked(self, batch: SpanBatch, received: int) -> IngestResult:
         result = IngestResult(received=received, rejected=batch.rejected)
-        keys = batch.keys if isinstance(batch, fastpath.FastBatch) else _span_keys(*batch.span_keys())
+        keys = batch.keys if isinstance(batch, compiled.CompiledBatch) else _span_keys(*batch.span_keys())
         claim = _Claim()
         stored = False
         try:

@@ -606,7 +606,7 @@ class SpanBatch:
         cols["dropped_links_count"].append(_count(dropped_links_count))
         return True
 
-    # ------------------------------------------------------------------ SDK fast path
+    # ------------------------------------------------------------------ SDK hot path
     def add_sdk_span(self, span, resource: Resource) -> bool:
         """Append an OpenTelemetry SDK ``ReadableSpan`` (the in-process exporter's hot loop).
 
@@ -737,7 +737,7 @@ class SpanBatch:
             del maps.offsets[k + 1:]
             del maps.keys[maps.offsets[-1]:], maps.values[maps.offsets[-1]:]
 
-    # ------------------------------------------------------------------ protobuf fast path
+    # ------------------------------------------------------------------ protobuf hot path
     # The OTLP receiver's hot loop: the same rules as add_span, reading protobuf messages
     # directly (ids as bytes, AnyValue oneofs) without building intermediate Python values.
     # It is what lets one core ingest tens of thousands of spans per second; keep it in

@@ -315,15 +315,15 @@ def test_compaction_leaves_the_files_of_a_log_segment_that_is_still_there(tmp_pa
 def test_a_batch_that_failed_to_store_is_not_taken_for_a_duplicate_when_retried(tmp_path, monkeypatch, compiled):
     """Its keys entered the dedupe window before the tables were built: a failure there left
     them in it, and the client's retry of the same spans was acknowledged and dropped."""
-    from otel_assay.collect import fastpath
+    from otel_assay.collect import compiled as compiled_decoder
     from otel_assay.collect.receiver import Collector
     from otel_assay.collect.schema import SpanBatch
 
     if compiled:
-        assert fastpath.available(), "the compiled decoder is not built (pip install -e . builds it)"
+        assert compiled_decoder.available(), "the compiled decoder is not built (pip install -e . builds it)"
     else:
         monkeypatch.setenv("OTEL_ASSAY_PURE_PYTHON", "1")
-    batch_class = fastpath.FastBatch if compiled else SpanBatch
+    batch_class = compiled_decoder.CompiledBatch if compiled else SpanBatch
     c = Collector(tmp_path / "lake", flush_seconds=3600)
     body = synthetic.request(3, rng=random.Random(4)).SerializeToString()
     real_tables = batch_class.tables

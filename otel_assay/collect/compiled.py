@@ -1,4 +1,4 @@
-"""The OTLP receiver's compiled fast path: a protobuf request straight into Arrow columns.
+"""The OTLP receiver's compiled decoder: a protobuf request straight into Arrow columns.
 
 ``_otlpc`` (C, built at install when a compiler is there) reads the common request, whose
 spans are all plain: no events or links, attribute values that are strings, ints, bools or
@@ -6,10 +6,10 @@ finite doubles, valid UTF-8 within the limits, no repeated keys, nothing to reje
 the ``spans`` table's buffers without a Python object per span or attribute, a third of the
 receiver's CPU time per span. Any other request (and every request when the extension is
 not built) goes to the Python path, ``otlp.parse_protobuf`` and ``otlp.add_protobuf``, which
-has every rule; the two give the same rows for the requests the fast path reads (tests
+has every rule; the two give the same rows for the requests the compiled decoder reads (tests
 compare them on the same bytes).
 
-``OTEL_ASSAY_PURE_PYTHON=1`` turns the fast path off (for comparing the two).
+``OTEL_ASSAY_PURE_PYTHON=1`` turns the compiled decoder off (for comparing the two).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ _FIXED = {"kind": pa.int8(), "start_time_unix_nano": pa.int64(), "duration_ns": 
 
 
 def available() -> bool:
-    """Whether requests can take the compiled path (built, and not turned off)."""
+    """Whether requests can take the compiled decoder (built, and not turned off)."""
     return _otlpc is not None and os.environ.get("OTEL_ASSAY_PURE_PYTHON", "") not in ("1", "true")
 
 
@@ -50,7 +50,7 @@ def _array(typ: pa.DataType, n: int, col: tuple) -> pa.Array:
     return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
-class FastBatch:
+class CompiledBatch:
     """The spans of one request as read by ``_otlpc``: what the receiver needs of a
     :class:`~otel_assay.collect.schema.SpanBatch` (nothing is ever rejected here)."""
 
@@ -107,9 +107,9 @@ class FastBatch:
         return {"spans": spans, "span_events": EMPTY_TABLES["span_events"], "span_links": EMPTY_TABLES["span_links"]}
 
 
-def decode(body: bytes, limits: Limits) -> FastBatch | None:
+def decode(body: bytes, limits: Limits) -> CompiledBatch | None:
     """The request's spans, or None when it needs the Python path (see the module doc)."""
     if not available():
         return None
     decoded: Any = _otlpc.decode(body, _PROMOTED, limits.max_value_chars, limits.max_key_chars, limits.max_attributes)
-    return None if decoded is None else FastBatch(decoded, limits)
+    return None if decoded is None else CompiledBatch(decoded, limits)

@@ -1,11 +1,11 @@
 """The receiver's compiled decoder (``_otlpc``) against its Python path, on the same bytes.
 
-The compiled path may decline a request (None: the Python path takes it) but whatever it
+The compiled decoder may decline a request (None: the Python path takes it) but whatever it
 reads must come out exactly as the Python path stores it: the same rows, values, nulls and
 types, and the same dedupe keys. Requests are generated (every value type, unusual
 characters, invalid ids and times, repeated keys, events and links) and mutated byte by byte,
-with fixed seeds; the plain ones must take the compiled path, so these tests cannot pass
-by the compiled path declining everything.
+with fixed seeds; the plain ones must take the compiled decoder, so these tests cannot pass
+by the compiled decoder declining everything.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from opentelemetry.proto.common.v1.common_pb2 import (
     KeyValueList,
 )
 
-from otel_assay.collect import fastpath, synthetic
+from otel_assay.collect import compiled, synthetic
 from otel_assay.collect.otlp import MalformedOTLP, add_protobuf, parse_protobuf
 from otel_assay.collect.schema import DEFAULT_LIMITS, Limits, SpanBatch
 
@@ -35,8 +35,8 @@ pytestmark = pytest.mark.skipif(
 
 def test_the_compiled_decoder_is_built():
     # pip install (-e) . builds it where there is a C compiler, as on every machine the tests run on
-    assert fastpath._otlpc is not None, "otel_assay/collect/_otlpc.c was not compiled: reinstall the package"
-    assert fastpath.available()
+    assert compiled._otlpc is not None, "otel_assay/collect/_otlpc.c was not compiled: reinstall the package"
+    assert compiled.available()
 
 
 def python_path(body: bytes, limits: Limits):
@@ -53,7 +53,7 @@ def python_path(body: bytes, limits: Limits):
 
 def compiled_path(body: bytes, limits: Limits):
     try:
-        fast = fastpath.decode(body, limits)
+        fast = compiled.decode(body, limits)
     except MalformedOTLP as e:
         return ("error", str(e))
     if fast is None:
@@ -62,7 +62,7 @@ def compiled_path(body: bytes, limits: Limits):
 
 
 def assert_same(body: bytes, limits: Limits = DEFAULT_LIMITS) -> bool:
-    """The compiled path's reading of ``body`` equals the Python path's; True if it read it."""
+    """The compiled decoder's reading of ``body`` equals the Python path's; True if it read it."""
     fast = compiled_path(body, limits)
     if fast is None:
         return False
@@ -261,7 +261,7 @@ def _one_span(**kw) -> ExportTraceServiceRequest:
         "short-parent", "kvlist", "bytes", "nan", "nested-array", "repeated-key"])
 def test_what_the_compiled_path_does_not_read_goes_to_the_python_path(case):
     body = _one_span(**case).SerializeToString()
-    assert fastpath.decode(body, DEFAULT_LIMITS) is None
+    assert compiled.decode(body, DEFAULT_LIMITS) is None
     assert python_path(body, DEFAULT_LIMITS)[0] != "error"  # which reads (or rejects) it
 
 
@@ -276,14 +276,14 @@ def test_text_that_is_not_utf8_goes_to_the_python_path(where):
     # stray, cut short, surrogate, overlong, past U+10FFFF: each in place of as many ASCII bytes
     for bad in (b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xc0\xaf", b"\xe0\x80\xaf", b"\xf4\x90\x80\x80"):
         placeholder = "~" * len(bad)
-        assert fastpath.decode(body(placeholder), DEFAULT_LIMITS) is not None
-        assert fastpath.decode(body(placeholder).replace(placeholder.encode(), bad), DEFAULT_LIMITS) is None, bad
+        assert compiled.decode(body(placeholder), DEFAULT_LIMITS) is not None
+        assert compiled.decode(body(placeholder).replace(placeholder.encode(), bad), DEFAULT_LIMITS) is None, bad
     for good in ("é", "\ud7ff", "\ue000", "\U0010ffff", "\U00010000"):  # the edges that are valid
         assert assert_same(body(good))
 
 
 def test_two_members_of_a_value_oneof_go_to_the_python_path():
-    # protobuf keeps the last; the compiled path leaves such a value to it. The generated
+    # protobuf keeps the last; the compiled decoder leaves such a value to it. The generated
     # classes never write two, so the bytes are put together by hand (lengths under 128)
     def field(tag: int, payload: bytes) -> bytes:
         assert len(payload) < 128
@@ -293,7 +293,7 @@ def test_two_members_of_a_value_oneof_go_to_the_python_path():
     span = _one_span().resource_spans[0].scope_spans[0].spans[0].SerializeToString()
     span += field(0x4A, field(0x0A, b"k") + field(0x12, value))  # attributes: key k, the value
     body = field(0x0A, field(0x12, field(0x12, span)))  # resource_spans > scope_spans > spans
-    assert fastpath.decode(body, DEFAULT_LIMITS) is None
+    assert compiled.decode(body, DEFAULT_LIMITS) is None
     assert python_path(body, DEFAULT_LIMITS)[0]["spans"].column("attributes").to_pylist() == [[("k", "5")]]
 
 
@@ -307,7 +307,7 @@ def test_values_are_stored_as_stringify_stores_them():
         KeyValue(key="gen_ai.usage.output_tokens", value=AnyValue(string_value="8")),
     ]).SerializeToString()
     assert assert_same(body)
-    spans = fastpath.decode(body, DEFAULT_LIMITS).tables()["spans"]
+    spans = compiled.decode(body, DEFAULT_LIMITS).tables()["spans"]
     assert dict(spans.column("attributes").to_pylist()[0]) == {
         "s": '["a\\"\\\\\\n\\u0001é",-3,true,1e+16,null]', "f": "0.1", "i": str(-(2**63)), "b": "false", "n": None,
         "gen_ai.usage.output_tokens": "8"}
@@ -340,8 +340,8 @@ def test_odd_wire_bytes_are_declined_not_misread():
     base = _one_span().SerializeToString()
     # a ten-byte varint with bits past the 64th set; a tag of field 0; a group
     for body in (base + b"\x30" + b"\xff" * 9 + b"\x7f", b"\x00" + base, base + b"\x0b\x0c"):
-        assert fastpath.decode(body, DEFAULT_LIMITS) is None
-    empty = fastpath.decode(b"", DEFAULT_LIMITS)
+        assert compiled.decode(body, DEFAULT_LIMITS) is None
+    empty = compiled.decode(b"", DEFAULT_LIMITS)
     assert empty is not None and empty.tables()["spans"].num_rows == 0 == python_path(b"", DEFAULT_LIMITS)[0]["spans"].num_rows
 
 
@@ -352,7 +352,7 @@ def test_an_array_one_byte_over_the_limit_goes_to_the_python_path():
     assert assert_same(fits, limits)
     over = _one_span(attributes=[KeyValue(key="k", value=AnyValue(array_value=ArrayValue(values=[
         AnyValue(string_value="abcde")])))]).SerializeToString()  # ["abcde"]: 9
-    assert fastpath.decode(over, limits) is None
+    assert compiled.decode(over, limits) is None
     assert python_path(over, limits)[0]["spans"].column("attributes").to_pylist()[0][0][1].startswith('["abcde')
 
 
@@ -366,7 +366,7 @@ def test_a_value_with_a_field_this_code_does_not_know_goes_to_the_python_path():
     for value in (field(0x0A, b"hello") + b"\x40\x05", AnyValue(int_value=7).SerializeToString() + b"\x40\x05",
                   field(0x2A, field(0x0A, field(0x0A, b"x") + b"\x40\x05"))):  # in an array element
         body = field(0x0A, field(0x12, field(0x12, span + field(0x4A, field(0x0A, b"k") + field(0x12, value)))))
-        assert fastpath.decode(body, DEFAULT_LIMITS) is None
+        assert compiled.decode(body, DEFAULT_LIMITS) is None
         assert python_path(body, DEFAULT_LIMITS)[0] != "error"
 
 
@@ -380,7 +380,7 @@ def test_a_tag_longer_than_five_bytes_goes_to_the_python_path():
     # field 17 of the span, which neither path knows, its tag written in six and in five bytes
     for tag, read in ((b"\x8a\x81\x80\x80\x80\x00", False), (b"\x8a\x81\x80\x80\x00", True)):
         body = field(b"\x0a", field(b"\x12", field(b"\x12", span + field(tag, b"renamed"))))
-        fast = fastpath.decode(body, DEFAULT_LIMITS)
+        fast = compiled.decode(body, DEFAULT_LIMITS)
         assert (fast is not None) is read
         if read:
             assert assert_same(body)
@@ -392,6 +392,6 @@ def test_numbers_and_booleans_longer_than_a_tiny_limit_go_to_the_python_path():
     limits = Limits(max_value_chars=4)
     for value in (AnyValue(int_value=123456789), AnyValue(bool_value=False), AnyValue(double_value=0.125)):
         body = _one_span(attributes=[KeyValue(key="k", value=value)]).SerializeToString()
-        assert fastpath.decode(body, limits) is None
+        assert compiled.decode(body, limits) is None
         assert python_path(body, limits)[0]["spans"].column("attributes").to_pylist()[0][0][1].endswith("[truncated by otel-assay]")
     assert assert_same(_one_span(attributes=[KeyValue(key="k", value=AnyValue(bool_value=True))]).SerializeToString(), limits)
