@@ -608,8 +608,46 @@ def _content_length(values: list[str] | None) -> int | None:
 
 
 class _TooLarge(Exception):
-    def __init__(self, limit: int):
-        super().__init__(f"request body exceeds {limit} bytes after decompression")
+    def __init__(self, limit: int, after: str = " after decompression"):
+        super().__init__(f"request body exceeds {limit} bytes{after}")
+
+
+class _BadChunk(Exception):
+    """A chunked body that breaks RFC 9112 §7.1."""
+
+
+_CHUNK_LINE_MAX = 4096  # a chunk-size line with its extensions, or one trailer field line
+_TRAILER_FIELDS_MAX = 64
+
+
+def _chunk_size(line: bytes) -> int:
+    """The size a chunk-size line gives (RFC 9112 §7.1: 1*HEXDIG, then extensions, which are
+    ignored, then CRLF). Strict on purpose: a lenient reading (a bare LF, a sign, "0x", spaces
+    inside the number) is where a proxy in front and this server can disagree on where the
+    body ends."""
+    if len(line) > _CHUNK_LINE_MAX or not line.endswith(b"\r\n"):
+        raise _BadChunk("a chunk-size line must end with CRLF within 4096 bytes")
+    size = line[:-2].split(b";", 1)[0].rstrip(b" \t")
+    if not 0 < len(size) <= 16 or size.strip(b"0123456789abcdefABCDEF"):
+        raise _BadChunk(f"invalid chunk size {size[:40]!r}: send hexadecimal digits (RFC 9112 §7.1)")
+    return int(size, 16)
+
+
+def _chunked_refusal(te: list[str], content_length: list[str] | None, version: str) -> tuple[int, int, str] | None:
+    """Why a request with Transfer-Encoding cannot be read, as (HTTP status, gRPC code,
+    message), or None when its body is plainly chunked."""
+    if version == "HTTP/1.0":  # RFC 9112 §6.1: a 1.0 client cannot have meant it
+        return 400, 3, "Transfer-Encoding in an HTTP/1.0 request; send a Content-Length"
+    if content_length:
+        # RFC 9112 §6.3: the two together are how requests are smuggled past a proxy
+        return 400, 3, "both Transfer-Encoding and Content-Length; send one of them"
+    codings = [c.strip().lower() for v in te for c in v.split(",") if c.strip()]
+    if codings == ["chunked"]:
+        return None
+    if not codings or codings[-1] != "chunked":
+        return 400, 3, "chunked must be the last transfer coding (RFC 9112 §6.3)"
+    return 501, 12, (f"transfer coding {', '.join(codings)!r} is not supported: only chunked is; "
+                     "compress with Content-Encoding: gzip")
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -850,31 +888,32 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.split("?")[0] != "/v1/traces":
             self.close_connection = True
             return self._error(404, 5, f"no such path {self.path!r}; OTLP traces are POSTed to /v1/traces", is_json)
-        chunked = self.headers.get("Transfer-Encoding") is not None
-        length = None if chunked else _content_length(self.headers.get_all("Content-Length"))
+        # length: the Content-Length, or None for a chunked body (its length is known once read)
+        te = self.headers.get_all("Transfer-Encoding")
+        if te is not None:
+            refusal = _chunked_refusal(te, self.headers.get_all("Content-Length"), self.request_version)
+            if refusal is not None:
+                # the body is not read: where it ends is not known, so the connection closes
+                self.close_connection = True
+                return self._error(*refusal, is_json)
+            length = None
+        else:
+            length = _content_length(self.headers.get_all("Content-Length"))
+            if length is None:
+                self.close_connection = True
+                return self._error(411, 3, "Content-Length required (or Transfer-Encoding: chunked)", is_json)
+            if length < 0:
+                self.close_connection = True
+                values = ", ".join(self.headers.get_all("Content-Length"))
+                return self._error(400, 3, f"invalid Content-Length {values[:100]!r}: send one, as a decimal "
+                                   "number of bytes (RFC 9110 §8.6)", is_json)
         if self.token is not None and not _bearer_ok(self.headers.get("Authorization"), self.token):
-            # before any other answer: nothing about the request is told to a client without the token
-            return self._refuse(length if length is not None and length >= 0 else 0, 401, 16,
-                                "missing or wrong bearer token (Authorization: Bearer ...)", is_json,
+            return self._refuse(length, 401, 16, "missing or wrong bearer token (Authorization: Bearer ...)", is_json,
                                 {"WWW-Authenticate": "Bearer"})
-        if chunked:
-            # not read here; with a Content-Length as well, reading by the length would take the
-            # rest of a chunked body for a second request (request smuggling behind a proxy)
-            self.close_connection = True
-            return self._error(411, 3, "Transfer-Encoding is not supported; send the body with a Content-Length",
-                               is_json)
-        if length is None:
-            self.close_connection = True
-            return self._error(411, 3, "Content-Length required", is_json)
-        if length < 0:
-            self.close_connection = True
-            values = ", ".join(self.headers.get_all("Content-Length"))
-            return self._error(400, 3, f"invalid Content-Length {values[:100]!r}: send one, as a decimal number "
-                               "of bytes (RFC 9110 §8.6)", is_json)
         if ctype not in ("application/x-protobuf", "application/json"):
             return self._refuse(length, 415, 3, f"unsupported Content-Type {ctype!r}; use application/x-protobuf "
                                 "or application/json", True)
-        if length > self.max_body:
+        if length is not None and length > self.max_body:
             return self._refuse(length, 413, 8, f"request body of {length} bytes exceeds the {self.max_body}-byte "
                                 "limit", is_json, drain_limit=DRAIN_LIMIT)
         try:
@@ -890,14 +929,22 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             self.slots.release()
 
-    def _refuse(self, length: int, status: int, grpc_code: int, message: str, is_json: bool,
+    def _refuse(self, length: int | None, status: int, grpc_code: int, message: str, is_json: bool,
                 headers: dict | None = None, *, drain_limit: int | None = None) -> None:
         """Answer ``status`` without taking the request, and close the connection. The body
         (up to a cap: the size limit, or more for the 413 itself) is read and discarded first,
         so that a client that sends all of it before reading the reply (urllib, for one) gets
-        the status instead of a broken pipe; beyond the cap the connection is just closed."""
+        the status instead of a broken pipe; beyond the cap the connection is just closed.
+        ``length`` None: a chunked body, drained chunk by chunk up to the same cap."""
         self.close_connection = True
-        remaining = length if length <= (drain_limit or self.max_body) else 0
+        cap = drain_limit or self.max_body
+        if length is None:
+            try:
+                self._read_body(None, limit=cap, keep=False)
+            except (_TooLarge, _BadChunk):
+                pass
+            return self._error(status, grpc_code, message, is_json, headers)
+        remaining = length if length <= cap else 0
         while remaining > 0:
             chunk = self.rfile.read(min(remaining, 1 << 20))
             if not chunk:
@@ -905,32 +952,84 @@ class _Handler(BaseHTTPRequestHandler):
             remaining -= len(chunk)
         return self._error(status, grpc_code, message, is_json, headers)
 
-    def _read_body(self, length: int) -> bytes | None:
-        """The request body, or None when the client closed or fell behind ``min_body_rate``."""
+    def _read_body(self, length: int | None, *, limit: int | None = None, keep: bool = True) -> bytes | None:
+        """The request body, or None when the client closed or fell behind ``min_body_rate``.
+
+        ``length`` None: the body is chunked (RFC 9112 §7.1): chunks are read until the last
+        one and its trailer fields (which are read and ignored); more than ``limit`` bytes
+        (default: the size limit) raise ``_TooLarge`` and a malformed chunk ``_BadChunk``.
+        ``keep=False`` discards the body as it arrives (a refused request's drain)."""
         # each byte is due by its place in the schedule, not only the last one by the end: a
         # client that declares a large body (20 MiB: 330 s at the minimum rate) and then sends
         # nothing would otherwise hold its slot all that time, five times the idle timeout
         due = time.monotonic() + self.body_grace_s
-        parts, got = [], 0
+        parts: list[bytes] = []
+        got = 0
+
+        def read(n: int, line: bool = False) -> bytes | None:
+            left = due + (got + 1) / self.min_body_rate - time.monotonic()
+            if left <= 0:
+                return None
+            self.connection.settimeout(min(left, self.timeout))
+            data = self.rfile.readline(n) if line else self.rfile.read1(n)
+            return data or None
+
         try:
-            while got < length:
-                left = due + (got + 1) / self.min_body_rate - time.monotonic()
-                if left <= 0:
-                    return None
-                self.connection.settimeout(min(left, self.timeout))
-                chunk = self.rfile.read1(min(length - got, 1 << 20))
-                if not chunk:
-                    return None
-                parts.append(chunk)
-                got += len(chunk)
+            if length is not None:
+                while got < length:
+                    chunk = read(min(length - got, 1 << 20))
+                    if chunk is None:
+                        return None
+                    if keep:
+                        parts.append(chunk)
+                    got += len(chunk)
+            else:
+                limit = self.max_body if limit is None else limit
+                while True:
+                    size_line = read(_CHUNK_LINE_MAX + 1, line=True)
+                    if size_line is None or (len(size_line) <= _CHUNK_LINE_MAX and not size_line.endswith(b"\n")):
+                        return None  # the client closed mid-line
+                    size = _chunk_size(size_line)
+                    if size == 0:
+                        break
+                    if got + size > limit:
+                        raise _TooLarge(limit, " (chunked)")
+                    remaining = size
+                    while remaining:
+                        chunk = read(min(remaining, 1 << 20))
+                        if chunk is None:
+                            return None
+                        if keep:
+                            parts.append(chunk)
+                        got += len(chunk)
+                        remaining -= len(chunk)
+                    if read(3, line=True) != b"\r\n":
+                        raise _BadChunk("a chunk's data is not followed by CRLF (is the chunk size right?)")
+                for _ in range(_TRAILER_FIELDS_MAX + 1):  # the trailer section, ignored
+                    trailer = read(_CHUNK_LINE_MAX + 1, line=True)
+                    if trailer is None:
+                        return None
+                    if trailer == b"\r\n":
+                        break
+                    if len(trailer) > _CHUNK_LINE_MAX or not trailer.endswith(b"\r\n"):
+                        raise _BadChunk("a trailer field line must end with CRLF within 4096 bytes")
+                else:
+                    raise _BadChunk(f"more than {_TRAILER_FIELDS_MAX} trailer fields")
         except (TimeoutError, socket.timeout):
             return None
         finally:
             self.connection.settimeout(self.timeout)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def _ingest(self, length: int, is_json: bool) -> None:
-        body = self._read_body(length)
+    def _ingest(self, length: int | None, is_json: bool) -> None:
+        try:
+            body = self._read_body(length)
+        except _TooLarge as e:
+            self.close_connection = True  # the rest of the body is unread
+            return self._error(413, 8, str(e), is_json)
+        except _BadChunk as e:
+            self.close_connection = True
+            return self._error(400, 3, f"malformed chunked body: {e}", is_json)
         if body is None:
             self.close_connection = True
             try:

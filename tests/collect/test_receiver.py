@@ -357,15 +357,93 @@ def test_a_client_that_sends_its_whole_body_first_gets_the_refusal_not_a_broken_
                 headers={"Authorization": "Bearer s3cret"})[0] == 200
 
 
-def test_transfer_encoding_is_refused_and_the_connection_closed(tmp_path, collector_factory):
-    """Chunked with a Content-Length too: reading by the length would take the rest as a second request."""
+def _chunked(body: bytes, sizes=(1, 7, 300), ext: bytes = b"", trailer: bytes = b"") -> bytes:
+    """``body`` in chunks of the given sizes (the last one takes the rest), RFC 9112 §7.1."""
+    out, i = b"", 0
+    for n in list(sizes) + [len(body)]:
+        part = body[i:i + n]
+        if part:
+            out += b"%x%s\r\n%s\r\n" % (len(part), ext, part)
+        i += len(part)
+    return out + b"0\r\n" + trailer + b"\r\n"
+
+
+def test_a_chunked_body_is_read_from_a_real_client_and_from_raw_chunks(tmp_path, collector_factory):
+    """Transfer-Encoding: chunked (an exporter that streams its gzip output sends it): the
+    chunks, their extensions and the trailer fields are read, and the spans are stored."""
+    import http.client
+
     c = collector_factory(tmp_path / "lake", grpc=False)
-    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
-    chunk = b"0\r\n\r\n" + smuggled
+    first, second, third = recorded_trials(1), recorded_trials(2), recorded_trials(1)
+    # http.client's own chunked encoding, with gzip on top
+    body = gzip.compress(encode_proto(first).SerializeToString())
+    conn = http.client.HTTPConnection("127.0.0.1", c.ports["http"], timeout=10)
+    conn.request("POST", "/v1/traces", iter([body[:10], body[10:]]), encode_chunked=True,
+                 headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
+    r = conn.getresponse()
+    assert r.status == 200 and pb.ExportTraceServiceResponse.FromString(r.read()) == pb.ExportTraceServiceResponse()
+    # the connection stays open for the next request
+    doc = json.dumps(encode_json(second).to_dict()).encode()
+    conn.request("POST", "/v1/traces", iter([doc]), encode_chunked=True, headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200 and json.loads(r.read()) == {}
+    conn.close()
+    raw = _chunked(encode_proto(third).SerializeToString(), ext=b' ;name="v;x" ; flag',
+                   trailer=b"X-Checksum: 1\r\nX-Other: 2\r\n")
     data = _exchange(c.ports["http"], b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-                     b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk)
-    assert data.startswith(b"HTTP/1.1 411") and b"Connection: close" in data
+                     b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + raw)
+    assert data.startswith(b"HTTP/1.1 200"), data
+    code, out, err = c.terminate()
+    assert code == 0, err
+    assert lake_view(tmp_path / "lake") == expected_view(first + second + third)
+
+
+@pytest.mark.parametrize("head, chunks, status, says", [
+    # with a Content-Length too, reading by the length would take the rest as a second request
+    (b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", b"0\r\n\r\n", 400, "both Transfer-Encoding"),
+    (b"Transfer-Encoding: gzip, chunked\r\n", b"0\r\n\r\n", 501, "only chunked"),
+    (b"Transfer-Encoding: chunked, gzip\r\n", b"0\r\n\r\n", 400, "last transfer coding"),
+    (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n", b"0\r\n\r\n", 400, "last transfer coding"),
+    (b"Transfer-Encoding: chunked\r\n", b"zz\r\nab\r\n0\r\n\r\n", 400, "invalid chunk size"),
+    (b"Transfer-Encoding: chunked\r\n", b"-1\r\n0\r\n\r\n", 400, "invalid chunk size"),
+    (b"Transfer-Encoding: chunked\r\n", b"0x2\r\nab\r\n0\r\n\r\n", 400, "invalid chunk size"),
+    (b"Transfer-Encoding: chunked\r\n", b"2\nab\r\n0\r\n\r\n", 400, "CRLF"),
+    (b"Transfer-Encoding: chunked\r\n", b"2\r\nabc\r\n0\r\n\r\n", 400, "not followed by CRLF"),
+    (b"Transfer-Encoding: chunked\r\n", b"1" + b"0" * 17 + b"\r\n", 400, "invalid chunk size"),
+    (b"Transfer-Encoding: chunked\r\n", b"1;" + b"x" * 5000 + b"\r\n", 400, "4096 bytes"),
+    # the size limit (1 MiB below) counts the chunks' data, not what a header promises
+    (b"Transfer-Encoding: chunked\r\n", (b"80000\r\n" + b"\x0a" * 0x80000 + b"\r\n") * 3, 413, "exceeds 1048576"),
+])
+def test_a_bad_chunked_request_is_refused_the_connection_closed_and_the_collector_serves_on(
+        tmp_path, collector_factory, head, chunks, status, says):
+    from google.rpc import status_pb2
+
+    c = collector_factory(tmp_path / "lake", "--max-body-mib", "1", grpc=False)
+    smuggled = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    data = _exchange(c.ports["http"], b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                     + head + b"\r\n" + chunks + smuggled)
+    resp_head, _, resp = data.partition(b"\r\n\r\n")
+    assert resp_head.startswith(b"HTTP/1.1 %d" % status) and b"Connection: close" in resp_head, data[:300]
+    assert says in status_pb2.Status.FromString(resp[:int(resp_head.split(b"Content-Length: ")[1].split(b"\r\n")[0])]).message
     assert data.count(b"HTTP/1.1") == 1  # the smuggled GET was never answered
+    spans = recorded_trials(1)
+    assert post(c.http_url, encode_proto(spans).SerializeToString())[0] == 200  # still serving
+    assert c.terminate()[0] == 0
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def test_chunked_on_http_1_0_and_an_unauthorised_chunked_request_are_refused(tmp_path, collector_factory):
+    c = collector_factory(tmp_path / "lake", "--token", "s3cret", grpc=False)
+    body = _chunked(encode_proto(recorded_trials(1)).SerializeToString())
+    data = _exchange(c.ports["http"], b"POST /v1/traces HTTP/1.0\r\nContent-Type: application/x-protobuf\r\n"
+                     b"Authorization: Bearer s3cret\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
+    assert data.startswith(b"HTTP/1.1 400") and b"HTTP/1.0" in data, data[:300]
+    # the refusal comes after the body was drained, as for a Content-Length body
+    data = _exchange(c.ports["http"], b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n" + body)
+    assert data.startswith(b"HTTP/1.1 401") and b"WWW-Authenticate: Bearer" in data, data[:300]
+    c.terminate()
+    assert not list((tmp_path / "lake").rglob("*.parquet"))
 
 
 def test_an_internal_error_is_a_500_and_internal_not_a_dropped_connection(tmp_path, monkeypatch):
@@ -463,10 +541,15 @@ def test_a_last_parquet_write_that_fails_at_shutdown_exits_4_and_the_next_start_
     assert lake_view(lake) == expected_view(spans)
 
 
-def test_a_client_that_trickles_its_body_loses_its_slot_and_others_get_in(tmp_path):
+@pytest.mark.parametrize("framing, start", [
+    (b"Content-Length: 1000\r\n", b"\x0a" * 10),
+    (b"Transfer-Encoding: chunked\r\n", b"3e8\r\n" + b"\x0a" * 10),  # a chunk of 1000 bytes begun
+    (b"Transfer-Encoding: chunked\r\n", b"3e"),  # a chunk-size line begun
+])
+def test_a_client_that_trickles_its_body_loses_its_slot_and_others_get_in(tmp_path, framing, start):
     """Slowloris: a body sent a few bytes at a time held one of the few request slots for up
     to 60 s per byte. Past the minimum upload rate it is answered 503 (which exporters retry)
-    and the slot freed."""
+    and the slot freed; a chunked body is held to the same schedule."""
     from otel_assay.collect.receiver import Collector, Receiver
 
     collector = Collector(tmp_path / "lake", flush_seconds=30)
@@ -480,7 +563,7 @@ def test_a_client_that_trickles_its_body_loses_its_slot_and_others_get_in(tmp_pa
     slow = socket.create_connection(("127.0.0.1", port), timeout=30)
     try:
         slow.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-                     b"Content-Length: 1000\r\n\r\n" + b"\x0a" * 10)  # then nothing more
+                     + framing + b"\r\n" + start)  # then nothing more
         time.sleep(0.3)  # the slow request holds the only slot now
         t = time.monotonic()
         status = post(url, one)[0]
