@@ -2,9 +2,9 @@
  * The OTLP receiver's compiled decoder: an ExportTraceServiceRequest (protobuf wire
  * bytes) straight into the columns of the lake's `spans` table, as Arrow buffers.
  *
- * It reads only requests whose every span is plain: no events, no links, attribute values
- * that are strings, ints, bools or finite doubles, every string valid UTF-8 and within the
- * limits, no repeated keys, nothing to reject. For anything else decode() returns None and
+ * It reads only requests whose every span is plain: no links, attribute values (of spans
+ * and of their events) that are strings, ints, bools or finite doubles, every string valid
+ * UTF-8 and within the limits, no repeated keys, nothing to reject, drop or cut. For anything else decode() returns None and
  * the receiver takes its Python path (otlp.add_protobuf), which has every rule. So this
  * code never decides a rule the Python path does not: it only does what that path would do
  * for the common request, and tests compare the two on the same bytes (random and mutated
@@ -295,19 +295,27 @@ typedef struct {
     int type;
 } Promoted;
 
+/* an attributes map column: offsets (one per row, and a leading 0), keys, values */
+typedef struct {
+    Col offsets, keys, values;
+    int64_t n;
+} Map;
+
 typedef struct {
     /* limits, in bytes: a string longer than this many bytes might be longer than the
      * Python path's character limit, so such a request goes there */
     size_t max_value, max_key;
-    uint64_t max_attributes;
+    uint64_t max_attributes, max_events;
     Promoted promoted[NPROMOTED_MAX];
     int npromoted;
 
     Col trace_id, span_id, parent, trace_state, name, kind, start, duration, code, message;
     Col dropped_a, dropped_e, dropped_l, group;
     Col prom[NPROMOTED_MAX];
-    Col map_offsets, map_keys, map_values;
-    int64_t n_entries;
+    Map span_map;
+    /* the span_events table: one row per event, with the row of its span */
+    Col ev_trace_id, ev_span_id, ev_time, ev_name, ev_dropped, ev_part, ev_row;
+    Map ev_map;
     PyObject *keys;   /* list: hash(trace_hex + span_hex) per span, the receiver's dedupe key */
     PyObject *groups; /* list: (resource index, scope name, scope version) */
     PyObject *resources; /* list of lists of serialized resource KeyValues */
@@ -491,9 +499,9 @@ static uint32_t key_hash(const uint8_t *s, size_t n) {
     return h;
 }
 
-/* one span's attributes: promoted columns and map entries. `attrs` holds the KeyValue
- * slices of the span, in order. */
-static int span_attributes(Dec *d, const uint8_t **kv_s, size_t *kv_n, size_t nkv) {
+/* one row's attributes into map `m` (a span's with `promote`: a promoted key goes to its
+ * column). `kv_s`/`kv_n` hold the KeyValue slices, in order. */
+static int read_attributes(Dec *d, Map *m, int promote, const uint8_t **kv_s, size_t *kv_n, size_t nkv) {
     if (nkv > d->max_attributes)
         return FALLBACK;
     int filled[NPROMOTED_MAX] = {0};
@@ -610,7 +618,7 @@ static int span_attributes(Dec *d, const uint8_t **kv_s, size_t *kv_n, size_t nk
         }
         /* a promoted key with a value of its column's type goes to the column */
         int col = -1;
-        for (int p = 0; p < d->npromoted; p++) {
+        for (int p = 0; promote && p < d->npromoted; p++) {
             if ((size_t)d->promoted[p].len == klen && memcmp(d->promoted[p].key, key, klen) == 0) {
                 int t = d->promoted[p].type;
                 if ((t == T_STRING && v.kind == 1) || (t == T_INT64 && v.kind == 3) || (t == T_DOUBLE && v.kind == 4))
@@ -629,24 +637,118 @@ static int span_attributes(Dec *d, const uint8_t **kv_s, size_t *kv_n, size_t nk
                 rc = col_fixed(c, &v.d) < 0 ? -1 : 0;
             continue;
         }
-        if (col_str(&d->map_keys, (const char *)key, klen) < 0 ||
-            (v.kind ? col_str(&d->map_values, text, tlen) : col_null(&d->map_values)) < 0) {
+        if (col_str(&m->keys, (const char *)key, klen) < 0 ||
+            (v.kind ? col_str(&m->values, text, tlen) : col_null(&m->values)) < 0) {
             rc = -1;
             break;
         }
-        d->n_entries++;
+        m->n++;
     }
     if (table != table_small)
         PyMem_Free(table);
     if (rc)
         return rc;
-    for (int p = 0; p < d->npromoted; p++)
+    for (int p = 0; promote && p < d->npromoted; p++)
         if (!filled[p] && col_null(&d->prom[p]) < 0)
             return -1;
-    if (d->n_entries > INT32_MAX)
+    if (m->n > INT32_MAX)
         return FALLBACK;
-    int32_t off = (int32_t)d->n_entries;
-    return buf_put(&d->map_offsets.data, &off, 4);
+    int32_t off = (int32_t)m->n;
+    return buf_put(&m->offsets.data, &off, 4);
+}
+
+#define MAX_EVENT_ATTRS_STACK 64
+
+/* one event of the span in row `row` (trace and span id in `hex`), as the Python path stores
+ * it; FALLBACK for anything it would judge (a repeated field, bad UTF-8, a value over a
+ * limit, more attributes than the limit) */
+static int read_event(Dec *d, const uint8_t *s, size_t n, const char *hex, int64_t span_start, int32_t row) {
+    Rd r = {s, s + n};
+    Field f;
+    int rc, ret = 0;
+    uint32_t seen = 0;
+    uint64_t t = 0, dropped = 0;
+    const uint8_t *name = (const uint8_t *)"";
+    size_t name_n = 0;
+    const uint8_t *kv_stack[MAX_EVENT_ATTRS_STACK];
+    size_t kvn_stack[MAX_EVENT_ATTRS_STACK];
+    const uint8_t **kv_s = kv_stack;
+    size_t *kv_n = kvn_stack, nkv = 0, kv_cap = MAX_EVENT_ATTRS_STACK;
+    /* wire type of each field: 1 time_unix_nano, 2 name, 3 attributes, 4 dropped count */
+    static const int8_t want[5] = {-1, 1, 2, 2, 0};
+
+    while (NEXT(&r, &f)) {
+        if (f.field > 4)
+            continue;
+        if (f.wt != want[f.field]) {
+            ret = FALLBACK;
+            goto out;
+        }
+        if (f.field == 3) {
+            if (nkv == kv_cap) {
+                size_t cap = kv_cap * 4;
+                if (nkv > d->max_attributes) {
+                    ret = FALLBACK;
+                    goto out;
+                }
+                const uint8_t **ns = PyMem_Malloc(cap * sizeof(*ns));
+                size_t *nn = PyMem_Malloc(cap * sizeof(*nn));
+                if (!ns || !nn) {
+                    PyMem_Free(ns);
+                    PyMem_Free(nn);
+                    PyErr_NoMemory();
+                    ret = -1;
+                    goto out;
+                }
+                memcpy(ns, kv_s, nkv * sizeof(*ns));
+                memcpy(nn, kv_n, nkv * sizeof(*nn));
+                if (kv_s != kv_stack) {
+                    PyMem_Free(kv_s);
+                    PyMem_Free(kv_n);
+                }
+                kv_s = ns;
+                kv_n = nn;
+                kv_cap = cap;
+            }
+            kv_s[nkv] = f.s;
+            kv_n[nkv++] = f.n;
+            continue;
+        }
+        if (seen & (1u << f.field)) {
+            ret = FALLBACK;
+            goto out;
+        }
+        seen |= 1u << f.field;
+        if (f.field == 1) {
+            t = f.v;
+        } else if (f.field == 2) {
+            name = f.s;
+            name_n = f.n;
+        } else {
+            dropped = f.v & 0xFFFFFFFFu;
+        }
+    }
+    if (!DONE || name_n > d->max_value || !utf8_ok(name, name_n)) {
+        ret = FALLBACK;
+        goto out;
+    }
+    if ((ret = read_attributes(d, &d->ev_map, 0, kv_s, kv_n, nkv)) != 0)
+        goto out;
+    ret = -1;
+    int64_t t64 = t > INT64_MAX ? INT64_MAX : (int64_t)t;
+    int32_t d32 = dropped > INT32_MAX ? INT32_MAX : (int32_t)dropped;
+    if (col_str(&d->ev_trace_id, hex, 32) < 0 || col_str(&d->ev_span_id, hex + 32, 16) < 0 ||
+        col_fixed(&d->ev_time, &t64) < 0 || col_str(&d->ev_name, (const char *)name, name_n) < 0 ||
+        col_fixed(&d->ev_dropped, &d32) < 0 || col_fixed(&d->ev_part, &span_start) < 0 ||
+        col_fixed(&d->ev_row, &row) < 0)
+        goto out;
+    ret = 0;
+out:
+    if (kv_s != kv_stack) {
+        PyMem_Free(kv_s);
+        PyMem_Free(kv_n);
+    }
+    return ret;
 }
 
 #define MAX_SPAN_ATTRS_STACK 256
@@ -663,6 +765,7 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     size_t kvn_stack[MAX_SPAN_ATTRS_STACK];
     const uint8_t **kv_s = kv_stack;
     size_t *kv_n = kvn_stack, nkv = 0, kv_cap = MAX_SPAN_ATTRS_STACK;
+    uint64_t n_events = 0;
     int ret = 0;
     /* wire type each singular field must have */
     static const int8_t want[17] = {-1, 2, 2, 2, 2, 2, 0, 1, 1, 2, 0, 2, 0, 2, 0, 2, 5};
@@ -674,9 +777,13 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
             ret = FALLBACK;
             goto out;
         }
-        if (f.field == 11 || f.field == 13) { /* events, links: the Python path */
+        if (f.field == 13) { /* links: the Python path */
             ret = FALLBACK;
             goto out;
+        }
+        if (f.field == 11) { /* events: read once the span is (see below) */
+            n_events++;
+            continue;
         }
         if (f.field == 9) {
             if (nkv == kv_cap) {
@@ -761,6 +868,7 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     /* anything the Python path would reject (or truncate) */
     if (tid_n != 16 || all_zero(tid, 16) || sid_n != 8 || all_zero(sid, 8) || (pid_n && pid_n != 8) ||
         start == 0 || start > INT64_MAX || end == 0 || end > INT64_MAX || end < start || kind > 5 || code > 2 ||
+        n_events > d->max_events || /* the Python path keeps the first ones, after reading all */
         name_n > d->max_value || msg_n > d->max_value || !utf8_ok(name, name_n) ||
         (state && !utf8_ok(state, state_n)) || (msg && !utf8_ok(msg, msg_n))) {
         ret = FALLBACK;
@@ -769,7 +877,7 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     char hex[48];
     to_hex(hex, tid, 16);
     to_hex(hex + 32, sid, 8);
-    if ((ret = span_attributes(d, kv_s, kv_n, nkv)) != 0)
+    if ((ret = read_attributes(d, &d->span_map, 1, kv_s, kv_n, nkv)) != 0)
         goto out;
     ret = -1;
     if (col_str(&d->trace_id, hex, 32) < 0 || col_str(&d->span_id, hex + 32, 16) < 0)
@@ -809,6 +917,13 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
         goto out;
     }
     Py_DECREF(hk);
+    if (n_events) {
+        int32_t row = (int32_t)(d->trace_id.n - 1);
+        r.p = s;
+        while (NEXT(&r, &f))
+            if (f.field == 11 && (ret = read_event(d, f.s, f.n, hex, st, row)) != 0)
+                goto out;
+    }
     ret = 0;
 out:
     if (kv_s != kv_stack) {
@@ -952,7 +1067,9 @@ static int read_resource_spans(Dec *d, const uint8_t *s, size_t n) {
 static void dec_free(Dec *d) {
     Col *cols[] = {&d->trace_id, &d->span_id, &d->parent, &d->trace_state, &d->name, &d->kind, &d->start,
                    &d->duration, &d->code, &d->message, &d->dropped_a, &d->dropped_e, &d->dropped_l, &d->group,
-                   &d->map_offsets, &d->map_keys, &d->map_values};
+                   &d->span_map.offsets, &d->span_map.keys, &d->span_map.values, &d->ev_trace_id,
+                   &d->ev_span_id, &d->ev_time, &d->ev_name, &d->ev_dropped, &d->ev_part, &d->ev_row,
+                   &d->ev_map.offsets, &d->ev_map.keys, &d->ev_map.values};
     for (size_t i = 0; i < sizeof(cols) / sizeof(cols[0]); i++)
         col_free(cols[i]);
     for (int p = 0; p < NPROMOTED_MAX; p++)
@@ -964,7 +1081,7 @@ static void dec_free(Dec *d) {
 }
 
 PyDoc_STRVAR(decode_doc,
-"decode(body, promoted, max_value_bytes, max_key_bytes, max_attributes)\n--\n\n"
+"decode(body, promoted, max_value_bytes, max_key_bytes, max_attributes, max_events)\n--\n\n"
 "The spans of an OTLP ExportTraceServiceRequest as Arrow buffers, or None when the request\n"
 "needs the Python path (see otel_assay.collect.compiled). ``promoted`` is a sequence of\n"
 "(key, type) pairs, type 0 string, 1 int64, 2 double, in column order.");
@@ -972,8 +1089,8 @@ PyDoc_STRVAR(decode_doc,
 static PyObject *decode(PyObject *self, PyObject *args) {
     Py_buffer body;
     PyObject *promoted;
-    Py_ssize_t max_value, max_key, max_attributes;
-    if (!PyArg_ParseTuple(args, "y*Onnn", &body, &promoted, &max_value, &max_key, &max_attributes))
+    Py_ssize_t max_value, max_key, max_attributes, max_events;
+    if (!PyArg_ParseTuple(args, "y*Onnnn", &body, &promoted, &max_value, &max_key, &max_attributes, &max_events))
         return NULL;
     Dec *d = PyMem_Calloc(1, sizeof(Dec));
     PyObject *result = NULL, *seq = NULL;
@@ -989,6 +1106,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     d->max_value = max_value < 0 ? 0 : (size_t)max_value;
     d->max_key = max_key < 0 ? 0 : (size_t)max_key;
     d->max_attributes = max_attributes < 0 ? 0 : (uint64_t)max_attributes;
+    d->max_events = max_events < 0 ? 0 : (uint64_t)max_events;
     seq = PySequence_Fast(promoted, "promoted must be a sequence");
     if (!seq)
         goto done;
@@ -1020,15 +1138,19 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         col_init(&d->trace_state, 1, 0) || col_init(&d->name, 1, 0) || col_init(&d->message, 1, 0) ||
         col_init(&d->kind, 0, 1) || col_init(&d->code, 0, 1) || col_init(&d->start, 0, 8) ||
         col_init(&d->duration, 0, 8) || col_init(&d->dropped_a, 0, 4) || col_init(&d->dropped_e, 0, 4) ||
-        col_init(&d->dropped_l, 0, 4) || col_init(&d->group, 0, 4) || col_init(&d->map_offsets, 0, 4) ||
-        col_init(&d->map_keys, 1, 0) || col_init(&d->map_values, 1, 0))
+        col_init(&d->dropped_l, 0, 4) || col_init(&d->group, 0, 4) || col_init(&d->span_map.offsets, 0, 4) ||
+        col_init(&d->span_map.keys, 1, 0) || col_init(&d->span_map.values, 1, 0) ||
+        col_init(&d->ev_trace_id, 1, 0) || col_init(&d->ev_span_id, 1, 0) || col_init(&d->ev_time, 0, 8) ||
+        col_init(&d->ev_name, 1, 0) || col_init(&d->ev_dropped, 0, 4) || col_init(&d->ev_part, 0, 8) ||
+        col_init(&d->ev_row, 0, 4) || col_init(&d->ev_map.offsets, 0, 4) || col_init(&d->ev_map.keys, 1, 0) ||
+        col_init(&d->ev_map.values, 1, 0))
         goto done;
     for (int p = 0; p < d->npromoted; p++)
         if (col_init(&d->prom[p], d->promoted[p].type == T_STRING, 8))
             goto done;
     {
         int32_t zero = 0;
-        if (buf_put(&d->map_offsets.data, &zero, 4) < 0)
+        if (buf_put(&d->span_map.offsets.data, &zero, 4) < 0 || buf_put(&d->ev_map.offsets.data, &zero, 4) < 0)
             goto done;
     }
     {
@@ -1056,11 +1178,14 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     {
         Col *named[] = {&d->trace_id, &d->span_id, &d->parent, &d->trace_state, &d->name, &d->kind, &d->start,
                         &d->duration, &d->code, &d->message, &d->dropped_a, &d->dropped_e, &d->dropped_l, &d->group,
-                        &d->map_keys, &d->map_values};
+                        &d->span_map.keys, &d->span_map.values, &d->ev_trace_id, &d->ev_span_id, &d->ev_time,
+                        &d->ev_name, &d->ev_dropped, &d->ev_part, &d->ev_row, &d->ev_map.keys, &d->ev_map.values};
         const char *names[] = {"trace_id", "span_id", "parent_span_id", "trace_state", "name", "kind",
                                "start_time_unix_nano", "duration_ns", "status_code", "status_message",
                                "dropped_attributes_count", "dropped_events_count", "dropped_links_count",
-                               "group", "map_keys", "map_values"};
+                               "group", "map_keys", "map_values", "ev_trace_id", "ev_span_id", "ev_time_unix_nano",
+                               "ev_name", "ev_dropped_attributes_count", "ev_partition_time", "ev_span_row",
+                               "ev_map_keys", "ev_map_values"};
         PyObject *cols = PyDict_New(), *prom = PyList_New(d->npromoted);
         if (!cols || !prom) {
             Py_XDECREF(cols);
@@ -1086,14 +1211,19 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             }
             PyList_SET_ITEM(prom, p, c);
         }
-        PyObject *offsets = PyBytes_FromStringAndSize(d->map_offsets.data.p, (Py_ssize_t)d->map_offsets.data.len);
-        if (!offsets) {
+        PyObject *offsets = PyBytes_FromStringAndSize(d->span_map.offsets.data.p,
+                                                      (Py_ssize_t)d->span_map.offsets.data.len);
+        PyObject *ev_offsets = PyBytes_FromStringAndSize(d->ev_map.offsets.data.p,
+                                                         (Py_ssize_t)d->ev_map.offsets.data.len);
+        if (!offsets || !ev_offsets) {
+            Py_XDECREF(offsets);
+            Py_XDECREF(ev_offsets);
             Py_DECREF(cols);
             Py_DECREF(prom);
             goto done;
         }
-        result = Py_BuildValue("(LNNNOOO)", (long long)d->trace_id.n, cols, prom, offsets, d->keys, d->groups,
-                               d->resources);
+        result = Py_BuildValue("(LNNNOOOLN)", (long long)d->trace_id.n, cols, prom, offsets, d->keys, d->groups,
+                               d->resources, (long long)d->ev_trace_id.n, ev_offsets);
     }
 done:
     Py_XDECREF(seq);

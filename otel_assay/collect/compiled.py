@@ -1,10 +1,11 @@
 """The OTLP receiver's compiled decoder: a protobuf request straight into Arrow columns.
 
 ``_otlpc`` (C, built at install when a compiler is there) reads the common request, whose
-spans are all plain: no events or links, attribute values that are strings, ints, bools or
-finite doubles, valid UTF-8 within the limits, no repeated keys, nothing to reject. It fills
-the ``spans`` table's buffers without a Python object per span or attribute, a third of the
-receiver's CPU time per span. Any other request (and every request when the extension is
+spans are all plain: no links, attribute values (of spans and of their events) that are
+strings, ints, bools or finite doubles, valid UTF-8 within the limits, no repeated keys,
+nothing to reject, drop or cut. It fills the buffers of the ``spans`` and ``span_events``
+tables without a Python object per span, event or attribute, a third of the receiver's CPU
+time per span. Any other request (and every request when the extension is
 not built) goes to the Python path, ``otlp.parse_protobuf`` and ``otlp.add_protobuf``, which
 has every rule; the two give the same rows for the requests the compiled decoder reads (tests
 compare them on the same bytes).
@@ -22,7 +23,7 @@ import pyarrow as pa
 
 from .. import semconv
 from .otlp import MalformedOTLP
-from .schema import EMPTY_TABLES, SPANS_SCHEMA, Limits, make_resource, resource_maps
+from .schema import EMPTY_TABLES, PARTITION_TIME, SPAN_EVENTS_SCHEMA, SPANS_SCHEMA, Limits, make_resource, resource_maps
 
 try:
     from . import _otlpc
@@ -50,6 +51,12 @@ def _array(typ: pa.DataType, n: int, col: tuple) -> pa.Array:
     return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
+def _map(n: int, offsets: bytes, keys: tuple, values: tuple) -> pa.MapArray:
+    entries = len(keys[1]) // 4 - 1  # the keys' own string offsets: one more than there are keys
+    return pa.MapArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(offsets)]),
+                                   _array(pa.string(), entries, keys), _array(pa.string(), entries, values))
+
+
 class CompiledBatch:
     """The spans of one request as read by ``_otlpc``: what the receiver needs of a
     :class:`~otel_assay.collect.schema.SpanBatch` (nothing is ever rejected here)."""
@@ -59,7 +66,8 @@ class CompiledBatch:
     def __init__(self, decoded: tuple, limits: Limits):
         from ._fastpb import decode_keyvalue
 
-        self.n, self._cols, self._promoted, self._map_offsets, self.keys, groups, resources = decoded
+        (self.n, self._cols, self._promoted, self._map_offsets, self.keys, groups, resources,
+         self._n_events, self._ev_map_offsets) = decoded
         self.reject_reasons: dict[str, int] = {}
         # resource attributes are decoded here, as otlp.add_protobuf does, with its errors
         try:
@@ -80,10 +88,7 @@ class CompiledBatch:
         scope_names = pa.array([g[1] for g in self._groups], pa.string())
         scope_versions = pa.array([g[2] for g in self._groups], pa.string())
         group_index = pa.array(group)
-        n_entries = len(cols["map_keys"][1]) // 4 - 1
-        attributes = pa.MapArray.from_arrays(
-            pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(self._map_offsets)]),
-            _array(pa.string(), n_entries, cols["map_keys"]), _array(pa.string(), n_entries, cols["map_values"]))
+        attributes = _map(n, self._map_offsets, cols["map_keys"], cols["map_values"])
         arrays = []
         for f in SPANS_SCHEMA:
             name = f.name
@@ -102,14 +107,34 @@ class CompiledBatch:
             else:
                 arrays.append(_array(f.type, n, cols[name]))
         spans = pa.Table.from_arrays(arrays, schema=SPANS_SCHEMA)
-        if keep is not None:
-            spans = spans.filter(pa.array(keep, pa.bool_()))
-        return {"spans": spans, "span_events": EMPTY_TABLES["span_events"], "span_links": EMPTY_TABLES["span_links"]}
+        mask = None if keep is None else pa.array(keep, pa.bool_())
+        if mask is not None:
+            spans = spans.filter(mask)
+        return {"spans": spans, "span_events": self._events(mask), "span_links": EMPTY_TABLES["span_links"]}
+
+    def _events(self, mask: pa.Array | None) -> pa.Table:
+        """The span_events table (with its partition time, as SpanBatch.tables gives it); an
+        event goes with its span when ``mask`` leaves spans out."""
+        m, cols = self._n_events, self._cols
+        if not m:
+            return EMPTY_TABLES["span_events"]
+        arrays = []
+        for f in SPAN_EVENTS_SCHEMA:
+            if f.name == "attributes":
+                arrays.append(_map(m, self._ev_map_offsets, cols["ev_map_keys"], cols["ev_map_values"]))
+            else:
+                arrays.append(_array(f.type, m, cols["ev_" + f.name]))
+        events = pa.Table.from_arrays(arrays, schema=SPAN_EVENTS_SCHEMA).append_column(
+            PARTITION_TIME, _array(pa.int64(), m, cols["ev_partition_time"]))
+        if mask is not None:
+            events = events.filter(mask.take(_array(pa.int32(), m, cols["ev_span_row"])))
+        return events
 
 
 def decode(body: bytes, limits: Limits) -> CompiledBatch | None:
     """The request's spans, or None when it needs the Python path (see the module doc)."""
     if not available():
         return None
-    decoded: Any = _otlpc.decode(body, _PROMOTED, limits.max_value_chars, limits.max_key_chars, limits.max_attributes)
+    decoded: Any = _otlpc.decode(body, _PROMOTED, limits.max_value_chars, limits.max_key_chars, limits.max_attributes,
+                                 limits.max_events)
     return None if decoded is None else CompiledBatch(decoded, limits)

@@ -160,6 +160,13 @@ def request(rng: random.Random, plain: bool) -> ExportTraceServiceRequest:
                 span.attributes.extend(attributes(rng, plain))
                 span.status.code = rng.randint(0, 2)
                 span.status.message = rng.choice(["", "boom", "ValueError('x')"])
+                if rng.random() < 0.3:
+                    for _ in range(rng.randint(1, 3)):
+                        event = span.events.add(
+                            time_unix_nano=rng.choice([start, 0, 2**63 - 1, 2**64 - 1, rng.randint(1, 2**62)]),
+                            name=rng.choice(["exception", "gen_ai.content.prompt"] + STRINGS[:12]),
+                            dropped_attributes_count=rng.choice([0, 0, 3, 2**32 - 1]))
+                        event.attributes.extend(attributes(rng, plain))
                 if not plain:
                     r = rng.random()
                     if r < 0.1:
@@ -211,6 +218,8 @@ def test_mutated_bytes_never_crash_and_what_is_read_is_what_the_python_path_read
         if not b:
             continue
         for _ in range(rng.randint(1, 4)):
+            if not b:
+                break
             op, at = rng.random(), rng.randrange(len(b))
             if op < 0.5:
                 b[at] = rng.randrange(256)
@@ -238,7 +247,7 @@ def _one_span(**kw) -> ExportTraceServiceRequest:
         if k == "attributes":
             span.attributes.extend(v)
         elif k == "event":
-            span.events.add(time_unix_nano=15, name="exception")
+            span.events.add(time_unix_nano=15, name="exception").attributes.extend(v)
         elif k == "link":
             span.links.add(trace_id=b"\x03" * 16, span_id=b"\x04" * 8)
         else:
@@ -247,7 +256,9 @@ def _one_span(**kw) -> ExportTraceServiceRequest:
 
 
 @pytest.mark.parametrize("case", [
-    dict(event=True), dict(link=True), dict(trace_id=b"\x01" * 8), dict(trace_id=bytes(16)), dict(span_id=bytes(8)),
+    dict(event=[KeyValue(key="k", value=AnyValue(kvlist_value=KeyValueList()))]),
+    dict(event=[KeyValue(key="k", value=AnyValue(string_value="a")), KeyValue(key="k", value=AnyValue(string_value="b"))]),
+    dict(link=True), dict(trace_id=b"\x01" * 8), dict(trace_id=bytes(16)), dict(span_id=bytes(8)),
     dict(kind=7),
     dict(end_time_unix_nano=5), dict(start_time_unix_nano=0), dict(parent_span_id=b"\x01" * 5),
     dict(attributes=[KeyValue(key="k", value=AnyValue(kvlist_value=KeyValueList()))]),
@@ -257,7 +268,7 @@ def _one_span(**kw) -> ExportTraceServiceRequest:
         AnyValue(array_value=ArrayValue())])))]),
     dict(attributes=[KeyValue(key="k", value=AnyValue(string_value="a")),
                      KeyValue(key="k", value=AnyValue(string_value="b"))]),
-], ids=["event", "link", "short-trace-id", "zero-trace-id", "zero-span-id", "bad-kind", "ends-before-start", "no-start",
+], ids=["event-kvlist", "event-repeated-key", "link", "short-trace-id", "zero-trace-id", "zero-span-id", "bad-kind", "ends-before-start", "no-start",
         "short-parent", "kvlist", "bytes", "nan", "nested-array", "repeated-key"])
 def test_what_the_compiled_path_does_not_read_goes_to_the_python_path(case):
     body = _one_span(**case).SerializeToString()
@@ -315,25 +326,81 @@ def test_values_are_stored_as_stringify_stores_them():
 
 
 def test_the_receiver_stores_a_request_the_same_way_on_either_path(tmp_path, monkeypatch):
+    """Spans and their events, and a retransmission of part of the request (whose spans, and
+    their events, the receiver drops as duplicates) in the same request as new spans."""
+    import duckdb
+
     from otel_assay.collect.receiver import Collector
 
-    body = request(random.Random(3), plain=True).SerializeToString()
+    first, second = _merged(random.Random(3), 6), _merged(random.Random(4), 6)
+    second.resource_spans.append(first.resource_spans[0])  # already stored: dropped, events too
     out = {}
     for path in ("compiled", "python"):
         if path == "python":
             monkeypatch.setenv("OTEL_ASSAY_PURE_PYTHON", "1")
         c = Collector(tmp_path / path, flush_seconds=3600)
         try:
-            r = c.submit_protobuf(body)
+            accepted = [c.submit_protobuf(body.SerializeToString()).accepted for body in (first, second)]
             c.flush()
         finally:
             c.close()
-        import duckdb
-        out[path] = (r.accepted, duckdb.sql(
-            f"SELECT * EXCLUDE (dt) FROM read_parquet('{tmp_path / path}/spans/**/*.parquet', hive_partitioning=true) "
-            "ORDER BY trace_id, span_id").fetchall())
-    assert out["compiled"][0] > 0
+        out[path] = [accepted] + [duckdb.sql(
+            f"SELECT * EXCLUDE (dt) FROM read_parquet('{tmp_path / path}/{table}/**/*.parquet', hive_partitioning=true) "
+            f"ORDER BY ALL").fetchall() for table in ("spans", "span_events")]
+    assert len(out["compiled"][2]) > 10  # events were stored
     assert out["compiled"] == out["python"]
+
+
+def _merged(rng: random.Random, n: int) -> ExportTraceServiceRequest:
+    req = ExportTraceServiceRequest()
+    for _ in range(n):
+        req.resource_spans.extend(request(rng, plain=True).resource_spans)
+    return req
+
+
+def test_a_dropped_span_takes_its_events_with_it():
+    body = _merged(random.Random(8), 6).SerializeToString()
+    fast, slow = compiled.decode(body, DEFAULT_LIMITS), SpanBatch(DEFAULT_LIMITS)
+    add_protobuf(parse_protobuf(body), slow)
+    assert fast.tables()["span_events"].num_rows > 5
+    keep = [i % 3 != 1 for i in range(len(fast))]
+    a, b = fast.tables(keep), slow.tables(keep)
+    for name in ("spans", "span_events"):
+        assert a[name].equals(b[name]), name
+    assert 0 < a["span_events"].num_rows < fast.tables()["span_events"].num_rows
+
+
+def _event_span(name: str = "exception", attrs=(), events: int = 1) -> bytes:
+    req = _one_span()
+    span = req.resource_spans[0].scope_spans[0].spans[0]
+    for _ in range(events):
+        span.events.add(time_unix_nano=15, name=name).attributes.extend(attrs)
+    return req.SerializeToString()
+
+
+def test_events_the_limits_would_cut_or_drop_go_to_the_python_path():
+    limits = Limits(max_attributes=2, max_value_chars=10, max_events=2)
+    two = [KeyValue(key="a", value=AnyValue(string_value="x")), KeyValue(key="b", value=AnyValue(int_value=1))]
+    assert assert_same(_event_span("e" * 10, two, events=2), limits)
+    for body in (_event_span(events=3),  # one event over max_events
+                 _event_span(attrs=two + [KeyValue(key="c", value=AnyValue(bool_value=True))]),  # an attribute over
+                 _event_span("e" * 11),  # a name over max_value_chars
+                 _event_span(attrs=[KeyValue(key="k" * 1025, value=AnyValue(string_value="x"))])):  # a key over
+        limits_here = limits if b"k" * 1025 not in body else DEFAULT_LIMITS
+        assert compiled.decode(body, limits_here) is None
+        assert python_path(body, limits_here)[0] != "error"
+
+
+@pytest.mark.parametrize("where", ["name", "key", "value"])
+def test_event_text_that_is_not_utf8_goes_to_the_python_path(where):
+    def body(text: str) -> bytes:
+        kv = KeyValue(key=text if where == "key" else "k", value=AnyValue(string_value=text if where == "value" else "v"))
+        return _event_span(text if where == "name" else "exception", [kv])
+
+    for bad in (b"\xff", b"\xed\xa0\x80", b"\xc0\xaf"):
+        placeholder = "~" * len(bad)
+        assert assert_same(body(placeholder))
+        assert compiled.decode(body(placeholder).replace(placeholder.encode(), bad), DEFAULT_LIMITS) is None, bad
 
 
 def test_odd_wire_bytes_are_declined_not_misread():
