@@ -616,21 +616,48 @@ class _BadChunk(Exception):
     """A chunked body that breaks RFC 9112 §7.1."""
 
 
+class _Late(Exception):
+    """The body fell behind the upload schedule, or the client closed mid-body."""
+
+
 _CHUNK_LINE_MAX = 4096  # a chunk-size line with its extensions, or one trailer field line
 _TRAILER_FIELDS_MAX = 64
+# a chunk extension: tab, space, visible ASCII and obs-text; no CR, NUL or other control
+_CHUNK_EXT = re.compile(rb"[\t\x20-\x7e\x80-\xff]*")
+
+
+def _max_chunks(limit: int) -> int:
+    """How many chunks a body of up to ``limit`` bytes may come in: 1 KiB a chunk on
+    average, past the first 64. Each chunk costs a parse and system calls whatever its size,
+    so a body sent a byte a chunk cost a minute of CPU and a gigabyte per 20 MiB."""
+    return 64 + limit // 1024
 
 
 def _chunk_size(line: bytes) -> int:
     """The size a chunk-size line gives (RFC 9112 §7.1: 1*HEXDIG, then extensions, which are
-    ignored, then CRLF). Strict on purpose: a lenient reading (a bare LF, a sign, "0x", spaces
-    inside the number) is where a proxy in front and this server can disagree on where the
-    body ends."""
+    ignored, then CRLF). Strict on purpose: a lenient reading (a bare LF, a sign, "0x",
+    whitespace without an extension, a control character) is where a proxy in front and this
+    server can disagree on where the body ends. More than 16 digits (zeros in front) is
+    refused too."""
     if len(line) > _CHUNK_LINE_MAX or not line.endswith(b"\r\n"):
         raise _BadChunk("a chunk-size line must end with CRLF within 4096 bytes")
-    size = line[:-2].split(b";", 1)[0].rstrip(b" \t")
+    size, semicolon, ext = line[:-2].partition(b";")
+    if semicolon:
+        size = size.rstrip(b" \t")  # BWS before the extension
+        if not _CHUNK_EXT.fullmatch(ext):
+            raise _BadChunk("a control character in a chunk extension")
     if not 0 < len(size) <= 16 or size.strip(b"0123456789abcdefABCDEF"):
         raise _BadChunk(f"invalid chunk size {size[:40]!r}: send hexadecimal digits (RFC 9112 §7.1)")
     return int(size, 16)
+
+
+def _check_trailer(line: bytes) -> None:
+    """A trailer field line, held to the header section's rules (they are read and ignored)."""
+    if len(line) > _CHUNK_LINE_MAX or not line.endswith(b"\r\n"):
+        raise _BadChunk("a trailer field line must end with CRLF within 4096 bytes")
+    name, colon, value = line[:-2].decode("latin-1").partition(":")
+    if not colon or not _FIELD_NAME.fullmatch(name) or "\r" in value or "\0" in value:
+        raise _BadChunk(f"malformed trailer field line {line[:60]!r}")
 
 
 def _chunked_refusal(te: list[str], content_length: list[str] | None, version: str) -> tuple[int, int, str] | None:
@@ -641,13 +668,107 @@ def _chunked_refusal(te: list[str], content_length: list[str] | None, version: s
     if content_length:
         # RFC 9112 §6.3: the two together are how requests are smuggled past a proxy
         return 400, 3, "both Transfer-Encoding and Content-Length; send one of them"
-    codings = [c.strip().lower() for v in te for c in v.split(",") if c.strip()]
+    # space and tab only (RFC 9110 §5.6.1): str.strip() also took \x0b, \x0c, \x1c and
+    # \xa0, the classic ways to hide "chunked" from a proxy that does not strip them
+    codings = [c.strip(" \t").lower() for v in te for c in v.split(",") if c.strip(" \t")]
     if codings == ["chunked"]:
         return None
-    if not codings or codings[-1] != "chunked":
-        return 400, 3, "chunked must be the last transfer coding (RFC 9112 §6.3)"
-    return 501, 12, (f"transfer coding {', '.join(codings)!r} is not supported: only chunked is; "
+    if not codings or codings[-1] != "chunked" or codings.count("chunked") > 1:
+        return 400, 3, "chunked must be the last transfer coding, and only once (RFC 9112 §6.3)"
+    return 501, 12, (f"transfer coding {', '.join(codings)[:100]!r} is not supported: only chunked is; "
                      "compress with Content-Encoding: gzip")
+
+
+class _Body:
+    """A request body as it arrives, on a schedule: each byte is due by its place (a grace,
+    then ``min_body_rate``), not only the last one by the end, so a client that declares a
+    large body and sends nothing, or trickles it, or sends a chunk-size line a byte at a time,
+    loses its slot. Iterating gives the data in pieces; ``_Late`` ends it when the client
+    falls behind or closes, ``_BadChunk`` when a chunked body is malformed."""
+
+    def __init__(self, handler: "_Handler", length: int | None):
+        self.handler = handler
+        self.length = length  # None: chunked
+        self.due = time.monotonic() + handler.body_grace_s
+        self.got = 0  # data bytes so far
+        self.chunks = 0
+        self._pieces = self._generate()  # one parse of the stream, resumed by read() and drain()
+
+    def _read(self, n: int, line: bool = False) -> bytes:
+        h = self.handler
+        left = self.due + (self.got + 1) / h.min_body_rate - time.monotonic()
+        if left <= 0:
+            raise _Late
+        # a deadline for the whole call: readline() waits for the socket once per byte that
+        # arrives, each wait bounded by the socket timeout alone
+        h._reader.deadline = time.monotonic() + min(left, h.timeout)
+        try:
+            data = h.rfile.readline(n) if line else h.rfile.read1(n)
+        except (TimeoutError, socket.timeout):
+            raise _Late from None
+        finally:
+            h._reader.deadline = None
+        if not data:
+            raise _Late
+        return data
+
+    def __iter__(self):
+        return self._pieces
+
+    def _generate(self):
+        if self.length is not None:
+            while self.got < self.length:
+                piece = self._read(min(self.length - self.got, 1 << 20))
+                self.got += len(piece)
+                yield piece
+            return
+        for _ in range(_max_chunks(DRAIN_LIMIT)):
+            size_line = self._read(_CHUNK_LINE_MAX + 1, line=True)
+            if len(size_line) <= _CHUNK_LINE_MAX and not size_line.endswith(b"\n"):
+                raise _Late  # the client closed mid-line
+            size = _chunk_size(size_line)
+            if size == 0:
+                break
+            self.chunks += 1
+            while size:
+                piece = self._read(min(size, 1 << 20))
+                self.got += len(piece)
+                size -= len(piece)
+                yield piece
+            if self._read(3, line=True) != b"\r\n":
+                raise _BadChunk("a chunk's data is not followed by CRLF (is the chunk size right?)")
+        else:
+            raise _BadChunk(f"more than {_max_chunks(DRAIN_LIMIT)} chunks; send chunks of 1 KiB or more")
+        for _ in range(_TRAILER_FIELDS_MAX + 1):  # the trailer section, read and ignored
+            trailer = self._read(_CHUNK_LINE_MAX + 1, line=True)
+            if trailer == b"\r\n":
+                return
+            if len(trailer) <= _CHUNK_LINE_MAX and not trailer.endswith(b"\n"):
+                raise _Late
+            _check_trailer(trailer)
+        raise _BadChunk(f"more than {_TRAILER_FIELDS_MAX} trailer fields")
+
+    def read(self, limit: int) -> bytes:
+        """All of the body; ``_TooLarge`` past ``limit`` bytes (the rest is left unread) or,
+        for a chunked body, past ``_max_chunks(limit)`` chunks (as ``_BadChunk``)."""
+        buf = bytearray()  # one buffer: a list of pieces cost 80 bytes a piece of a trickled body
+        for piece in self:
+            buf += piece
+            if len(buf) > limit:
+                raise _TooLarge(limit, "")
+            if self.chunks > _max_chunks(limit):
+                raise _BadChunk(f"more than {_max_chunks(limit)} chunks; send chunks of 1 KiB or more")
+        return bytes(buf)
+
+    def drain(self, cap: int) -> bool:
+        """Read and discard the rest, up to ``cap`` bytes; whether it all came."""
+        try:
+            for _ in self:
+                if self.got > cap:
+                    return False
+        except (_Late, _BadChunk):
+            return False
+        return True
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -785,7 +906,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def parse_request(self) -> bool:
         ok = self._parse_head()
-        # the body has its own schedule (_read_body), and the drain of a refused one the timeout
+        # the body has its own schedule (_Body), the drain of a refused one too
         self._reader.deadline = None
         self.connection.settimeout(self.timeout)
         return ok
@@ -872,6 +993,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(code, _status_proto(grpc_code, message), "application/x-protobuf", headers)
 
     def do_GET(self):
+        if self.headers.get("Transfer-Encoding") is not None or self.headers.get("Content-Length", "0").strip() != "0":
+            # a GET has no body here: one sent anyway would read as the next request
+            self.close_connection = True
         if self.path.rstrip("/") in ("", "/health", "/healthz"):
             c = self.collector
             unwritten = c.unwritten_spans
@@ -890,26 +1014,30 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(404, 5, f"no such path {self.path!r}; OTLP traces are POSTed to /v1/traces", is_json)
         # length: the Content-Length, or None for a chunked body (its length is known once read)
         te = self.headers.get_all("Transfer-Encoding")
+        refusal = None
         if te is not None:
-            refusal = _chunked_refusal(te, self.headers.get_all("Content-Length"), self.request_version)
-            if refusal is not None:
-                # the body is not read: where it ends is not known, so the connection closes
-                self.close_connection = True
-                return self._error(*refusal, is_json)
             length = None
+            refusal = _chunked_refusal(te, self.headers.get_all("Content-Length"), self.request_version)
         else:
             length = _content_length(self.headers.get_all("Content-Length"))
-            if length is None:
-                self.close_connection = True
-                return self._error(411, 3, "Content-Length required (or Transfer-Encoding: chunked)", is_json)
-            if length < 0:
-                self.close_connection = True
-                values = ", ".join(self.headers.get_all("Content-Length"))
-                return self._error(400, 3, f"invalid Content-Length {values[:100]!r}: send one, as a decimal "
-                                   "number of bytes (RFC 9110 §8.6)", is_json)
         if self.token is not None and not _bearer_ok(self.headers.get("Authorization"), self.token):
-            return self._refuse(length, 401, 16, "missing or wrong bearer token (Authorization: Bearer ...)", is_json,
+            # before any other answer: nothing about the request is told to a client without the
+            # token. A body whose end is unknown is not read (the connection closes anyway)
+            framed = refusal is None and (te is not None or (length is not None and length >= 0))
+            return self._refuse(length if framed else 0, 401, 16,
+                                "missing or wrong bearer token (Authorization: Bearer ...)", is_json,
                                 {"WWW-Authenticate": "Bearer"})
+        if refusal is not None:
+            self.close_connection = True  # where the body ends is not known
+            return self._error(*refusal, is_json)
+        if te is None and length is None:
+            self.close_connection = True
+            return self._error(411, 3, "Content-Length required (or Transfer-Encoding: chunked)", is_json)
+        if length is not None and length < 0:
+            self.close_connection = True
+            values = ", ".join(self.headers.get_all("Content-Length"))
+            return self._error(400, 3, f"invalid Content-Length {values[:100]!r}: send one, as a decimal "
+                               "number of bytes (RFC 9110 §8.6)", is_json)
         if ctype not in ("application/x-protobuf", "application/json"):
             return self._refuse(length, 415, 3, f"unsupported Content-Type {ctype!r}; use application/x-protobuf "
                                 "or application/json", True)
@@ -925,111 +1053,47 @@ class _Handler(BaseHTTPRequestHandler):
             return self._refuse(length, 503, 14, "too many requests in flight; retry shortly", is_json,
                                 {"Retry-After": "1"})
         try:
-            self._ingest(length, is_json)
+            body = self._ingest(length, is_json)
         finally:
             self.slots.release()
+        if isinstance(body, _Body):  # a chunked body over the size limit: drained out of the slot
+            self._refuse(body, 413, 8, f"request body exceeds {self.max_body} bytes", is_json,
+                         drain_limit=DRAIN_LIMIT)
 
-    def _refuse(self, length: int | None, status: int, grpc_code: int, message: str, is_json: bool,
+    def _refuse(self, body: int | None | _Body, status: int, grpc_code: int, message: str, is_json: bool,
                 headers: dict | None = None, *, drain_limit: int | None = None) -> None:
         """Answer ``status`` without taking the request, and close the connection. The body
         (up to a cap: the size limit, or more for the 413 itself) is read and discarded first,
-        so that a client that sends all of it before reading the reply (urllib, for one) gets
-        the status instead of a broken pipe; beyond the cap the connection is just closed.
-        ``length`` None: a chunked body, drained chunk by chunk up to the same cap."""
+        on the upload schedule, so that a client that sends all of it before reading the reply
+        (urllib, for one) gets the status instead of a broken pipe; beyond the cap the
+        connection is just closed. ``body``: the Content-Length, None for a chunked body, or
+        the ``_Body`` already begun."""
         self.close_connection = True
         cap = drain_limit or self.max_body
-        if length is None:
-            try:
-                self._read_body(None, limit=cap, keep=False)
-            except (_TooLarge, _BadChunk):
-                pass
-            return self._error(status, grpc_code, message, is_json, headers)
-        remaining = length if length <= cap else 0
-        while remaining > 0:
-            chunk = self.rfile.read(min(remaining, 1 << 20))
-            if not chunk:
-                return None
-            remaining -= len(chunk)
-        return self._error(status, grpc_code, message, is_json, headers)
-
-    def _read_body(self, length: int | None, *, limit: int | None = None, keep: bool = True) -> bytes | None:
-        """The request body, or None when the client closed or fell behind ``min_body_rate``.
-
-        ``length`` None: the body is chunked (RFC 9112 §7.1): chunks are read until the last
-        one and its trailer fields (which are read and ignored); more than ``limit`` bytes
-        (default: the size limit) raise ``_TooLarge`` and a malformed chunk ``_BadChunk``.
-        ``keep=False`` discards the body as it arrives (a refused request's drain)."""
-        # each byte is due by its place in the schedule, not only the last one by the end: a
-        # client that declares a large body (20 MiB: 330 s at the minimum rate) and then sends
-        # nothing would otherwise hold its slot all that time, five times the idle timeout
-        due = time.monotonic() + self.body_grace_s
-        parts: list[bytes] = []
-        got = 0
-
-        def read(n: int, line: bool = False) -> bytes | None:
-            left = due + (got + 1) / self.min_body_rate - time.monotonic()
-            if left <= 0:
-                return None
-            self.connection.settimeout(min(left, self.timeout))
-            data = self.rfile.readline(n) if line else self.rfile.read1(n)
-            return data or None
-
+        if not isinstance(body, _Body):
+            body = _Body(self, body) if body is None or 0 < body <= cap else None
+        if body is not None and not body.drain(cap) and body.length is not None:
+            return None  # the client closed or fell behind: as before, no answer
         try:
-            if length is not None:
-                while got < length:
-                    chunk = read(min(length - got, 1 << 20))
-                    if chunk is None:
-                        return None
-                    if keep:
-                        parts.append(chunk)
-                    got += len(chunk)
-            else:
-                limit = self.max_body if limit is None else limit
-                while True:
-                    size_line = read(_CHUNK_LINE_MAX + 1, line=True)
-                    if size_line is None or (len(size_line) <= _CHUNK_LINE_MAX and not size_line.endswith(b"\n")):
-                        return None  # the client closed mid-line
-                    size = _chunk_size(size_line)
-                    if size == 0:
-                        break
-                    if got + size > limit:
-                        raise _TooLarge(limit, " (chunked)")
-                    remaining = size
-                    while remaining:
-                        chunk = read(min(remaining, 1 << 20))
-                        if chunk is None:
-                            return None
-                        if keep:
-                            parts.append(chunk)
-                        got += len(chunk)
-                        remaining -= len(chunk)
-                    if read(3, line=True) != b"\r\n":
-                        raise _BadChunk("a chunk's data is not followed by CRLF (is the chunk size right?)")
-                for _ in range(_TRAILER_FIELDS_MAX + 1):  # the trailer section, ignored
-                    trailer = read(_CHUNK_LINE_MAX + 1, line=True)
-                    if trailer is None:
-                        return None
-                    if trailer == b"\r\n":
-                        break
-                    if len(trailer) > _CHUNK_LINE_MAX or not trailer.endswith(b"\r\n"):
-                        raise _BadChunk("a trailer field line must end with CRLF within 4096 bytes")
-                else:
-                    raise _BadChunk(f"more than {_TRAILER_FIELDS_MAX} trailer fields")
-        except (TimeoutError, socket.timeout):
-            return None
-        finally:
-            self.connection.settimeout(self.timeout)
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+            self._error(status, grpc_code, message, is_json, headers)
+        except OSError:  # the client did not wait for it
+            pass
+        return None
 
-    def _ingest(self, length: int | None, is_json: bool) -> None:
+    def _ingest(self, length: int | None, is_json: bool) -> "_Body | None":
+        """Read, decode and store one request's body, and answer. Returns the body reader
+        when a chunked body turned out larger than the limit: the caller drains it (out of
+        the request slot) and answers 413."""
+        reader = _Body(self, length)
         try:
-            body = self._read_body(length)
-        except _TooLarge as e:
-            self.close_connection = True  # the rest of the body is unread
-            return self._error(413, 8, str(e), is_json)
+            body = reader.read(self.max_body)
+        except _TooLarge:
+            return reader
         except _BadChunk as e:
             self.close_connection = True
             return self._error(400, 3, f"malformed chunked body: {e}", is_json)
+        except _Late:
+            body = None
         if body is None:
             self.close_connection = True
             try:
