@@ -499,6 +499,56 @@ static uint32_t key_hash(const uint8_t *s, size_t n) {
     return h;
 }
 
+/* the KeyValue slices of one span or event, in order: on the stack up to 64, then on the heap */
+#define KV_STACK 64
+
+typedef struct {
+    const uint8_t **s;
+    size_t *n, len, cap;
+    const uint8_t *s_stack[KV_STACK];
+    size_t n_stack[KV_STACK];
+} KvList;
+
+static void kv_init(KvList *k) {
+    k->s = k->s_stack;
+    k->n = k->n_stack;
+    k->len = 0;
+    k->cap = KV_STACK;
+}
+
+static void kv_free(KvList *k) {
+    if (k->s != k->s_stack) {
+        PyMem_Free(k->s);
+        PyMem_Free(k->n);
+    }
+}
+
+/* 0; FALLBACK past `max` slices (read_attributes declines them anyway); -1 out of memory */
+static int kv_push(KvList *k, const uint8_t *s, size_t n, uint64_t max) {
+    if (k->len == k->cap) {
+        if (k->len > max)
+            return FALLBACK;
+        size_t cap = k->cap * 4;
+        const uint8_t **ns = PyMem_Malloc(cap * sizeof(*ns));
+        size_t *nn = PyMem_Malloc(cap * sizeof(*nn));
+        if (!ns || !nn) {
+            PyMem_Free(ns);
+            PyMem_Free(nn);
+            PyErr_NoMemory();
+            return -1;
+        }
+        memcpy(ns, k->s, k->len * sizeof(*ns));
+        memcpy(nn, k->n, k->len * sizeof(*nn));
+        kv_free(k);
+        k->s = ns;
+        k->n = nn;
+        k->cap = cap;
+    }
+    k->s[k->len] = s;
+    k->n[k->len++] = n;
+    return 0;
+}
+
 /* one row's attributes into map `m` (a span's with `promote`: a promoted key goes to its
  * column). `kv_s`/`kv_n` hold the KeyValue slices, in order. */
 static int read_attributes(Dec *d, Map *m, int promote, const uint8_t **kv_s, size_t *kv_n, size_t nkv) {
@@ -657,8 +707,6 @@ static int read_attributes(Dec *d, Map *m, int promote, const uint8_t **kv_s, si
     return buf_put(&m->offsets.data, &off, 4);
 }
 
-#define MAX_EVENT_ATTRS_STACK 64
-
 /* one event of the span in row `row` (trace and span id in `hex`), as the Python path stores
  * it; FALLBACK for anything it would judge (a repeated field, bad UTF-8, a value over a
  * limit, more attributes than the limit) */
@@ -670,10 +718,8 @@ static int read_event(Dec *d, const uint8_t *s, size_t n, const char *hex, int64
     uint64_t t = 0, dropped = 0;
     const uint8_t *name = (const uint8_t *)"";
     size_t name_n = 0;
-    const uint8_t *kv_stack[MAX_EVENT_ATTRS_STACK];
-    size_t kvn_stack[MAX_EVENT_ATTRS_STACK];
-    const uint8_t **kv_s = kv_stack;
-    size_t *kv_n = kvn_stack, nkv = 0, kv_cap = MAX_EVENT_ATTRS_STACK;
+    KvList kv;
+    kv_init(&kv);
     /* wire type of each field: 1 time_unix_nano, 2 name, 3 attributes, 4 dropped count */
     static const int8_t want[5] = {-1, 1, 2, 2, 0};
 
@@ -685,33 +731,8 @@ static int read_event(Dec *d, const uint8_t *s, size_t n, const char *hex, int64
             goto out;
         }
         if (f.field == 3) {
-            if (nkv == kv_cap) {
-                size_t cap = kv_cap * 4;
-                if (nkv > d->max_attributes) {
-                    ret = FALLBACK;
-                    goto out;
-                }
-                const uint8_t **ns = PyMem_Malloc(cap * sizeof(*ns));
-                size_t *nn = PyMem_Malloc(cap * sizeof(*nn));
-                if (!ns || !nn) {
-                    PyMem_Free(ns);
-                    PyMem_Free(nn);
-                    PyErr_NoMemory();
-                    ret = -1;
-                    goto out;
-                }
-                memcpy(ns, kv_s, nkv * sizeof(*ns));
-                memcpy(nn, kv_n, nkv * sizeof(*nn));
-                if (kv_s != kv_stack) {
-                    PyMem_Free(kv_s);
-                    PyMem_Free(kv_n);
-                }
-                kv_s = ns;
-                kv_n = nn;
-                kv_cap = cap;
-            }
-            kv_s[nkv] = f.s;
-            kv_n[nkv++] = f.n;
+            if ((ret = kv_push(&kv, f.s, f.n, d->max_attributes)) != 0)
+                goto out;
             continue;
         }
         if (seen & (1u << f.field)) {
@@ -732,7 +753,7 @@ static int read_event(Dec *d, const uint8_t *s, size_t n, const char *hex, int64
         ret = FALLBACK;
         goto out;
     }
-    if ((ret = read_attributes(d, &d->ev_map, 0, kv_s, kv_n, nkv)) != 0)
+    if ((ret = read_attributes(d, &d->ev_map, 0, kv.s, kv.n, kv.len)) != 0)
         goto out;
     ret = -1;
     int64_t t64 = t > INT64_MAX ? INT64_MAX : (int64_t)t;
@@ -744,14 +765,9 @@ static int read_event(Dec *d, const uint8_t *s, size_t n, const char *hex, int64
         goto out;
     ret = 0;
 out:
-    if (kv_s != kv_stack) {
-        PyMem_Free(kv_s);
-        PyMem_Free(kv_n);
-    }
+    kv_free(&kv);
     return ret;
 }
-
-#define MAX_SPAN_ATTRS_STACK 256
 
 static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     Rd r = {s, s + n};
@@ -761,10 +777,8 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     const uint8_t *tid = NULL, *sid = NULL, *pid = NULL, *state = NULL, *name = (const uint8_t *)"", *msg = NULL;
     size_t tid_n = 0, sid_n = 0, pid_n = 0, state_n = 0, name_n = 0, msg_n = 0;
     uint64_t kind = 0, start = 0, end = 0, code = 0, d_attrs = 0, d_events = 0, d_links = 0;
-    const uint8_t *kv_stack[MAX_SPAN_ATTRS_STACK];
-    size_t kvn_stack[MAX_SPAN_ATTRS_STACK];
-    const uint8_t **kv_s = kv_stack;
-    size_t *kv_n = kvn_stack, nkv = 0, kv_cap = MAX_SPAN_ATTRS_STACK;
+    KvList kv;
+    kv_init(&kv);
     uint64_t n_events = 0;
     int ret = 0;
     /* wire type each singular field must have */
@@ -786,33 +800,8 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
             continue;
         }
         if (f.field == 9) {
-            if (nkv == kv_cap) {
-                size_t cap = kv_cap * 4;
-                if (nkv > d->max_attributes) {
-                    ret = FALLBACK;
-                    goto out;
-                }
-                const uint8_t **ns = PyMem_Malloc(cap * sizeof(*ns));
-                size_t *nn = PyMem_Malloc(cap * sizeof(*nn));
-                if (!ns || !nn) {
-                    PyMem_Free(ns);
-                    PyMem_Free(nn);
-                    PyErr_NoMemory();
-                    ret = -1;
-                    goto out;
-                }
-                memcpy(ns, kv_s, nkv * sizeof(*ns));
-                memcpy(nn, kv_n, nkv * sizeof(*nn));
-                if (kv_s != kv_stack) {
-                    PyMem_Free(kv_s);
-                    PyMem_Free(kv_n);
-                }
-                kv_s = ns;
-                kv_n = nn;
-                kv_cap = cap;
-            }
-            kv_s[nkv] = f.s;
-            kv_n[nkv++] = f.n;
+            if ((ret = kv_push(&kv, f.s, f.n, d->max_attributes)) != 0)
+                goto out;
             continue;
         }
         if (seen & (1u << f.field)) { /* a singular field twice: protobuf merges, Python decides */
@@ -877,7 +866,7 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     char hex[48];
     to_hex(hex, tid, 16);
     to_hex(hex + 32, sid, 8);
-    if ((ret = read_attributes(d, &d->span_map, 1, kv_s, kv_n, nkv)) != 0)
+    if ((ret = read_attributes(d, &d->span_map, 1, kv.s, kv.n, kv.len)) != 0)
         goto out;
     ret = -1;
     if (col_str(&d->trace_id, hex, 32) < 0 || col_str(&d->span_id, hex + 32, 16) < 0)
@@ -926,10 +915,7 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     }
     ret = 0;
 out:
-    if (kv_s != kv_stack) {
-        PyMem_Free(kv_s);
-        PyMem_Free(kv_n);
-    }
+    kv_free(&kv);
     return ret;
 }
 

@@ -462,3 +462,20 @@ def test_numbers_and_booleans_longer_than_a_tiny_limit_go_to_the_python_path():
         assert compiled.decode(body, limits) is None
         assert python_path(body, limits)[0]["spans"].column("attributes").to_pylist()[0][0][1].endswith("[truncated by otel-assay]")
     assert assert_same(_one_span(attributes=[KeyValue(key="k", value=AnyValue(bool_value=True))]).SerializeToString(), limits)
+
+
+def test_many_attributes_on_a_span_and_an_event_read_the_same_up_to_the_limit():
+    # past 64 KeyValues the slices move from the stack to the heap, growing 4 times at a time
+    def kvs(n: int) -> list[KeyValue]:
+        return [KeyValue(key=f"k{i}", value=AnyValue(int_value=i)) for i in range(n)]
+
+    for n in (63, 64, 65, 256, 257, 1024):
+        req = _one_span(attributes=kvs(n))
+        req.resource_spans[0].scope_spans[0].spans[0].events.add(time_unix_nano=15, name="e").attributes.extend(kvs(n))
+        assert assert_same(req.SerializeToString()), n
+    for span_n, event_n in ((1025, 1), (1, 1025)):
+        req = _one_span(attributes=kvs(span_n))
+        req.resource_spans[0].scope_spans[0].spans[0].events.add(time_unix_nano=15, name="e").attributes.extend(kvs(event_n))
+        body = req.SerializeToString()
+        assert compiled.decode(body, DEFAULT_LIMITS) is None  # the Python path drops what is over
+        assert python_path(body, DEFAULT_LIMITS)[0] != "error"
