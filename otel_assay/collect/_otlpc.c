@@ -2,9 +2,9 @@
  * The OTLP receiver's compiled decoder: an ExportTraceServiceRequest (protobuf wire
  * bytes) straight into the columns of the lake's `spans` table, as Arrow buffers.
  *
- * It reads only requests whose every span is plain: no links, attribute values (of spans
- * and of their events) that are strings, ints, bools or finite doubles, every string valid
- * UTF-8 and within the limits, no repeated keys, nothing to reject, drop or cut. For anything else decode() returns None and
+ * It reads only requests whose every span is plain: attribute values (of spans, events and
+ * links) that are strings, ints, bools or finite doubles, every string valid UTF-8 and
+ * within the limits, no repeated keys, nothing to reject, drop or cut. For anything else decode() returns None and
  * the receiver takes its Python path (otlp.add_protobuf), which has every rule. So this
  * code never decides a rule the Python path does not: it only does what that path would do
  * for the common request, and tests compare the two on the same bytes (random and mutated
@@ -305,7 +305,7 @@ typedef struct {
     /* limits, in bytes: a string longer than this many bytes might be longer than the
      * Python path's character limit, so such a request goes there */
     size_t max_value, max_key;
-    uint64_t max_attributes, max_events;
+    uint64_t max_attributes, max_events, max_links;
     Promoted promoted[NPROMOTED_MAX];
     int npromoted;
 
@@ -316,6 +316,9 @@ typedef struct {
     /* the span_events table: one row per event, with the row of its span */
     Col ev_trace_id, ev_span_id, ev_time, ev_name, ev_dropped, ev_part, ev_row;
     Map ev_map;
+    /* the span_links table, likewise */
+    Col ln_trace_id, ln_span_id, ln_linked_trace_id, ln_linked_span_id, ln_state, ln_dropped, ln_part, ln_row;
+    Map ln_map;
     PyObject *keys;   /* list: hash(trace_hex + span_hex) per span, the receiver's dedupe key */
     PyObject *groups; /* list: (resource index, scope name, scope version) */
     PyObject *resources; /* list of lists of serialized resource KeyValues */
@@ -769,6 +772,71 @@ out:
     return ret;
 }
 
+/* one link of the span in row `row`, as the Python path stores it; FALLBACK for a link it
+ * would drop (ids of the wrong length or all zeros) or judge */
+static int read_link(Dec *d, const uint8_t *s, size_t n, const char *hex, int64_t span_start, int32_t row) {
+    Rd r = {s, s + n};
+    Field f;
+    int rc, ret = 0;
+    uint32_t seen = 0;
+    uint64_t dropped = 0;
+    const uint8_t *tid = NULL, *sid = NULL, *state = NULL;
+    size_t tid_n = 0, sid_n = 0, state_n = 0;
+    KvList kv;
+    kv_init(&kv);
+    /* wire type of each field: 1 trace_id, 2 span_id, 3 trace_state, 4 attributes,
+     * 5 dropped count, 6 flags */
+    static const int8_t want[7] = {-1, 2, 2, 2, 2, 0, 5};
+
+    while (NEXT(&r, &f)) {
+        if (f.field > 6)
+            continue;
+        if (f.wt != want[f.field]) {
+            ret = FALLBACK;
+            goto out;
+        }
+        if (f.field == 4) {
+            if ((ret = kv_push(&kv, f.s, f.n, d->max_attributes)) != 0)
+                goto out;
+            continue;
+        }
+        if (seen & (1u << f.field)) {
+            ret = FALLBACK;
+            goto out;
+        }
+        seen |= 1u << f.field;
+        switch (f.field) {
+        case 1: tid = f.s; tid_n = f.n; break;
+        case 2: sid = f.s; sid_n = f.n; break;
+        case 3: state = f.s; state_n = f.n; break;
+        case 5: dropped = f.v & 0xFFFFFFFFu; break;
+        default: break; /* 6: flags */
+        }
+    }
+    if (!DONE || tid_n != 16 || all_zero(tid, 16) || sid_n != 8 || all_zero(sid, 8) ||
+        (state && !utf8_ok(state, state_n))) {
+        ret = FALLBACK;
+        goto out;
+    }
+    if ((ret = read_attributes(d, &d->ln_map, 0, kv.s, kv.n, kv.len)) != 0)
+        goto out;
+    ret = -1;
+    char lhex[48];
+    to_hex(lhex, tid, 16);
+    to_hex(lhex + 32, sid, 8);
+    int32_t d32 = dropped > INT32_MAX ? INT32_MAX : (int32_t)dropped;
+    if (col_str(&d->ln_trace_id, hex, 32) < 0 || col_str(&d->ln_span_id, hex + 32, 16) < 0 ||
+        col_str(&d->ln_linked_trace_id, lhex, 32) < 0 || col_str(&d->ln_linked_span_id, lhex + 32, 16) < 0 ||
+        (state_n ? col_str(&d->ln_state, (const char *)state, state_n) : col_null(&d->ln_state)) < 0 ||
+        col_fixed(&d->ln_dropped, &d32) < 0 || col_fixed(&d->ln_part, &span_start) < 0 ||
+        col_fixed(&d->ln_row, &row) < 0)
+        goto out;
+    ret = 0;
+out:
+    kv_free(&kv);
+    return ret;
+}
+
 static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     Rd r = {s, s + n};
     Field f;
@@ -779,7 +847,7 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     uint64_t kind = 0, start = 0, end = 0, code = 0, d_attrs = 0, d_events = 0, d_links = 0;
     KvList kv;
     kv_init(&kv);
-    uint64_t n_events = 0;
+    uint64_t n_events = 0, n_links = 0;
     int ret = 0;
     /* wire type each singular field must have */
     static const int8_t want[17] = {-1, 2, 2, 2, 2, 2, 0, 1, 1, 2, 0, 2, 0, 2, 0, 2, 5};
@@ -791,12 +859,9 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
             ret = FALLBACK;
             goto out;
         }
-        if (f.field == 13) { /* links: the Python path */
-            ret = FALLBACK;
-            goto out;
-        }
-        if (f.field == 11) { /* events: read once the span is (see below) */
-            n_events++;
+        if (f.field == 11 || f.field == 13) { /* events, links: read once the span is (see below) */
+            n_events += f.field == 11;
+            n_links += f.field == 13;
             continue;
         }
         if (f.field == 9) {
@@ -857,7 +922,7 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     /* anything the Python path would reject (or truncate) */
     if (tid_n != 16 || all_zero(tid, 16) || sid_n != 8 || all_zero(sid, 8) || (pid_n && pid_n != 8) ||
         start == 0 || start > INT64_MAX || end == 0 || end > INT64_MAX || end < start || kind > 5 || code > 2 ||
-        n_events > d->max_events || /* the Python path keeps the first ones, after reading all */
+        n_events > d->max_events || n_links > d->max_links || /* the Python path keeps the first ones */
         name_n > d->max_value || msg_n > d->max_value || !utf8_ok(name, name_n) ||
         (state && !utf8_ok(state, state_n)) || (msg && !utf8_ok(msg, msg_n))) {
         ret = FALLBACK;
@@ -906,12 +971,15 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
         goto out;
     }
     Py_DECREF(hk);
-    if (n_events) {
+    if (n_events || n_links) {
         int32_t row = (int32_t)(d->trace_id.n - 1);
         r.p = s;
-        while (NEXT(&r, &f))
+        while (NEXT(&r, &f)) {
             if (f.field == 11 && (ret = read_event(d, f.s, f.n, hex, st, row)) != 0)
                 goto out;
+            if (f.field == 13 && (ret = read_link(d, f.s, f.n, hex, st, row)) != 0)
+                goto out;
+        }
     }
     ret = 0;
 out:
@@ -1055,7 +1123,9 @@ static void dec_free(Dec *d) {
                    &d->duration, &d->code, &d->message, &d->dropped_a, &d->dropped_e, &d->dropped_l, &d->group,
                    &d->span_map.offsets, &d->span_map.keys, &d->span_map.values, &d->ev_trace_id,
                    &d->ev_span_id, &d->ev_time, &d->ev_name, &d->ev_dropped, &d->ev_part, &d->ev_row,
-                   &d->ev_map.offsets, &d->ev_map.keys, &d->ev_map.values};
+                   &d->ev_map.offsets, &d->ev_map.keys, &d->ev_map.values, &d->ln_trace_id, &d->ln_span_id,
+                   &d->ln_linked_trace_id, &d->ln_linked_span_id, &d->ln_state, &d->ln_dropped, &d->ln_part,
+                   &d->ln_row, &d->ln_map.offsets, &d->ln_map.keys, &d->ln_map.values};
     for (size_t i = 0; i < sizeof(cols) / sizeof(cols[0]); i++)
         col_free(cols[i]);
     for (int p = 0; p < NPROMOTED_MAX; p++)
@@ -1067,7 +1137,7 @@ static void dec_free(Dec *d) {
 }
 
 PyDoc_STRVAR(decode_doc,
-"decode(body, promoted, max_value_bytes, max_key_bytes, max_attributes, max_events)\n--\n\n"
+"decode(body, promoted, max_value_bytes, max_key_bytes, max_attributes, max_events, max_links)\n--\n\n"
 "The spans of an OTLP ExportTraceServiceRequest as Arrow buffers, or None when the request\n"
 "needs the Python path (see otel_assay.collect.compiled). ``promoted`` is a sequence of\n"
 "(key, type) pairs, type 0 string, 1 int64, 2 double, in column order.");
@@ -1075,8 +1145,9 @@ PyDoc_STRVAR(decode_doc,
 static PyObject *decode(PyObject *self, PyObject *args) {
     Py_buffer body;
     PyObject *promoted;
-    Py_ssize_t max_value, max_key, max_attributes, max_events;
-    if (!PyArg_ParseTuple(args, "y*Onnnn", &body, &promoted, &max_value, &max_key, &max_attributes, &max_events))
+    Py_ssize_t max_value, max_key, max_attributes, max_events, max_links;
+    if (!PyArg_ParseTuple(args, "y*Onnnnn", &body, &promoted, &max_value, &max_key, &max_attributes, &max_events,
+                          &max_links))
         return NULL;
     Dec *d = PyMem_Calloc(1, sizeof(Dec));
     PyObject *result = NULL, *seq = NULL;
@@ -1093,6 +1164,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     d->max_key = max_key < 0 ? 0 : (size_t)max_key;
     d->max_attributes = max_attributes < 0 ? 0 : (uint64_t)max_attributes;
     d->max_events = max_events < 0 ? 0 : (uint64_t)max_events;
+    d->max_links = max_links < 0 ? 0 : (uint64_t)max_links;
     seq = PySequence_Fast(promoted, "promoted must be a sequence");
     if (!seq)
         goto done;
@@ -1129,14 +1201,19 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         col_init(&d->ev_trace_id, 1, 0) || col_init(&d->ev_span_id, 1, 0) || col_init(&d->ev_time, 0, 8) ||
         col_init(&d->ev_name, 1, 0) || col_init(&d->ev_dropped, 0, 4) || col_init(&d->ev_part, 0, 8) ||
         col_init(&d->ev_row, 0, 4) || col_init(&d->ev_map.offsets, 0, 4) || col_init(&d->ev_map.keys, 1, 0) ||
-        col_init(&d->ev_map.values, 1, 0))
+        col_init(&d->ev_map.values, 1, 0) || col_init(&d->ln_trace_id, 1, 0) || col_init(&d->ln_span_id, 1, 0) ||
+        col_init(&d->ln_linked_trace_id, 1, 0) || col_init(&d->ln_linked_span_id, 1, 0) ||
+        col_init(&d->ln_state, 1, 0) || col_init(&d->ln_dropped, 0, 4) || col_init(&d->ln_part, 0, 8) ||
+        col_init(&d->ln_row, 0, 4) || col_init(&d->ln_map.offsets, 0, 4) || col_init(&d->ln_map.keys, 1, 0) ||
+        col_init(&d->ln_map.values, 1, 0))
         goto done;
     for (int p = 0; p < d->npromoted; p++)
         if (col_init(&d->prom[p], d->promoted[p].type == T_STRING, 8))
             goto done;
     {
         int32_t zero = 0;
-        if (buf_put(&d->span_map.offsets.data, &zero, 4) < 0 || buf_put(&d->ev_map.offsets.data, &zero, 4) < 0)
+        if (buf_put(&d->span_map.offsets.data, &zero, 4) < 0 || buf_put(&d->ev_map.offsets.data, &zero, 4) < 0 ||
+            buf_put(&d->ln_map.offsets.data, &zero, 4) < 0)
             goto done;
     }
     {
@@ -1165,13 +1242,17 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         Col *named[] = {&d->trace_id, &d->span_id, &d->parent, &d->trace_state, &d->name, &d->kind, &d->start,
                         &d->duration, &d->code, &d->message, &d->dropped_a, &d->dropped_e, &d->dropped_l, &d->group,
                         &d->span_map.keys, &d->span_map.values, &d->ev_trace_id, &d->ev_span_id, &d->ev_time,
-                        &d->ev_name, &d->ev_dropped, &d->ev_part, &d->ev_row, &d->ev_map.keys, &d->ev_map.values};
+                        &d->ev_name, &d->ev_dropped, &d->ev_part, &d->ev_row, &d->ev_map.keys, &d->ev_map.values,
+                        &d->ln_trace_id, &d->ln_span_id, &d->ln_linked_trace_id, &d->ln_linked_span_id, &d->ln_state,
+                        &d->ln_dropped, &d->ln_part, &d->ln_row, &d->ln_map.keys, &d->ln_map.values};
         const char *names[] = {"trace_id", "span_id", "parent_span_id", "trace_state", "name", "kind",
                                "start_time_unix_nano", "duration_ns", "status_code", "status_message",
                                "dropped_attributes_count", "dropped_events_count", "dropped_links_count",
                                "group", "map_keys", "map_values", "ev_trace_id", "ev_span_id", "ev_time_unix_nano",
                                "ev_name", "ev_dropped_attributes_count", "ev_partition_time", "ev_span_row",
-                               "ev_map_keys", "ev_map_values"};
+                               "ev_map_keys", "ev_map_values", "ln_trace_id", "ln_span_id", "ln_linked_trace_id",
+                               "ln_linked_span_id", "ln_trace_state", "ln_dropped_attributes_count", "ln_partition_time",
+                               "ln_span_row", "ln_map_keys", "ln_map_values"};
         PyObject *cols = PyDict_New(), *prom = PyList_New(d->npromoted);
         if (!cols || !prom) {
             Py_XDECREF(cols);
@@ -1201,15 +1282,19 @@ static PyObject *decode(PyObject *self, PyObject *args) {
                                                       (Py_ssize_t)d->span_map.offsets.data.len);
         PyObject *ev_offsets = PyBytes_FromStringAndSize(d->ev_map.offsets.data.p,
                                                          (Py_ssize_t)d->ev_map.offsets.data.len);
-        if (!offsets || !ev_offsets) {
+        PyObject *ln_offsets = PyBytes_FromStringAndSize(d->ln_map.offsets.data.p,
+                                                         (Py_ssize_t)d->ln_map.offsets.data.len);
+        if (!offsets || !ev_offsets || !ln_offsets) {
             Py_XDECREF(offsets);
             Py_XDECREF(ev_offsets);
+            Py_XDECREF(ln_offsets);
             Py_DECREF(cols);
             Py_DECREF(prom);
             goto done;
         }
-        result = Py_BuildValue("(LNNNOOOLN)", (long long)d->trace_id.n, cols, prom, offsets, d->keys, d->groups,
-                               d->resources, (long long)d->ev_trace_id.n, ev_offsets);
+        result = Py_BuildValue("(LNNNOOOLNLN)", (long long)d->trace_id.n, cols, prom, offsets, d->keys, d->groups,
+                               d->resources, (long long)d->ev_trace_id.n, ev_offsets, (long long)d->ln_trace_id.n,
+                               ln_offsets);
     }
 done:
     Py_XDECREF(seq);

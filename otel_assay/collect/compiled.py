@@ -1,10 +1,10 @@
 """The OTLP receiver's compiled decoder: a protobuf request straight into Arrow columns.
 
 ``_otlpc`` (C, built at install when a compiler is there) reads the common request, whose
-spans are all plain: no links, attribute values (of spans and of their events) that are
-strings, ints, bools or finite doubles, valid UTF-8 within the limits, no repeated keys,
-nothing to reject, drop or cut. It fills the buffers of the ``spans`` and ``span_events``
-tables without a Python object per span, event or attribute, a third of the receiver's CPU
+spans are all plain: attribute values (of spans, events and links) that are strings, ints,
+bools or finite doubles, valid UTF-8 within the limits, no repeated keys, nothing to
+reject, drop or cut. It fills the buffers of the ``spans``, ``span_events`` and
+``span_links`` tables without a Python object per span, event, link or attribute, a third of the receiver's CPU
 time per span. Any other request (and every request when the extension is
 not built) goes to the Python path, ``otlp.parse_protobuf`` and ``otlp.add_protobuf``, which
 has every rule; the two give the same rows for the requests the compiled decoder reads (tests
@@ -23,7 +23,8 @@ import pyarrow as pa
 
 from .. import semconv
 from .otlp import MalformedOTLP
-from .schema import EMPTY_TABLES, PARTITION_TIME, SPAN_EVENTS_SCHEMA, SPANS_SCHEMA, Limits, make_resource, resource_maps
+from .schema import (EMPTY_TABLES, PARTITION_TIME, SPAN_EVENTS_SCHEMA, SPAN_LINKS_SCHEMA, SPANS_SCHEMA, Limits,
+                     make_resource, resource_maps)
 
 try:
     from . import _otlpc
@@ -51,6 +52,9 @@ def _array(typ: pa.DataType, n: int, col: tuple) -> pa.Array:
     return pa.Array.from_buffers(typ, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
+_ROW_SCHEMAS = {"span_events": SPAN_EVENTS_SCHEMA, "span_links": SPAN_LINKS_SCHEMA}
+
+
 def _map(n: int, offsets: bytes, keys: tuple, values: tuple) -> pa.MapArray:
     entries = len(keys[1]) // 4 - 1  # the keys' own string offsets: one more than there are keys
     return pa.MapArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(offsets)]),
@@ -67,7 +71,7 @@ class CompiledBatch:
         from ._fastpb import decode_keyvalue
 
         (self.n, self._cols, self._promoted, self._map_offsets, self.keys, groups, resources,
-         self._n_events, self._ev_map_offsets) = decoded
+         self._n_events, self._ev_map_offsets, self._n_links, self._ln_map_offsets) = decoded
         self.reject_reasons: dict[str, int] = {}
         # resource attributes are decoded here, as otlp.add_protobuf does, with its errors
         try:
@@ -110,25 +114,27 @@ class CompiledBatch:
         mask = None if keep is None else pa.array(keep, pa.bool_())
         if mask is not None:
             spans = spans.filter(mask)
-        return {"spans": spans, "span_events": self._events(mask), "span_links": EMPTY_TABLES["span_links"]}
+        return {"spans": spans,
+                "span_events": self._of_spans("span_events", "ev_", self._n_events, self._ev_map_offsets, mask),
+                "span_links": self._of_spans("span_links", "ln_", self._n_links, self._ln_map_offsets, mask)}
 
-    def _events(self, mask: pa.Array | None) -> pa.Table:
-        """The span_events table (with its partition time, as SpanBatch.tables gives it); an
-        event goes with its span when ``mask`` leaves spans out."""
-        m, cols = self._n_events, self._cols
+    def _of_spans(self, table: str, prefix: str, m: int, map_offsets: bytes, mask: pa.Array | None) -> pa.Table:
+        """The span_events or span_links table (with its partition time, as SpanBatch.tables
+        gives it); an event or link goes with its span when ``mask`` leaves spans out."""
         if not m:
-            return EMPTY_TABLES["span_events"]
+            return EMPTY_TABLES[table]
+        cols, schema = self._cols, _ROW_SCHEMAS[table]
         arrays = []
-        for f in SPAN_EVENTS_SCHEMA:
+        for f in schema:
             if f.name == "attributes":
-                arrays.append(_map(m, self._ev_map_offsets, cols["ev_map_keys"], cols["ev_map_values"]))
+                arrays.append(_map(m, map_offsets, cols[prefix + "map_keys"], cols[prefix + "map_values"]))
             else:
-                arrays.append(_array(f.type, m, cols["ev_" + f.name]))
-        events = pa.Table.from_arrays(arrays, schema=SPAN_EVENTS_SCHEMA).append_column(
-            PARTITION_TIME, _array(pa.int64(), m, cols["ev_partition_time"]))
+                arrays.append(_array(f.type, m, cols[prefix + f.name]))
+        rows = pa.Table.from_arrays(arrays, schema=schema).append_column(
+            PARTITION_TIME, _array(pa.int64(), m, cols[prefix + "partition_time"]))
         if mask is not None:
-            events = events.filter(mask.take(_array(pa.int32(), m, cols["ev_span_row"])))
-        return events
+            rows = rows.filter(mask.take(_array(pa.int32(), m, cols[prefix + "span_row"])))
+        return rows
 
 
 def decode(body: bytes, limits: Limits) -> CompiledBatch | None:
@@ -136,5 +142,5 @@ def decode(body: bytes, limits: Limits) -> CompiledBatch | None:
     if not available():
         return None
     decoded: Any = _otlpc.decode(body, _PROMOTED, limits.max_value_chars, limits.max_key_chars, limits.max_attributes,
-                                 limits.max_events)
+                                 limits.max_events, limits.max_links)
     return None if decoded is None else CompiledBatch(decoded, limits)

@@ -167,12 +167,19 @@ def request(rng: random.Random, plain: bool) -> ExportTraceServiceRequest:
                             name=rng.choice(["exception", "gen_ai.content.prompt"] + STRINGS[:12]),
                             dropped_attributes_count=rng.choice([0, 0, 3, 2**32 - 1]))
                         event.attributes.extend(attributes(rng, plain))
+                if rng.random() < 0.2:
+                    for _ in range(rng.randint(1, 2)):
+                        link = span.links.add(trace_id=rng.randbytes(16), span_id=rng.randbytes(8),
+                                              trace_state=rng.choice(["", "vendor=1", "héllo"]),
+                                              dropped_attributes_count=rng.choice([0, 5, 2**32 - 1]),
+                                              flags=rng.choice([0, 1, 257]))
+                        link.attributes.extend(attributes(rng, plain))
                 if not plain:
                     r = rng.random()
                     if r < 0.1:
                         span.events.add(time_unix_nano=start, name="exception").attributes.extend(attributes(rng, True))
-                    elif r < 0.15:
-                        span.links.add(trace_id=rng.randbytes(16), span_id=rng.randbytes(8))
+                    elif r < 0.15:  # a link to a malformed span context: dropped and counted
+                        span.links.add(trace_id=rng.randbytes(rng.choice([0, 8, 16])), span_id=bytes(8))
                     elif r < 0.2:
                         span.trace_id = rng.randbytes(rng.choice([0, 8, 16]))  # sometimes invalid
                     elif r < 0.25:
@@ -249,7 +256,7 @@ def _one_span(**kw) -> ExportTraceServiceRequest:
         elif k == "event":
             span.events.add(time_unix_nano=15, name="exception").attributes.extend(v)
         elif k == "link":
-            span.links.add(trace_id=b"\x03" * 16, span_id=b"\x04" * 8)
+            span.links.add(**v)
         else:
             setattr(span, k, v)
     return req
@@ -258,7 +265,10 @@ def _one_span(**kw) -> ExportTraceServiceRequest:
 @pytest.mark.parametrize("case", [
     dict(event=[KeyValue(key="k", value=AnyValue(kvlist_value=KeyValueList()))]),
     dict(event=[KeyValue(key="k", value=AnyValue(string_value="a")), KeyValue(key="k", value=AnyValue(string_value="b"))]),
-    dict(link=True), dict(trace_id=b"\x01" * 8), dict(trace_id=bytes(16)), dict(span_id=bytes(8)),
+    dict(link=dict(trace_id=b"\x03" * 8, span_id=b"\x04" * 8)), dict(link=dict(trace_id=b"\x03" * 16, span_id=bytes(8))),
+    dict(link=dict(trace_id=b"\x03" * 16, span_id=b"\x04" * 8, attributes=[
+        KeyValue(key="k", value=AnyValue(bytes_value=b"x"))])),
+    dict(trace_id=b"\x01" * 8), dict(trace_id=bytes(16)), dict(span_id=bytes(8)),
     dict(kind=7),
     dict(end_time_unix_nano=5), dict(start_time_unix_nano=0), dict(parent_span_id=b"\x01" * 5),
     dict(attributes=[KeyValue(key="k", value=AnyValue(kvlist_value=KeyValueList()))]),
@@ -268,7 +278,8 @@ def _one_span(**kw) -> ExportTraceServiceRequest:
         AnyValue(array_value=ArrayValue())])))]),
     dict(attributes=[KeyValue(key="k", value=AnyValue(string_value="a")),
                      KeyValue(key="k", value=AnyValue(string_value="b"))]),
-], ids=["event-kvlist", "event-repeated-key", "link", "short-trace-id", "zero-trace-id", "zero-span-id", "bad-kind", "ends-before-start", "no-start",
+], ids=["event-kvlist", "event-repeated-key", "link-short-trace-id", "link-zero-span-id", "link-bytes-value",
+        "short-trace-id", "zero-trace-id", "zero-span-id", "bad-kind", "ends-before-start", "no-start",
         "short-parent", "kvlist", "bytes", "nan", "nested-array", "repeated-key"])
 def test_what_the_compiled_path_does_not_read_goes_to_the_python_path(case):
     body = _one_span(**case).SerializeToString()
@@ -326,8 +337,8 @@ def test_values_are_stored_as_stringify_stores_them():
 
 
 def test_the_receiver_stores_a_request_the_same_way_on_either_path(tmp_path, monkeypatch):
-    """Spans and their events, and a retransmission of part of the request (whose spans, and
-    their events, the receiver drops as duplicates) in the same request as new spans."""
+    """Spans with their events and links, and a retransmission of part of the request (whose
+    spans, with their events and links, the receiver drops as duplicates) beside new spans."""
     import duckdb
 
     from otel_assay.collect.receiver import Collector
@@ -346,8 +357,8 @@ def test_the_receiver_stores_a_request_the_same_way_on_either_path(tmp_path, mon
             c.close()
         out[path] = [accepted] + [duckdb.sql(
             f"SELECT * EXCLUDE (dt) FROM read_parquet('{tmp_path / path}/{table}/**/*.parquet', hive_partitioning=true) "
-            f"ORDER BY ALL").fetchall() for table in ("spans", "span_events")]
-    assert len(out["compiled"][2]) > 10  # events were stored
+            f"ORDER BY ALL").fetchall() for table in ("spans", "span_events", "span_links")]
+    assert len(out["compiled"][2]) > 10 and len(out["compiled"][3]) > 2  # events and links were stored
     assert out["compiled"] == out["python"]
 
 
@@ -358,16 +369,19 @@ def _merged(rng: random.Random, n: int) -> ExportTraceServiceRequest:
     return req
 
 
-def test_a_dropped_span_takes_its_events_with_it():
-    body = _merged(random.Random(8), 6).SerializeToString()
+def test_a_dropped_span_takes_its_events_and_links_with_it():
+    body = _merged(random.Random(8), 20).SerializeToString()
     fast, slow = compiled.decode(body, DEFAULT_LIMITS), SpanBatch(DEFAULT_LIMITS)
     add_protobuf(parse_protobuf(body), slow)
-    assert fast.tables()["span_events"].num_rows > 5
-    keep = [i % 3 != 1 for i in range(len(fast))]
+    everything = fast.tables()
+    span_ids = everything["spans"].column("span_id").to_pylist()
+    # leave out every third span, and the spans of the first event and the first link
+    dropped = {everything[t].column("span_id")[0].as_py() for t in ("span_events", "span_links")}
+    keep = [i % 3 != 1 and sid not in dropped for i, sid in enumerate(span_ids)]
     a, b = fast.tables(keep), slow.tables(keep)
-    for name in ("spans", "span_events"):
+    for name in ("spans", "span_events", "span_links"):
         assert a[name].equals(b[name]), name
-    assert 0 < a["span_events"].num_rows < fast.tables()["span_events"].num_rows
+        assert 0 < a[name].num_rows < everything[name].num_rows, name
 
 
 def _event_span(name: str = "exception", attrs=(), events: int = 1) -> bytes:
@@ -479,3 +493,19 @@ def test_many_attributes_on_a_span_and_an_event_read_the_same_up_to_the_limit():
         body = req.SerializeToString()
         assert compiled.decode(body, DEFAULT_LIMITS) is None  # the Python path drops what is over
         assert python_path(body, DEFAULT_LIMITS)[0] != "error"
+
+
+def test_links_the_limits_would_drop_go_to_the_python_path():
+    def body(links: int, attrs=()) -> bytes:
+        req = _one_span()
+        for i in range(links):
+            req.resource_spans[0].scope_spans[0].spans[0].links.add(
+                trace_id=bytes([i + 1]) * 16, span_id=b"\x04" * 8, trace_state="a=1").attributes.extend(attrs)
+        return req.SerializeToString()
+
+    limits = Limits(max_attributes=1, max_links=2)
+    one = [KeyValue(key="a", value=AnyValue(string_value="x"))]
+    assert assert_same(body(2, one), limits)
+    for b in (body(3), body(1, one * 2 + [KeyValue(key="b", value=AnyValue(int_value=1))])):
+        assert compiled.decode(b, limits) is None
+        assert python_path(b, limits)[0] != "error"

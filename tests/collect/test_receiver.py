@@ -825,8 +825,8 @@ def test_big_requests_at_once_are_decoded_one_after_the_other_not_side_by_side(t
     """A body costs over ten times its size in memory while it is decoded: two 20 MB requests
     at once took the collector to twice the peak of one (and RSS stays near its peak).
 
-    Measured on the Python decoding path, which every request can take (a request with span
-    links does): the compiled decoder needs a fraction of that memory to decode, so with it
+    Measured on the Python decoding path, which every request can take (a request with a key-value
+    list attribute does): the compiled decoder needs a fraction of that memory to decode, so with it
     the rows kept from the first request weigh as much as the second's decoding."""
     import random
     import threading
