@@ -85,6 +85,8 @@ class CompiledBatch:
 
     def tables(self, keep: list[bool] | None = None) -> dict[str, pa.Table]:
         n, cols = self.n, self._cols
+        if not n:  # building the empty columns one by one cost an empty request 200 µs
+            return dict(EMPTY_TABLES)
         group = np.frombuffer(cols["group"][0], np.int32)
         group_resource = np.array([g[0] for g in self._groups], np.int32)
         span_resource = pa.array(group_resource[group] if n else np.zeros(0, np.int32))

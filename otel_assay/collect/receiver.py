@@ -686,8 +686,9 @@ class _Body:
     loses its slot. Iterating gives the data in pieces; ``_Late`` ends it when the client
     falls behind or closes, ``_BadChunk`` when a chunked body is malformed."""
 
-    def __init__(self, handler: "_Handler", length: int | None):
+    def __init__(self, handler: "_Handler", length: int | None, max_chunks: int):
         self.handler = handler
+        self.max_chunks = max_chunks  # a chunked body in more chunks is refused (_BadChunk)
         self.length = length  # None: chunked
         self.due = time.monotonic() + handler.body_grace_s
         self.got = 0  # data bytes so far
@@ -708,6 +709,7 @@ class _Body:
             raise _Late from None
         finally:
             h._reader.deadline = None
+            h.connection.settimeout(h.timeout)  # the reply and the next request have their own
         if not data:
             raise _Late
         return data
@@ -722,7 +724,7 @@ class _Body:
                 self.got += len(piece)
                 yield piece
             return
-        for _ in range(_max_chunks(DRAIN_LIMIT)):
+        while True:
             size_line = self._read(_CHUNK_LINE_MAX + 1, line=True)
             if len(size_line) <= _CHUNK_LINE_MAX and not size_line.endswith(b"\n"):
                 raise _Late  # the client closed mid-line
@@ -730,6 +732,8 @@ class _Body:
             if size == 0:
                 break
             self.chunks += 1
+            if self.chunks > self.max_chunks:
+                raise _BadChunk(f"more than {self.max_chunks} chunks; send chunks of 1 KiB or more")
             while size:
                 piece = self._read(min(size, 1 << 20))
                 self.got += len(piece)
@@ -737,8 +741,6 @@ class _Body:
                 yield piece
             if self._read(3, line=True) != b"\r\n":
                 raise _BadChunk("a chunk's data is not followed by CRLF (is the chunk size right?)")
-        else:
-            raise _BadChunk(f"more than {_max_chunks(DRAIN_LIMIT)} chunks; send chunks of 1 KiB or more")
         for _ in range(_TRAILER_FIELDS_MAX + 1):  # the trailer section, read and ignored
             trailer = self._read(_CHUNK_LINE_MAX + 1, line=True)
             if trailer == b"\r\n":
@@ -749,19 +751,27 @@ class _Body:
         raise _BadChunk(f"more than {_TRAILER_FIELDS_MAX} trailer fields")
 
     def read(self, limit: int) -> bytes:
-        """All of the body; ``_TooLarge`` past ``limit`` bytes (the rest is left unread) or,
-        for a chunked body, past ``_max_chunks(limit)`` chunks (as ``_BadChunk``)."""
-        buf = bytearray()  # one buffer: a list of pieces cost 80 bytes a piece of a trickled body
+        """All of the body; ``_TooLarge`` past ``limit`` bytes (the rest is left unread)."""
+        pieces: list[bytes] = []
+        small = bytearray()  # a trickled body's pieces, in one buffer rather than an object each
         for piece in self:
-            buf += piece
-            if len(buf) > limit:
+            if len(piece) < 65536:
+                small += piece
+            else:
+                if small:
+                    pieces.append(bytes(small))
+                    small.clear()
+                pieces.append(piece)
+            if self.got > limit:
                 raise _TooLarge(limit, "")
-            if self.chunks > _max_chunks(limit):
-                raise _BadChunk(f"more than {_max_chunks(limit)} chunks; send chunks of 1 KiB or more")
-        return bytes(buf)
+        if small:
+            pieces.append(bytes(small))
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def drain(self, cap: int) -> bool:
-        """Read and discard the rest, up to ``cap`` bytes; whether it all came."""
+        """Read and discard the rest, up to ``cap`` bytes (and ``_max_chunks(cap)`` chunks);
+        whether it all came."""
+        self.max_chunks = _max_chunks(cap)
         try:
             for _ in self:
                 if self.got > cap:
@@ -993,7 +1003,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(code, _status_proto(grpc_code, message), "application/x-protobuf", headers)
 
     def do_GET(self):
-        if self.headers.get("Transfer-Encoding") is not None or self.headers.get("Content-Length", "0").strip() != "0":
+        if self.headers.get("Transfer-Encoding") is not None or \
+                _content_length(self.headers.get_all("Content-Length")) not in (None, 0):
             # a GET has no body here: one sent anyway would read as the next request
             self.close_connection = True
         if self.path.rstrip("/") in ("", "/health", "/healthz"):
@@ -1071,7 +1082,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         cap = drain_limit or self.max_body
         if not isinstance(body, _Body):
-            body = _Body(self, body) if body is None or 0 < body <= cap else None
+            body = _Body(self, body, _max_chunks(cap)) if body is None or 0 < body <= cap else None
         if body is not None and not body.drain(cap) and body.length is not None:
             return None  # the client closed or fell behind: as before, no answer
         try:
@@ -1084,7 +1095,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Read, decode and store one request's body, and answer. Returns the body reader
         when a chunked body turned out larger than the limit: the caller drains it (out of
         the request slot) and answers 413."""
-        reader = _Body(self, length)
+        reader = _Body(self, length, _max_chunks(self.max_body))
         try:
             body = reader.read(self.max_body)
         except _TooLarge:
