@@ -12,6 +12,7 @@ send; it needs at least two flushes of 200,000 spans during the run (the default
 spans gives five).
 
     python bench/bench_receiver.py [--spans 1000000] [--clients 4] [--no-fsync] [--resource-attributes 10]
+    python bench/bench_receiver.py --events-every 10     # an exception event on every 10th span
     python bench/bench_receiver.py --overload      # memory under sustained overload
 """
 
@@ -158,12 +159,20 @@ def breakdown(bodies: list[bytes], lake: Path, passes: int = 3) -> dict[str, flo
     return {k: round(v / n * 1e6, 2) for k, v in best.items()} | {"total": round(sum(best.values()) / n * 1e6, 2)}
 
 
-def request(trials: int, more_resource: int, rng: random.Random) -> bytes:
+def request(trials: int, more_resource: int, rng: random.Random, events_every: int = 0) -> bytes:
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
     req = synthetic.request(trials, rng=rng)
     req.resource_spans[0].resource.attributes.extend(
         KeyValue(key=f"host.label.{i}", value=AnyValue(string_value=f"value-{i}-of-this-host")) for i in range(more_resource))
+    if events_every:
+        spans = [s for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
+        for span in spans[events_every - 1::events_every]:  # a failed step's exception event
+            span.events.add(time_unix_nano=span.end_time_unix_nano, name="exception").attributes.extend([
+                KeyValue(key="exception.type", value=AnyValue(string_value="ValueError")),
+                KeyValue(key="exception.message", value=AnyValue(string_value="order A-1234 not found")),
+                KeyValue(key="exception.stacktrace", value=AnyValue(string_value="Traceback (most recent call last):\n"
+                                                                                 "  File \"agent.py\", line 42\n" * 8))])
     return req.SerializeToString()
 
 
@@ -178,13 +187,15 @@ def main() -> None:
     ap.add_argument("--resource-attributes", type=int, default=0, metavar="N",
                     help="N more resource attributes per request (host.*, process.*, k8s.* in a real deployment; "
                          "the synthetic resource has 3)")
+    ap.add_argument("--events-every", type=int, default=0, metavar="N",
+                    help="an exception event (3 attributes) on every Nth span")
     args = ap.parse_args()
     if os.cpu_count() and os.cpu_count() > 1:
         os.sched_setaffinity(0, {1})
 
     rng = random.Random(7)
     n_requests = max(1, args.spans // (args.per_request * 10))
-    bodies = [request(args.per_request, args.resource_attributes, rng) for _ in range(n_requests)]
+    bodies = [request(args.per_request, args.resource_attributes, rng, args.events_every) for _ in range(n_requests)]
     total_spans = n_requests * args.per_request * 10
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -248,6 +259,7 @@ def main() -> None:
         "requests": n_requests,
         "clients": args.clients,
         "fsync": not args.no_fsync,
+        "events_every": args.events_every,
         "collector_cores": 1,
         "seconds_to_acked": round(t_acked - t0, 3),
         "seconds_to_parquet": round(elapsed, 3),
