@@ -553,9 +553,12 @@ static int kv_push(KvList *k, const uint8_t *s, size_t n, uint64_t max) {
     return 0;
 }
 
-/* one row's attributes into map `m` (a span's with `promote`: a promoted key goes to its
- * column). `kv_s`/`kv_n` hold the KeyValue slices, in order. */
-static int read_attributes(Dec *d, Map *m, int promote, const uint8_t **kv_s, size_t *kv_n, size_t nkv) {
+/* one row's attributes, the KeyValue slices in `kv`, into map `m` (a span's with `promote`:
+ * a promoted key goes to its column) */
+static int read_attributes(Dec *d, Map *m, int promote, const KvList *kv) {
+    const uint8_t *const *kv_s = kv->s;
+    const size_t *kv_n = kv->n;
+    size_t nkv = kv->len;
     if (nkv > d->max_attributes)
         return FALLBACK;
     int filled[NPROMOTED_MAX] = {0};
@@ -711,53 +714,65 @@ static int read_attributes(Dec *d, Map *m, int promote, const uint8_t **kv_s, si
     return buf_put(&m->offsets.data, &off, 4);
 }
 
+/* The fields of one Span, Event or Link message, as protobuf reads them: fields past
+ * `nfields` are skipped (protobuf keeps unknown fields aside); each other field must have
+ * the wire type want[field]; the field `attrs` (repeated KeyValue) is collected in `kv`, the
+ * fields in the bit mask `repeated` are counted, and any other field may come once (protobuf
+ * merges a second one: the Python path decides). Fields not on the wire read as zero. */
+#define MSG_FIELDS 17
+
+typedef struct {
+    Field f[MSG_FIELDS];
+    uint64_t count[MSG_FIELDS];
+} Msg;
+
+static int read_fields(Dec *d, const uint8_t *s, size_t n, const int8_t *want, uint32_t nfields, uint32_t attrs,
+                       uint32_t repeated, Msg *m, KvList *kv) {
+    Rd r = {s, s + n};
+    Field f;
+    int rc;
+    uint32_t seen = 0;
+    memset(m, 0, sizeof(*m));
+    while (NEXT(&r, &f)) {
+        if (f.field > nfields)
+            continue;
+        if (f.wt != want[f.field])
+            return FALLBACK;
+        if (f.field == attrs) {
+            if ((rc = kv_push(kv, f.s, f.n, d->max_attributes)) != 0)
+                return rc;
+        } else if (repeated & (1u << f.field)) {
+            m->count[f.field]++;
+        } else {
+            if (seen & (1u << f.field))
+                return FALLBACK;
+            seen |= 1u << f.field;
+            m->f[f.field] = f;
+        }
+    }
+    return DONE ? 0 : FALLBACK;
+}
+
 /* one event of the span in row `row` (trace and span id in `hex`), as the Python path stores
  * it; FALLBACK for anything it would judge (a repeated field, bad UTF-8, a value over a
  * limit, more attributes than the limit) */
 static int read_event(Dec *d, const uint8_t *s, size_t n, const char *hex, int64_t span_start, int32_t row) {
-    Rd r = {s, s + n};
-    Field f;
-    int rc, ret = 0;
-    uint32_t seen = 0;
-    uint64_t t = 0, dropped = 0;
-    const uint8_t *name = (const uint8_t *)"";
-    size_t name_n = 0;
-    KvList kv;
-    kv_init(&kv);
     /* wire type of each field: 1 time_unix_nano, 2 name, 3 attributes, 4 dropped count */
     static const int8_t want[5] = {-1, 1, 2, 2, 0};
-
-    while (NEXT(&r, &f)) {
-        if (f.field > 4)
-            continue;
-        if (f.wt != want[f.field]) {
-            ret = FALLBACK;
-            goto out;
-        }
-        if (f.field == 3) {
-            if ((ret = kv_push(&kv, f.s, f.n, d->max_attributes)) != 0)
-                goto out;
-            continue;
-        }
-        if (seen & (1u << f.field)) {
-            ret = FALLBACK;
-            goto out;
-        }
-        seen |= 1u << f.field;
-        if (f.field == 1) {
-            t = f.v;
-        } else if (f.field == 2) {
-            name = f.s;
-            name_n = f.n;
-        } else {
-            dropped = f.v & 0xFFFFFFFFu;
-        }
-    }
-    if (!DONE || name_n > d->max_value || !utf8_ok(name, name_n)) {
+    Msg m;
+    KvList kv;
+    kv_init(&kv);
+    int ret = read_fields(d, s, n, want, 4, 3, 0, &m, &kv);
+    if (ret)
+        goto out;
+    uint64_t t = m.f[1].v, dropped = m.f[4].v & 0xFFFFFFFFu;
+    const uint8_t *name = m.f[2].s;
+    size_t name_n = m.f[2].n;
+    if (name_n > d->max_value || !utf8_ok(name, name_n)) {
         ret = FALLBACK;
         goto out;
     }
-    if ((ret = read_attributes(d, &d->ev_map, 0, kv.s, kv.n, kv.len)) != 0)
+    if ((ret = read_attributes(d, &d->ev_map, 0, &kv)) != 0)
         goto out;
     ret = -1;
     int64_t t64 = t > INT64_MAX ? INT64_MAX : (int64_t)t;
@@ -776,50 +791,23 @@ out:
 /* one link of the span in row `row`, as the Python path stores it; FALLBACK for a link it
  * would drop (ids of the wrong length or all zeros) or judge */
 static int read_link(Dec *d, const uint8_t *s, size_t n, const char *hex, int64_t span_start, int32_t row) {
-    Rd r = {s, s + n};
-    Field f;
-    int rc, ret = 0;
-    uint32_t seen = 0;
-    uint64_t dropped = 0;
-    const uint8_t *tid = NULL, *sid = NULL, *state = NULL;
-    size_t tid_n = 0, sid_n = 0, state_n = 0;
-    KvList kv;
-    kv_init(&kv);
     /* wire type of each field: 1 trace_id, 2 span_id, 3 trace_state, 4 attributes,
      * 5 dropped count, 6 flags */
     static const int8_t want[7] = {-1, 2, 2, 2, 2, 0, 5};
-
-    while (NEXT(&r, &f)) {
-        if (f.field > 6)
-            continue;
-        if (f.wt != want[f.field]) {
-            ret = FALLBACK;
-            goto out;
-        }
-        if (f.field == 4) {
-            if ((ret = kv_push(&kv, f.s, f.n, d->max_attributes)) != 0)
-                goto out;
-            continue;
-        }
-        if (seen & (1u << f.field)) {
-            ret = FALLBACK;
-            goto out;
-        }
-        seen |= 1u << f.field;
-        switch (f.field) {
-        case 1: tid = f.s; tid_n = f.n; break;
-        case 2: sid = f.s; sid_n = f.n; break;
-        case 3: state = f.s; state_n = f.n; break;
-        case 5: dropped = f.v & 0xFFFFFFFFu; break;
-        default: break; /* 6: flags */
-        }
-    }
-    if (!DONE || tid_n != 16 || all_zero(tid, 16) || sid_n != 8 || all_zero(sid, 8) ||
-        (state && !utf8_ok(state, state_n))) {
+    Msg m;
+    KvList kv;
+    kv_init(&kv);
+    int ret = read_fields(d, s, n, want, 6, 4, 0, &m, &kv);
+    if (ret)
+        goto out;
+    const uint8_t *tid = m.f[1].s, *sid = m.f[2].s, *state = m.f[3].s;
+    size_t tid_n = m.f[1].n, sid_n = m.f[2].n, state_n = m.f[3].n;
+    uint64_t dropped = m.f[5].v & 0xFFFFFFFFu;
+    if (tid_n != 16 || all_zero(tid, 16) || sid_n != 8 || all_zero(sid, 8) || (state && !utf8_ok(state, state_n))) {
         ret = FALLBACK;
         goto out;
     }
-    if ((ret = read_attributes(d, &d->ln_map, 0, kv.s, kv.n, kv.len)) != 0)
+    if ((ret = read_attributes(d, &d->ln_map, 0, &kv)) != 0)
         goto out;
     ret = -1;
     char lhex[48];
@@ -839,86 +827,47 @@ out:
 }
 
 static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
-    Rd r = {s, s + n};
+    /* wire type of each field (9 attributes, 11 events, 13 links repeat) */
+    static const int8_t want[17] = {-1, 2, 2, 2, 2, 2, 0, 1, 1, 2, 0, 2, 0, 2, 0, 2, 5};
+    Rd r;
     Field f;
     int rc;
-    uint32_t seen = 0;
-    const uint8_t *tid = NULL, *sid = NULL, *pid = NULL, *state = NULL, *name = (const uint8_t *)"", *msg = NULL;
-    size_t tid_n = 0, sid_n = 0, pid_n = 0, state_n = 0, name_n = 0, msg_n = 0;
-    uint64_t kind = 0, start = 0, end = 0, code = 0, d_attrs = 0, d_events = 0, d_links = 0;
+    Msg m;
     KvList kv;
     kv_init(&kv);
-    uint64_t n_events = 0, n_links = 0;
-    int ret = 0;
-    /* wire type each singular field must have */
-    static const int8_t want[17] = {-1, 2, 2, 2, 2, 2, 0, 1, 1, 2, 0, 2, 0, 2, 0, 2, 5};
-
-    while (NEXT(&r, &f)) {
-        if (f.field > 16)
-            continue;
-        if (f.wt != want[f.field]) {
-            ret = FALLBACK;
-            goto out;
-        }
-        if (f.field == 11 || f.field == 13) { /* events, links: read once the span is (see below) */
-            n_events += f.field == 11;
-            n_links += f.field == 13;
-            continue;
-        }
-        if (f.field == 9) {
-            if ((ret = kv_push(&kv, f.s, f.n, d->max_attributes)) != 0)
-                goto out;
-            continue;
-        }
-        if (seen & (1u << f.field)) { /* a singular field twice: protobuf merges, Python decides */
-            ret = FALLBACK;
-            goto out;
-        }
-        seen |= 1u << f.field;
-        switch (f.field) {
-        case 1: tid = f.s; tid_n = f.n; break;
-        case 2: sid = f.s; sid_n = f.n; break;
-        case 3: state = f.s; state_n = f.n; break;
-        case 4: pid = f.s; pid_n = f.n; break;
-        case 5: name = f.s; name_n = f.n; break;
-        case 6: kind = f.v; break;
-        case 7: start = f.v; break;
-        case 8: end = f.v; break;
-        case 10: d_attrs = f.v & 0xFFFFFFFFu; break;
-        case 12: d_events = f.v & 0xFFFFFFFFu; break;
-        case 14: d_links = f.v & 0xFFFFFFFFu; break;
-        case 15: {
-            Rd sr = {f.s, f.s + f.n};
-            Field g;
-            int src;
-            uint32_t sseen = 0;
-            while ((src = rd_field(&sr, &g)) == 0) {
-                if (g.field != 2 && g.field != 3)
-                    continue;
-                if (sseen & (1u << g.field) || g.wt != (g.field == 2 ? 2 : 0)) {
-                    ret = FALLBACK;
-                    goto out;
-                }
-                sseen |= 1u << g.field;
-                if (g.field == 2) {
-                    msg = g.s;
-                    msg_n = g.n;
-                } else {
-                    code = g.v;
-                }
-            }
-            if (src != -2) {
+    int ret = read_fields(d, s, n, want, 16, 9, (1u << 11) | (1u << 13), &m, &kv);
+    if (ret)
+        goto out;
+    const uint8_t *tid = m.f[1].s, *sid = m.f[2].s, *state = m.f[3].s, *pid = m.f[4].s, *name = m.f[5].s;
+    size_t tid_n = m.f[1].n, sid_n = m.f[2].n, state_n = m.f[3].n, pid_n = m.f[4].n, name_n = m.f[5].n;
+    uint64_t kind = m.f[6].v, start = m.f[7].v, end = m.f[8].v;
+    uint64_t d_attrs = m.f[10].v & 0xFFFFFFFFu, d_events = m.f[12].v & 0xFFFFFFFFu, d_links = m.f[14].v & 0xFFFFFFFFu;
+    uint64_t n_events = m.count[11], n_links = m.count[13], code = 0;
+    const uint8_t *msg = NULL;
+    size_t msg_n = 0;
+    if (m.f[15].s) { /* status: 2 message, 3 code */
+        Rd sr = {m.f[15].s, m.f[15].s + m.f[15].n};
+        Field g;
+        uint32_t sseen = 0;
+        while ((rc = rd_field(&sr, &g)) == 0) {
+            if (g.field != 2 && g.field != 3)
+                continue;
+            if (sseen & (1u << g.field) || g.wt != (g.field == 2 ? 2 : 0)) {
                 ret = FALLBACK;
                 goto out;
             }
-            break;
+            sseen |= 1u << g.field;
+            if (g.field == 2) {
+                msg = g.s;
+                msg_n = g.n;
+            } else {
+                code = g.v;
+            }
         }
-        default: break; /* 16: flags */
+        if (!DONE) {
+            ret = FALLBACK;
+            goto out;
         }
-    }
-    if (!DONE) {
-        ret = FALLBACK;
-        goto out;
     }
     /* anything the Python path would reject (or truncate) */
     if (tid_n != 16 || all_zero(tid, 16) || sid_n != 8 || all_zero(sid, 8) || (pid_n && pid_n != 8) ||
@@ -932,7 +881,7 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     char hex[48];
     to_hex(hex, tid, 16);
     to_hex(hex + 32, sid, 8);
-    if ((ret = read_attributes(d, &d->span_map, 1, kv.s, kv.n, kv.len)) != 0)
+    if ((ret = read_attributes(d, &d->span_map, 1, &kv)) != 0)
         goto out;
     ret = -1;
     if (col_str(&d->trace_id, hex, 32) < 0 || col_str(&d->span_id, hex + 32, 16) < 0)
@@ -974,7 +923,7 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     Py_DECREF(hk);
     if (n_events || n_links) {
         int32_t row = (int32_t)(d->trace_id.n - 1);
-        r.p = s;
+        r = (Rd){s, s + n};
         while (NEXT(&r, &f)) {
             if (f.field == 11 && (ret = read_event(d, f.s, f.n, hex, st, row)) != 0)
                 goto out;
