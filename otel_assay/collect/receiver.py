@@ -655,8 +655,7 @@ def _check_trailer(line: bytes) -> None:
     """A trailer field line, held to the header section's rules (they are read and ignored)."""
     if len(line) > _CHUNK_LINE_MAX or not line.endswith(b"\r\n"):
         raise _BadChunk("a trailer field line must end with CRLF within 4096 bytes")
-    name, colon, value = line[:-2].decode("latin-1").partition(":")
-    if not colon or not _FIELD_NAME.fullmatch(name) or "\r" in value or "\0" in value:
+    if _field_line(line[:-2].decode("latin-1")) is None:
         raise _BadChunk(f"malformed trailer field line {line[:60]!r}")
 
 
@@ -840,6 +839,16 @@ def _without_line_end(line: str) -> str:
     return line.removesuffix("\r\n") if line.endswith("\r\n") else line.removesuffix("\n")
 
 
+def _field_line(text: str) -> tuple[str, str] | None:
+    """(name, value) of a field line without its line end (RFC 9112 §5: a token, a colon
+    with no whitespace before it, no CR or NUL in the value), or None when it is malformed;
+    for header and trailer fields alike."""
+    name, colon, value = text.partition(":")
+    if not colon or not _FIELD_NAME.fullmatch(name) or "\r" in value or "\0" in value:
+        return None
+    return name, value.strip(" \t")
+
+
 def _read_header_fields(rfile) -> _Headers:
     """Read and parse a request's header section (RFC 9112 §5), strictly.
 
@@ -862,10 +871,10 @@ def _read_header_fields(rfile) -> _Headers:
         text = _without_line_end(line.decode("iso-8859-1"))
         if text[:1] in (" ", "\t"):
             raise _BadHead(HTTPStatus.BAD_REQUEST, "obsolete line folding in a header field")
-        name, colon, value = text.partition(":")
-        if not colon or not _FIELD_NAME.fullmatch(name) or "\r" in value or "\0" in value:
+        field = _field_line(text)
+        if field is None:
             raise _BadHead(HTTPStatus.BAD_REQUEST, f"malformed header field line {text[:80]!r}")
-        fields.setdefault(name.lower(), []).append(value.strip(" \t"))
+        fields.setdefault(field[0].lower(), []).append(field[1])
     raise _BadHead(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, f"more than {_MAX_HEADERS} header fields")
 
 
