@@ -51,7 +51,7 @@ def python_path(body: bytes, limits: Limits):
     return tables, [hash(t + s) for t, s in zip(tid, sid)], batch.rejected
 
 
-def compiled_path(body: bytes, limits: Limits):
+def compiled_decoder(body: bytes, limits: Limits):
     try:
         fast = compiled.decode(body, limits)
     except MalformedOTLP as e:
@@ -63,7 +63,7 @@ def compiled_path(body: bytes, limits: Limits):
 
 def assert_same(body: bytes, limits: Limits = DEFAULT_LIMITS) -> bool:
     """The compiled decoder's reading of ``body`` equals the Python path's; True if it read it."""
-    fast = compiled_path(body, limits)
+    fast = compiled_decoder(body, limits)
     if fast is None:
         return False
     slow = python_path(body, limits)
@@ -189,14 +189,14 @@ def request(rng: random.Random, plain: bool) -> ExportTraceServiceRequest:
     return req
 
 
-def test_plain_requests_take_the_compiled_path_and_read_as_the_python_path_reads_them():
+def test_plain_requests_take_the_compiled_decoder_and_read_as_the_python_path_reads_them():
     rng = random.Random(20261123)
     for _ in range(400):
         body = request(rng, plain=True).SerializeToString()
         assert assert_same(body), "a plain request was left to the Python path"
 
 
-def test_any_request_the_compiled_path_reads_reads_as_the_python_path_reads_it():
+def test_any_request_the_compiled_decoder_reads_reads_as_the_python_path_reads_it():
     rng = random.Random(7)
     read = 0
     for _ in range(600):
@@ -281,7 +281,7 @@ def _one_span(**kw) -> ExportTraceServiceRequest:
 ], ids=["event-kvlist", "event-repeated-key", "link-short-trace-id", "link-zero-span-id", "link-bytes-value",
         "short-trace-id", "zero-trace-id", "zero-span-id", "bad-kind", "ends-before-start", "no-start",
         "short-parent", "kvlist", "bytes", "nan", "nested-array", "repeated-key"])
-def test_what_the_compiled_path_does_not_read_goes_to_the_python_path(case):
+def test_what_the_compiled_decoder_does_not_read_goes_to_the_python_path(case):
     body = _one_span(**case).SerializeToString()
     assert compiled.decode(body, DEFAULT_LIMITS) is None
     assert python_path(body, DEFAULT_LIMITS)[0] != "error"  # which reads (or rejects) it
