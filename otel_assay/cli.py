@@ -58,8 +58,10 @@ def cli() -> None:
 @click.option("--max-body-mib", type=FiniteFloatRange(min=0.001), default=20, show_default=True,
               help="Largest request accepted, after decompression (larger: HTTP 413 / gRPC RESOURCE_EXHAUSTED).")
 @click.option("--max-buffered-spans", type=click.IntRange(min=1000), default=500_000, show_default=True,
-              help="Spans acknowledged but not yet in Parquet before clients are told to back off "
-                   "(HTTP 503 + Retry-After / gRPC UNAVAILABLE). Bounds the collector's memory.")
+              help="Spans, events and links acknowledged but not yet in Parquet before clients are told to "
+                   "back off (HTTP 503 + Retry-After / gRPC UNAVAILABLE). Bounds the collector's memory. A "
+                   "request holding more than this (at least 100,000) is refused: HTTP 413 / gRPC "
+                   "RESOURCE_EXHAUSTED.")
 @click.option("--max-connections", type=click.IntRange(min=1), default=None,
               help="Connections each listener keeps open at once; more are refused (HTTP 503 + Retry-After, then "
                    "closed). Default: half the open-file limit (ulimit -n) less 64, at most 1024.")
@@ -134,7 +136,8 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
     receiver.stop()
     st = collector.stats
     click.echo(f"otel-assay collect: stopped; {st.spans_accepted} spans accepted, {st.spans_written} written, "
-               f"{st.spans_duplicate} duplicates dropped, {st.spans_rejected} rejected")
+               f"{st.spans_duplicate} duplicates dropped, {st.spans_rejected} rejected"
+               + (f", {st.too_many_rows} requests refused for holding too many rows" if st.too_many_rows else ""))
     if collector.unwritten_spans:
         # nothing is lost, but a supervisor that sees exit 0 would never tell anyone the
         # lake is missing acknowledged spans until the next start

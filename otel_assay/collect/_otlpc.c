@@ -20,6 +20,7 @@
 
 #define NPROMOTED_MAX 64
 #define FALLBACK 1 /* not a request this code reads: the Python path decides */
+#define TOO_MANY 2 /* more rows (spans, events, links) than the caller takes in one request */
 /* larger bodies go to the Python path. Each column must stay under 2 GiB, and a body grows
  * at most 16 times in one: an empty event is 2 bytes on the wire and 32 in span_events'
  * trace_id column (JSON escapes grow an array's text at most 6 times) */
@@ -307,6 +308,7 @@ typedef struct {
      * Python path's character limit, so such a request goes there */
     size_t max_value, max_key;
     uint64_t max_attributes, max_events, max_links;
+    int64_t rows, max_rows; /* spans, events and links read so far, and the most allowed */
     Promoted promoted[NPROMOTED_MAX];
     int npromoted;
 
@@ -759,6 +761,8 @@ static int read_fields(Dec *d, const uint8_t *s, size_t n, const int8_t *want, u
 static int read_event(Dec *d, const uint8_t *s, size_t n, const char *hex, int64_t span_start, int32_t row) {
     /* wire type of each field: 1 time_unix_nano, 2 name, 3 attributes, 4 dropped count */
     static const int8_t want[5] = {-1, 1, 2, 2, 0};
+    if (++d->rows > d->max_rows)
+        return TOO_MANY;
     Msg m;
     KvList kv;
     kv_init(&kv);
@@ -794,6 +798,8 @@ static int read_link(Dec *d, const uint8_t *s, size_t n, const char *hex, int64_
     /* wire type of each field: 1 trace_id, 2 span_id, 3 trace_state, 4 attributes,
      * 5 dropped count, 6 flags */
     static const int8_t want[7] = {-1, 2, 2, 2, 2, 0, 5};
+    if (++d->rows > d->max_rows)
+        return TOO_MANY;
     Msg m;
     KvList kv;
     kv_init(&kv);
@@ -829,6 +835,8 @@ out:
 static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     /* wire type of each field (9 attributes, 11 events, 13 links repeat) */
     static const int8_t want[17] = {-1, 2, 2, 2, 2, 2, 0, 1, 1, 2, 0, 2, 0, 2, 0, 2, 5};
+    if (++d->rows > d->max_rows)
+        return TOO_MANY;
     Rd r;
     Field f;
     int rc;
@@ -1087,17 +1095,18 @@ static void dec_free(Dec *d) {
 }
 
 PyDoc_STRVAR(decode_doc,
-"decode(body, promoted, max_value_bytes, max_key_bytes, max_attributes, max_events, max_links)\n--\n\n"
+"decode(body, promoted, max_value_bytes, max_key_bytes, max_attributes, max_events, max_links, max_rows)\n--\n\n"
 "The spans of an OTLP ExportTraceServiceRequest as Arrow buffers, or None when the request\n"
-"needs the Python path (see otel_assay.collect.compiled). ``promoted`` is a sequence of\n"
-"(key, type) pairs, type 0 string, 1 int64, 2 double, in column order.");
+"needs the Python path (see otel_assay.collect.compiled), or the int max_rows + 1 when it\n"
+"holds more than ``max_rows`` spans, events and links (read no further). ``promoted`` is a\n"
+"sequence of (key, type) pairs, type 0 string, 1 int64, 2 double, in column order.");
 
 static PyObject *decode(PyObject *self, PyObject *args) {
     Py_buffer body;
     PyObject *promoted;
-    Py_ssize_t max_value, max_key, max_attributes, max_events, max_links;
-    if (!PyArg_ParseTuple(args, "y*Onnnnn", &body, &promoted, &max_value, &max_key, &max_attributes, &max_events,
-                          &max_links))
+    Py_ssize_t max_value, max_key, max_attributes, max_events, max_links, max_rows;
+    if (!PyArg_ParseTuple(args, "y*Onnnnnn", &body, &promoted, &max_value, &max_key, &max_attributes, &max_events,
+                          &max_links, &max_rows))
         return NULL;
     Dec *d = PyMem_Calloc(1, sizeof(Dec));
     PyObject *result = NULL, *seq = NULL;
@@ -1115,6 +1124,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     d->max_attributes = max_attributes < 0 ? 0 : (uint64_t)max_attributes;
     d->max_events = max_events < 0 ? 0 : (uint64_t)max_events;
     d->max_links = max_links < 0 ? 0 : (uint64_t)max_links;
+    d->max_rows = max_rows < 0 ? 0 : (int64_t)max_rows;
     seq = PySequence_Fast(promoted, "promoted must be a sequence");
     if (!seq)
         goto done;
@@ -1182,6 +1192,10 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         }
         if (rc == -1)
             goto done;
+        if (rc == TOO_MANY) {
+            result = PyLong_FromLongLong(d->rows);
+            goto done;
+        }
         if (rc != -2) {
             Py_INCREF(Py_None);
             result = Py_None;
@@ -1254,8 +1268,115 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ counting rows */
+/* The rows a request decodes to (spans, events and links), counted on the wire before
+ * anything is decoded: an empty event is 2 bytes of protobuf and about 460 bytes on its way
+ * to the lake, so the receiver refuses a request that holds more rows than it buffers
+ * before either decoder allocates them. Reads what upb reads, unknown fields and groups
+ * included (one the count skipped would be a way past it); -1 when the bytes are no
+ * protobuf message (either decoder then refuses the request). */
+#define GROUP_DEPTH 100 /* upb's recursion limit */
+
+/* skips a group's fields up to its end tag (the start tag read); groups nest */
+static int skip_group(Rd *r, uint32_t field, int depth) {
+    if (depth > GROUP_DEPTH)
+        return -1;
+    for (;;) {
+        if (r->p >= r->end)
+            return -1;
+        const uint8_t *at = r->p;
+        uint64_t tag;
+        if (rd_varint(r, &tag) || r->p - at > 5 || tag >> 3 == 0 || tag >> 3 > 0x1FFFFFFF)
+            return -1;
+        if ((tag & 7) == 4)
+            return (uint32_t)(tag >> 3) == field ? 0 : -1;
+        if ((tag & 7) == 3) {
+            if (skip_group(r, (uint32_t)(tag >> 3), depth + 1) < 0)
+                return -1;
+            continue;
+        }
+        r->p = at;
+        Field f;
+        if (rd_field(r, &f) != 0)
+            return -1;
+    }
+}
+
+/* the next field of a message, skipping groups (wire types 3 and 4, which rd_field leaves to
+ * the Python path); 0, -2 at the end, -1 when the bytes are no message */
+static int count_field(Rd *r, Field *f) {
+    for (;;) {
+        if (r->p >= r->end)
+            return -2;
+        const uint8_t *at = r->p;
+        uint64_t tag;
+        if (rd_varint(r, &tag) || r->p - at > 5 || tag >> 3 == 0 || tag >> 3 > 0x1FFFFFFF)
+            return -1;
+        if ((tag & 7) == 3) {
+            if (skip_group(r, (uint32_t)(tag >> 3), 1) < 0)
+                return -1;
+            continue;
+        }
+        if ((tag & 7) == 4)
+            return -1; /* an end of group where none is open */
+        r->p = at;
+        return rd_field(r, f) == 0 ? 0 : -1;
+    }
+}
+
+/* rows of the submessages `field` (a repeated message field) of the message s[0:n]; `inner`
+ * counts what each holds (NULL: each is one row) */
+typedef int64_t (*Counter)(const uint8_t *s, size_t n);
+
+static int64_t count_in(const uint8_t *s, size_t n, uint32_t field, Counter inner) {
+    Rd r = {s, s + n};
+    Field f;
+    int rc;
+    int64_t rows = 0;
+    while ((rc = count_field(&r, &f)) == 0) {
+        if (f.field != field || f.wt != 2)
+            continue;
+        int64_t k = inner ? inner(f.s, f.n) : 1;
+        if (k < 0)
+            return -1;
+        rows += k;
+    }
+    return rc == -2 ? rows : -1;
+}
+
+static int64_t count_span(const uint8_t *s, size_t n) {
+    Rd r = {s, s + n};
+    Field f;
+    int rc;
+    int64_t rows = 1;
+    while ((rc = count_field(&r, &f)) == 0)
+        if ((f.field == 11 || f.field == 13) && f.wt == 2) /* events, links */
+            rows++;
+    return rc == -2 ? rows : -1;
+}
+
+static int64_t count_scope_spans(const uint8_t *s, size_t n) { return count_in(s, n, 2, count_span); }
+static int64_t count_resource_spans(const uint8_t *s, size_t n) { return count_in(s, n, 2, count_scope_spans); }
+
+PyDoc_STRVAR(count_rows_doc,
+"count_rows(body)\n--\n\n"
+"How many spans, events and links the OTLP ExportTraceServiceRequest ``body`` holds,\n"
+"read from the wire without decoding them; None when ``body`` is no protobuf message.");
+
+static PyObject *count_rows(PyObject *self, PyObject *args) {
+    Py_buffer body;
+    if (!PyArg_ParseTuple(args, "y*", &body))
+        return NULL;
+    int64_t rows = count_in(body.buf, (size_t)body.len, 1, count_resource_spans);
+    PyBuffer_Release(&body);
+    if (rows < 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong(rows);
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, decode_doc},
+    {"count_rows", count_rows, METH_VARARGS, count_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,6 +20,18 @@ class MalformedOTLP(ValueError):
     """The whole payload is unusable (HTTP 400 / gRPC INVALID_ARGUMENT); message says why."""
 
 
+class TooManyRows(Exception):
+    """The payload holds more spans, events and links than the receiver decodes in one
+    request (HTTP 413 / gRPC RESOURCE_EXHAUSTED: smaller batches get in)."""
+
+    def __init__(self, rows: int, limit: int, exact: bool = True):
+        self.rows, self.limit = rows, limit
+        held = f"{rows:,}" if exact else f"more than {limit:,}"
+        super().__init__(f"the request holds {held} spans, events and links; the collector decodes at most "
+                         f"{limit:,} in one request (the larger of --max-buffered-spans and 100,000): "
+                         "send smaller batches")
+
+
 # --------------------------------------------------------------------------- protobuf
 def _pb_value(v) -> Any:
     which = v.WhichOneof("value")
@@ -91,6 +103,14 @@ def add_protobuf(req, batch: SpanBatch) -> int:
             seen += len(ss.spans)
             batch.add_protobuf_spans(ss.spans, resource, ss.scope.name, ss.scope.version)
     return seen
+
+
+def protobuf_rows(req) -> int:
+    """The spans, events and links of a parsed request (what it will decode to)."""
+    if isinstance(req, Salvaged):
+        req = req.request
+    return sum(len(ss.spans) + sum(len(s.events) + len(s.links) for s in ss.spans)
+               for rs in req.resource_spans for ss in rs.scope_spans)
 
 
 # --------------------------------------------------------------------------- JSON
@@ -297,6 +317,34 @@ def add_json(doc: Any, batch: SpanBatch) -> int:
                 except (TypeError, ValueError, AttributeError, binascii.Error, RecursionError) as e:
                     batch.reject(f"malformed span: {e}")
     return seen
+
+
+def _first_list(d: dict, *keys: str) -> list:
+    for k in keys:
+        if k in d:
+            v = d[k]
+            return v if isinstance(v, list) else []
+    return []
+
+
+def json_rows(doc: Any) -> int:
+    """The spans, events and links of an OTLP/JSON document, whatever the spelling of its
+    field names; parts of the wrong shape count nothing (add_json says what is wrong)."""
+    if not isinstance(doc, dict):
+        return 0
+    rows = 0
+    for rs in _first_list(doc, "resourceSpans", "resource_spans"):
+        if not isinstance(rs, dict):
+            continue
+        for ss in _first_list(rs, "scopeSpans", "scope_spans", "instrumentationLibrarySpans",
+                              "instrumentation_library_spans"):
+            if not isinstance(ss, dict):
+                continue
+            for span in _first_list(ss, "spans"):
+                rows += 1
+                if isinstance(span, dict):
+                    rows += len(_first_list(span, "events")) + len(_first_list(span, "links"))
+    return rows
 
 
 def parse_json(body: bytes | str) -> Any:

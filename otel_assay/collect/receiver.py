@@ -35,13 +35,20 @@ import pyarrow.parquet as pq
 
 from . import compiled
 from .lake import Lake, check_lake_file
-from .otlp import MalformedOTLP, add_json, add_protobuf, parse_json, parse_protobuf
+from .otlp import (MalformedOTLP, TooManyRows, add_json, add_protobuf, json_rows, parse_json, parse_protobuf,
+                   protobuf_rows)
 from .schema import DEFAULT_LIMITS, Limits, SpanBatch
 from .wal import WALError, WriteAheadLog, decode, read_segment
 
 log = logging.getLogger("otel_assay.collect")
 
 DEFAULT_MAX_BODY = 20 << 20  # decompressed request size limit (the Collector's default)
+# The fewest spans, events and links one request may decode to, whatever --max-buffered-spans
+# says: a body's size does not bound its rows (an empty event is 2 bytes of protobuf and
+# about 460 bytes of memory on its way to the lake; 20 MiB of them took the collector to
+# 3.9 GB), so the rows are counted before they are decoded. An OTLP exporter sends 512 spans
+# a batch, the Collector's batch processor 8,192.
+MIN_REQUEST_ROWS = 100_000
 DRAIN_LIMIT = 128 << 20  # an oversized body up to this size is read and discarded before the 413
 # gRPC calls accepted at once; those beyond the worker threads wait for one. grpcio refuses
 # the rest with RESOURCE_EXHAUSTED and no RetryInfo, which the Collector's OTLP exporter
@@ -100,6 +107,7 @@ class CollectorStats:
     spans_written: int = 0
     throttled: int = 0
     malformed: int = 0
+    too_many_rows: int = 0  # requests refused for holding more rows than max_request_rows
     files_written: int = 0
     flush_errors: int = 0
     last_flush_error: str | None = None
@@ -298,13 +306,26 @@ class Collector:
 
     # ------------------------------------------------------------------ ingest
     @property
-    def buffered_spans(self) -> int:
+    def buffered_rows(self) -> int:
+        """Spans, events and links acknowledged but not yet in Parquet (``max_buffered_spans``
+        bounds them: each is a row in memory until it is written)."""
         return self.wal.buffered_rows + self._flushing_rows + sum(seg.rows for seg in self._unwritten)
 
     @property
     def unwritten_spans(self) -> int:
         """Acknowledged spans whose Parquet write failed and is being retried."""
-        return sum(seg.rows for seg in self._unwritten)
+        return sum(seg.spans for seg in self._unwritten)
+
+    @property
+    def max_request_rows(self) -> int:
+        """The most spans, events and links one request may hold (see MIN_REQUEST_ROWS)."""
+        return max(self.max_buffered_spans, MIN_REQUEST_ROWS)
+
+    def _check_rows(self, rows: int | None) -> None:
+        if rows is not None and rows > self.max_request_rows:
+            with self._stats_lock:
+                self.stats.too_many_rows += 1
+            raise TooManyRows(rows, self.max_request_rows)
 
     @property
     def _flush_at(self) -> int:
@@ -315,19 +336,32 @@ class Collector:
         """Raise :class:`Overloaded` before any decoding work when the buffer is full."""
         if self._stop.is_set():
             raise Overloaded(5, "collector is shutting down")
-        if self.buffered_spans >= self.max_buffered_spans:
+        buffered = self.buffered_rows
+        if buffered >= self.max_buffered_spans:
             with self._stats_lock:
                 self.stats.throttled += 1
             self._wake.set()
-            raise Overloaded(1, f"{self.buffered_spans} spans waiting to be written; retry shortly")
+            raise Overloaded(1, f"{buffered} spans, events and links waiting to be written; retry shortly")
 
     def submit_protobuf(self, body: bytes) -> IngestResult:
+        """Store a protobuf request's spans. Raises :class:`TooManyRows` (413) for a request
+        of more rows than ``max_request_rows``, before decoding them."""
         self.check_capacity()
         with self._decoding(len(body)):
-            fast = compiled.decode(body, self.limits)
+            try:
+                fast = compiled.decode(body, self.limits, self.max_request_rows)  # stops past the limit
+            except TooManyRows:
+                with self._stats_lock:
+                    self.stats.too_many_rows += 1
+                raise
             if fast is not None:
                 return self._commit(fast, len(fast))
+            # the Python path parses the whole request before any code of ours sees a span
+            counted = compiled.count_rows(body)
+            self._check_rows(counted)
             req = parse_protobuf(body)
+            if counted is None:  # no extension: counted once parsed, before the rows are built
+                self._check_rows(protobuf_rows(req))
             return self.submit_request(req)
 
     def submit_request(self, req) -> IngestResult:
@@ -339,6 +373,7 @@ class Collector:
         self.check_capacity()
         with self._decoding(len(body)):
             doc = parse_json(body)
+            self._check_rows(json_rows(doc))
             batch = SpanBatch(self.limits)
             received = add_json(doc, batch)
             return self._commit(batch, received)
@@ -481,7 +516,7 @@ class Collector:
     def flush(self) -> int:
         """Write everything acknowledged so far to Parquet; return the spans written."""
         with self._flush_lock:
-            # every row stays counted in buffered_spans until its write has succeeded or it is
+            # every row stays counted in buffered_rows until its write has succeeded or it is
             # back in _unwritten (check_capacity reads them without a lock): a moment's double
             # count only throttles early, while a gap let requests past the bound during a
             # retry of failed writes
@@ -495,7 +530,7 @@ class Collector:
             try:
                 for seg in retry + [segment]:
                     if self._write_segment(seg):
-                        written += seg.rows
+                        written += seg.spans
                     else:
                         self._unwritten.append(seg)
                     self._flushing_rows -= seg.rows
@@ -512,7 +547,7 @@ class Collector:
                 tables = {n: pa.concat_tables([t[n] for t in segment.tables]) for n in names}
                 self.lake.write(tables, token=segment.token, fsync=self.fsync)
                 with self._stats_lock:
-                    self.stats.spans_written += segment.rows
+                    self.stats.spans_written += segment.spans
                     self.stats.files_written += 1
             segment.path.unlink(missing_ok=True)
             return True
@@ -1020,7 +1055,7 @@ class _Handler(BaseHTTPRequestHandler):
             c = self.collector
             unwritten = c.unwritten_spans
             # degraded: acknowledged spans are safe in the log but cannot reach Parquet (disk full?)
-            body = json.dumps({"status": "degraded" if unwritten else "ok", "buffered_spans": c.buffered_spans,
+            body = json.dumps({"status": "degraded" if unwritten else "ok", "buffered_rows": c.buffered_rows,
                                "unwritten_spans": unwritten, "flush_errors": c.stats.flush_errors}).encode()
             self._send(503 if unwritten else 200, body, "application/json")
         else:
@@ -1131,7 +1166,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif encoding not in ("identity", ""):
                 return self._error(415, 3, f"unsupported Content-Encoding {encoding!r}; use gzip or none", is_json)
             result = self.collector.submit_json(body) if is_json else self.collector.submit_protobuf(body)
-        except _TooLarge as e:
+        except (_TooLarge, TooManyRows) as e:
             return self._error(413, 8, str(e), is_json)
         except MalformedOTLP as e:
             self.collector.note_malformed()
@@ -1275,6 +1310,8 @@ def _grpc_handler(collector: Collector, token: str | None):
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (authorization: Bearer ...)")
         try:
             result = collector.submit_protobuf(body)
+        except TooManyRows as e:  # not retried (no RetryInfo): the same batch would be refused again
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except MalformedOTLP as e:
             collector.note_malformed()
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))

@@ -123,6 +123,9 @@ def _write_all(f, data: bytes) -> None:
 class Segment:
     path: Path
     tables: list[dict[str, pa.Table]] = field(default_factory=list)
+    spans: int = 0
+    # every row of the three tables: what the segment holds in memory. An event or link is a
+    # row like a span (a span may carry 1,024 of each), so the collector's bound counts rows
     rows: int = 0
 
     @property
@@ -163,14 +166,15 @@ class WriteAheadLog:
 
             lake._fsync_dir(self.dir)
 
-    def append(self, tables: dict[str, pa.Table], rows: int) -> None:
-        """Make ``tables`` durable; return only when they are fsynced (raise WALError if not)."""
+    def append(self, tables: dict[str, pa.Table], spans: int) -> None:
+        """Make ``tables`` (holding ``spans`` spans) durable; return only when they are fsynced
+        (raise WALError if not)."""
         payload = encode(tables)
         record = _HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
         with self._cv:
             seq = self._next
             self._next += 1
-            self._queue.append((record, tables, rows))
+            self._queue.append((record, tables, spans))
             while self._done < seq:
                 if self._writing:
                     self._cv.wait()
@@ -200,7 +204,8 @@ class WriteAheadLog:
                 if error is None:
                     for _r, t, n in group:
                         segment.tables.append(t)
-                        segment.rows += n
+                        segment.spans += n
+                        segment.rows += sum(table.num_rows for table in t.values())
                 else:
                     for s in range(first, last + 1):
                         self._failed[s] = error

@@ -200,7 +200,7 @@ def test_a_failed_parquet_write_is_retried_and_pushes_back_meanwhile(tmp_path, m
     monkeypatch.setattr(Lake, "write", write)
     try:
         c.submit_protobuf(synthetic.request(20, rng=random.Random(1)).SerializeToString())  # 200 spans
-        assert c.flush() == 0 and c.unwritten_spans == 200 and c.buffered_spans == 200
+        assert c.flush() == 0 and c.unwritten_spans == 200 and c.buffered_rows == 200
         c.submit_protobuf(synthetic.request(10, rng=random.Random(2)).SerializeToString())  # 100 more
         with pytest.raises(Overloaded):
             c.check_capacity()
@@ -253,7 +253,7 @@ def test_spans_being_retried_still_count_against_the_buffer_bound(tmp_path, monk
         finally:
             release.set()
             t.join()
-        assert c.buffered_spans == 300
+        assert c.buffered_rows == 300
     finally:
         monkeypatch.undo()
         c.close()
@@ -266,9 +266,9 @@ def test_a_small_buffer_is_flushed_when_half_full_not_at_the_timer(tmp_path):
     try:
         c.submit_protobuf(synthetic.request(25, rng=random.Random(3)).SerializeToString())  # 250 >= 400 / 2
         deadline = time.monotonic() + 10
-        while c.buffered_spans and time.monotonic() < deadline:
+        while c.buffered_rows and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert c.buffered_spans == 0 and len(_stored_span_ids(tmp_path / "lake")) == 250
+        assert c.buffered_rows == 0 and len(_stored_span_ids(tmp_path / "lake")) == 250
     finally:
         c.close()
 
