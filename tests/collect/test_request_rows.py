@@ -113,6 +113,34 @@ def test_count_rows_is_none_for_bytes_that_are_no_message_and_upb_refuses_them_t
             parse_protobuf(bad)
 
 
+@needs_extension
+def test_on_mutated_bytes_count_rows_never_says_fewer_rows_than_upb_parses():
+    """A count below what the Python path then parses would let a request past the limit."""
+    rng = random.Random(11)
+    compared = 0
+    for _ in range(4000):
+        body = bytearray(_request(rng.randint(1, 6), rng.randint(0, 3), rng.randint(0, 2),
+                                  rng=rng if rng.random() < 0.5 else None))
+        for _ in range(rng.randint(1, 4)):
+            j = rng.randrange(len(body))
+            op = rng.random()
+            if op < 0.5:
+                body[j] = rng.randrange(256)
+            elif op < 0.75:
+                del body[j]
+            else:
+                body.insert(j, rng.randrange(256))
+        counted = compiled.count_rows(bytes(body))
+        try:
+            parsed = protobuf_rows(parse_protobuf(bytes(body)))
+        except MalformedOTLP:
+            continue
+        if counted is not None:  # None: the receiver counts the parsed request instead
+            compared += 1
+            assert counted >= parsed, bytes(body).hex()
+    assert compared > 300  # the mutations left enough requests readable to mean something
+
+
 def test_json_rows_count_both_spellings_and_ignore_shapes_add_json_refuses():
     span = {"traceId": "01" * 16, "spanId": "02" * 8, "events": [{}, {}], "links": [{}]}
     assert json_rows({"resourceSpans": [{"scopeSpans": [{"spans": [span, span]}]}]}) == 8
