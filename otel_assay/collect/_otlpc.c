@@ -1277,51 +1277,85 @@ done:
  * protobuf message (either decoder then refuses the request). */
 #define GROUP_DEPTH 100 /* upb's recursion limit */
 
-/* skips a group's fields up to its end tag (the start tag read); groups nest */
-static int skip_group(Rd *r, uint32_t field, int depth) {
-    if (depth > GROUP_DEPTH)
-        return -1;
-    for (;;) {
+/* A varint as upb reads one: at most 10 bytes, bits past the 64th dropped (rd_varint leaves
+ * such a varint to the Python path; a count that gave up on it would let upb parse a request
+ * of any number of rows) */
+static int cnt_varint(Rd *r, uint64_t *out) {
+    uint64_t v = 0;
+    for (int i = 0; i < 10; i++) {
         if (r->p >= r->end)
             return -1;
-        const uint8_t *at = r->p;
-        uint64_t tag;
-        if (rd_varint(r, &tag) || r->p - at > 5 || tag >> 3 == 0 || tag >> 3 > 0x1FFFFFFF)
-            return -1;
-        if ((tag & 7) == 4)
-            return (uint32_t)(tag >> 3) == field ? 0 : -1;
-        if ((tag & 7) == 3) {
-            if (skip_group(r, (uint32_t)(tag >> 3), depth + 1) < 0)
-                return -1;
-            continue;
+        uint8_t b = *r->p++;
+        v |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (b < 0x80) {
+            *out = v;
+            return 0;
         }
-        r->p = at;
-        Field f;
-        if (rd_field(r, &f) != 0)
-            return -1;
     }
+    return -1;
 }
 
-/* the next field of a message, skipping groups (wire types 3 and 4, which rd_field leaves to
- * the Python path); 0, -2 at the end, -1 when the bytes are no message */
-static int count_field(Rd *r, Field *f) {
+static int skip_group(Rd *r, uint32_t field, int depth);
+
+/* the next field of a message as upb reads it; groups (wire type 3) are skipped whole, and
+ * an end of group (4) is returned for skip_group to match: 0, -2 at the end, -1 for bytes
+ * that are no message */
+static int cnt_field(Rd *r, Field *f, int depth) {
     for (;;) {
         if (r->p >= r->end)
             return -2;
         const uint8_t *at = r->p;
-        uint64_t tag;
-        if (rd_varint(r, &tag) || r->p - at > 5 || tag >> 3 == 0 || tag >> 3 > 0x1FFFFFFF)
+        uint64_t tag, n;
+        if (cnt_varint(r, &tag) || r->p - at > 5 || tag >> 3 == 0 || tag >> 3 > 0x1FFFFFFF)
             return -1;
-        if ((tag & 7) == 3) {
-            if (skip_group(r, (uint32_t)(tag >> 3), 1) < 0)
+        f->field = (uint32_t)(tag >> 3);
+        f->wt = (int)(tag & 7);
+        switch (f->wt) {
+        case 0:
+            return cnt_varint(r, &f->v);
+        case 1:
+        case 5: {
+            size_t w = f->wt == 1 ? 8 : 4;
+            if ((size_t)(r->end - r->p) < w)
+                return -1;
+            r->p += w;
+            return 0;
+        }
+        case 2:
+            if (cnt_varint(r, &n) || n > (uint64_t)(r->end - r->p))
+                return -1;
+            f->s = r->p;
+            f->n = (size_t)n;
+            r->p += n;
+            return 0;
+        case 3:
+            if (skip_group(r, f->field, depth + 1) < 0)
                 return -1;
             continue;
+        case 4:
+            return 0;
+        default:
+            return -1;
         }
-        if ((tag & 7) == 4)
-            return -1; /* an end of group where none is open */
-        r->p = at;
-        return rd_field(r, f) == 0 ? 0 : -1;
     }
+}
+
+/* skips a group's fields up to its end tag (the start tag read); groups nest */
+static int skip_group(Rd *r, uint32_t field, int depth) {
+    if (depth > GROUP_DEPTH)
+        return -1;
+    Field f;
+    int rc;
+    while ((rc = cnt_field(r, &f, depth)) == 0)
+        if (f.wt == 4)
+            return f.field == field ? 0 : -1;
+    return -1; /* the message ended inside the group */
+}
+
+/* the next field of a message (not inside a group) */
+static int count_field(Rd *r, Field *f) {
+    int rc = cnt_field(r, f, 0);
+    return rc == 0 && f->wt == 4 ? -1 : rc; /* an end of group where none is open */
 }
 
 /* rows of the submessages `field` (a repeated message field) of the message s[0:n]; `inner`

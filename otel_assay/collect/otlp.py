@@ -244,11 +244,10 @@ def _camelled(v: Any, what: str) -> Any:
         raise MalformedOTLP(f"{what} nested too deeply") from None
 
 
-def add_json(doc: Any, batch: SpanBatch) -> int:
-    """Append every span of an OTLP/JSON ExportTraceServiceRequest or TracesData dict.
-
-    Field names may be lowerCamelCase (the spec) or snake_case (the proto names).
-    """
+# The document's structure as add_json reads it, shared with json_rows: a count that read
+# other keys than the ones whose spans are stored ("spans_" is "spans" once camelled, and of
+# two keys that camel to one name the later wins) would let a request past the row limit.
+def _json_resource_spans(doc: Any) -> list:
     if not isinstance(doc, dict):
         raise MalformedOTLP("OTLP/JSON payload must be an object with a resourceSpans list")
     resource_spans = doc.get("resourceSpans")
@@ -258,32 +257,60 @@ def add_json(doc: Any, batch: SpanBatch) -> int:
         resource_spans = []
     if not isinstance(resource_spans, list):
         raise MalformedOTLP("resourceSpans must be a list")
-    seen = 0
-    limits = batch.limits
     for rs in resource_spans:
         if not isinstance(rs, dict):
             raise MalformedOTLP("each resourceSpans entry must be an object")
+    return resource_spans
+
+
+def _json_scope_spans(rs: dict) -> list:
+    if "scopeSpans" not in rs and ("scope_spans" in rs or "instrumentation_library_spans" in rs):
+        rs = _camelled(rs, "resourceSpans entry")  # snake_case below a camelCase top level
+    scope_spans = rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])) or []
+    if not isinstance(scope_spans, list):
+        raise MalformedOTLP("scopeSpans must be a list")
+    for ss in scope_spans:
+        if not isinstance(ss, dict):
+            raise MalformedOTLP("each scopeSpans entry must be an object")
+    return scope_spans
+
+
+def _json_spans(ss: dict) -> list:
+    spans = ss.get("spans", []) or []
+    if not isinstance(spans, list):
+        raise MalformedOTLP("spans must be a list")
+    return spans
+
+
+def _json_span(span: Any) -> dict:
+    """The span with camelCase field names (TypeError for a span that is no object)."""
+    if "traceId" not in span and "trace_id" in span:  # snake_case below camelCase
+        span = _camelled(span, "span")
+    return span
+
+
+# what a span's own parse failure raises: the span is rejected, not the request
+_SPAN_ERRORS = (TypeError, ValueError, AttributeError, binascii.Error, RecursionError)
+
+
+def add_json(doc: Any, batch: SpanBatch) -> int:
+    """Append every span of an OTLP/JSON ExportTraceServiceRequest or TracesData dict.
+
+    Field names may be lowerCamelCase (the spec) or snake_case (the proto names).
+    """
+    seen = 0
+    limits = batch.limits
+    for rs in _json_resource_spans(doc):
         try:
             resource = _json_resource(rs, limits)
         except (TypeError, ValueError, AttributeError) as e:
             raise MalformedOTLP(f"malformed resource: {e}") from None
-        if "scopeSpans" not in rs and ("scope_spans" in rs or "instrumentation_library_spans" in rs):
-            rs = _camelled(rs, "resourceSpans entry")  # snake_case below a camelCase top level
-        scope_spans = rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])) or []
-        if not isinstance(scope_spans, list):
-            raise MalformedOTLP("scopeSpans must be a list")
-        for ss in scope_spans:
-            if not isinstance(ss, dict):
-                raise MalformedOTLP("each scopeSpans entry must be an object")
+        for ss in _json_scope_spans(rs):
             scope = ss.get("scope", ss.get("instrumentationLibrary")) or {}
-            spans = ss.get("spans", []) or []
-            if not isinstance(spans, list):
-                raise MalformedOTLP("spans must be a list")
-            for span in spans:
+            for span in _json_spans(ss):
                 seen += 1
                 try:
-                    if "traceId" not in span and "trace_id" in span:  # snake_case below camelCase
-                        span = _camelled(span, "span")
+                    span = _json_span(span)
                     status = span.get("status") or {}
                     batch.add_span(
                         trace_id=_json_id(span.get("traceId"), 16),
@@ -314,36 +341,25 @@ def add_json(doc: Any, batch: SpanBatch) -> int:
                         dropped_events_count=_json_int(span.get("droppedEventsCount", 0), "droppedEventsCount"),
                         dropped_links_count=_json_int(span.get("droppedLinksCount", 0), "droppedLinksCount"),
                     )
-                except (TypeError, ValueError, AttributeError, binascii.Error, RecursionError) as e:
+                except _SPAN_ERRORS as e:
                     batch.reject(f"malformed span: {e}")
     return seen
 
 
-def _first_list(d: dict, *keys: str) -> list:
-    for k in keys:
-        if k in d:
-            v = d[k]
-            return v if isinstance(v, list) else []
-    return []
-
-
 def json_rows(doc: Any) -> int:
-    """The spans, events and links of an OTLP/JSON document, whatever the spelling of its
-    field names; parts of the wrong shape count nothing (add_json says what is wrong)."""
-    if not isinstance(doc, dict):
-        return 0
+    """The spans, events and links of an OTLP/JSON document, read as add_json reads them;
+    raises :class:`MalformedOTLP` where add_json would. A span add_json would reject counts
+    one row, and its events and links count when they are a list (only a list yields rows)."""
     rows = 0
-    for rs in _first_list(doc, "resourceSpans", "resource_spans"):
-        if not isinstance(rs, dict):
-            continue
-        for ss in _first_list(rs, "scopeSpans", "scope_spans", "instrumentationLibrarySpans",
-                              "instrumentation_library_spans"):
-            if not isinstance(ss, dict):
-                continue
-            for span in _first_list(ss, "spans"):
+    for rs in _json_resource_spans(doc):
+        for ss in _json_scope_spans(rs):
+            for span in _json_spans(ss):
                 rows += 1
-                if isinstance(span, dict):
-                    rows += len(_first_list(span, "events")) + len(_first_list(span, "links"))
+                try:
+                    span = _json_span(span)
+                    rows += sum(len(v) for v in (span.get("events"), span.get("links")) if isinstance(v, list))
+                except _SPAN_ERRORS:
+                    pass
     return rows
 
 
