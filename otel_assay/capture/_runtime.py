@@ -121,11 +121,8 @@ class AssayAttributesProcessor(SpanProcessor):
         return True
 
 
-class DirectExportProcessor(AssayAttributesProcessor):
-    """The Parquet pipeline's one processor: copies the trial's attributes (as
-    :class:`AssayAttributesProcessor`) and hands each sampled, finished span to the exporter
-    on the calling thread. One processor rather than two halves the provider's calls per
-    span, which an agent pays at every step.
+class DirectExportProcessor(SpanProcessor):
+    """Hands each sampled, finished span to the exporter on the calling thread.
 
     For ``ParquetSpanExporter`` ``export`` only holds the span in memory (it converts held
     spans to rows in batches; files are written by the exporter's flush thread or when
@@ -134,12 +131,13 @@ class DirectExportProcessor(AssayAttributesProcessor):
     """
 
     def __init__(self, exporter) -> None:
-        super().__init__()
         self.exporter = exporter
         self._done = False
 
+    def on_start(self, span, parent_context=None) -> None:
+        pass
+
     def on_end(self, span: ReadableSpan) -> None:
-        next(self._ended)
         # SpanContext is a tuple (trace_id, span_id, is_remote, trace_flags, ...): indexed, not
         # read through properties, a Python call each on every span
         if self._done or not span.context[3] & _SAMPLED:
@@ -288,11 +286,8 @@ def _install(lake: str | os.PathLike | None = None) -> Pipeline | None:
             # (OTEL_ASSAY_EXPORTER=otlp), it is still added
             kind = "parquet"
         exporter, export_processor, target = _make_export(kind, lake)
-        if isinstance(export_processor, AssayAttributesProcessor):  # Parquet: one processor does both
-            attrs_processor = export_processor
-        else:
-            attrs_processor = AssayAttributesProcessor()
-            provider.add_span_processor(attrs_processor)
+        attrs_processor = AssayAttributesProcessor()
+        provider.add_span_processor(attrs_processor)
         provider.add_span_processor(export_processor)
         _PIPELINE = Pipeline(provider, owned, exporter, export_processor, attrs_processor, kind, target)
         if not _ATEXIT_REGISTERED:
