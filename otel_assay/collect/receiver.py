@@ -43,8 +43,8 @@ from .wal import WALError, WriteAheadLog, decode, read_segment
 log = logging.getLogger("otel_assay.collect")
 
 DEFAULT_MAX_BODY = 20 << 20  # decompressed request size limit (the Collector's default)
-# The fewest spans, events and links one request may decode to, whatever --max-buffered-spans
-# says: a body's size does not bound its rows (an empty event is 2 bytes of protobuf and
+# The lowest limit on the spans, events and links of one request, whatever
+# --max-buffered-spans says: a body's size does not bound its rows (an empty event is 2 bytes of protobuf and
 # about 460 bytes of memory on its way to the lake; 20 MiB of them took the collector to
 # 3.9 GB), so the rows are counted before they are decoded. An OTLP exporter sends 512 spans
 # a batch, the Collector's batch processor 8,192.
@@ -323,9 +323,16 @@ class Collector:
 
     def _check_rows(self, rows: int | None) -> None:
         if rows is not None and rows > self.max_request_rows:
+            raise TooManyRows(rows, self.max_request_rows)
+
+    @contextlib.contextmanager
+    def _counting_refusals(self):
+        try:
+            yield
+        except TooManyRows:
             with self._stats_lock:
                 self.stats.too_many_rows += 1
-            raise TooManyRows(rows, self.max_request_rows)
+            raise
 
     @property
     def _flush_at(self) -> int:
@@ -347,20 +354,15 @@ class Collector:
         """Store a protobuf request's spans. Raises :class:`TooManyRows` (413) for a request
         of more rows than ``max_request_rows``, before decoding them."""
         self.check_capacity()
-        with self._decoding(len(body)):
-            try:
-                fast = compiled.decode(body, self.limits, self.max_request_rows)  # stops past the limit
-            except TooManyRows:
-                with self._stats_lock:
-                    self.stats.too_many_rows += 1
-                raise
+        with self._decoding(len(body)), self._counting_refusals():
+            fast = compiled.decode(body, self.limits, self.max_request_rows)  # stops past the limit
             if fast is not None:
                 return self._commit(fast, len(fast))
             # the Python path parses the whole request before any code of ours sees a span
             counted = compiled.count_rows(body)
             self._check_rows(counted)
             req = parse_protobuf(body)
-            if counted is None:  # no extension: counted once parsed, before the rows are built
+            if counted is None:  # no extension (or bytes upb refuses too): counted once parsed
                 self._check_rows(protobuf_rows(req))
             return self.submit_request(req)
 
@@ -371,7 +373,7 @@ class Collector:
 
     def submit_json(self, body: bytes) -> IngestResult:
         self.check_capacity()
-        with self._decoding(len(body)):
+        with self._decoding(len(body)), self._counting_refusals():
             doc = parse_json(body)
             self._check_rows(json_rows(doc))
             batch = SpanBatch(self.limits)
