@@ -165,22 +165,13 @@ class _Attribution:
         self.wrap(ParquetSpanExporter, "_flush", "export_flush")
 
 
-def measure(runs: int, rounds: int, repeat: int, lake: str) -> dict:
-    os.environ["OTEL_ASSAY_DIR"] = lake
+def recorded_steps(in_trial) -> dict[str, list]:
+    """What our adapter puts on each span, recorded from one instrumented run: span kind
+    word ("chat", "execute_tool", "invoke_agent") -> [(name, SpanKind, attributes), ...]."""
     import otel_assay
     from opentelemetry.sdk.trace import SpanProcessor
-    from langchain_core.callbacks import BaseCallbackHandler
-    from langchain_core.tracers import context as lc_context
     from otel_assay.capture import _runtime
 
-    run, steps = workload(rounds)
-
-    def in_trial():
-        with otel_assay.trial("bench", version="v1"):
-            run()
-
-    # what our adapter puts on each span, recorded from one instrumented run
-    seen: dict = {}
     by_kind: dict[str, list] = {}
 
     class Rec(SpanProcessor):
@@ -188,7 +179,6 @@ def measure(runs: int, rounds: int, repeat: int, lake: str) -> dict:
 
         def on_end(self, span):
             if Rec.on:
-                seen.setdefault(span.name, (span.kind, dict(span.attributes)))
                 by_kind.setdefault(span.name.split(" ")[0], []).append((span.name, span.kind, dict(span.attributes)))
     otel_assay.instrument(["langchain"])
     _runtime.pipeline().provider.add_span_processor(Rec())
@@ -196,30 +186,24 @@ def measure(runs: int, rounds: int, repeat: int, lake: str) -> dict:
     Rec.on = False
     otel_assay.flush()
     otel_assay.uninstrument()
+    return by_kind
 
-    span_tp = _sdk_provider()
-    tracer = span_tp.get_tracer("bench")
-    kinds = {n.split(" ")[0]: (n, k, a) for n, (k, a) in seen.items()}
-    plan = [kinds["chat"], kinds["execute_tool"]] * rounds + [kinds["chat"], kinds["invoke_agent"]]
 
-    def spans():
-        for name, kind, a in plan:
-            tracer.start_span(name, kind=kind, attributes=a).end()
-
-    lc_context.register_configure_hook(ContextVar("bench_noop", default=BaseCallbackHandler()), inheritable=True)
-    noop_hook = lc_context._configure_hooks.pop()
-
+def in_run_handler(tracer, by_kind: dict[str, list], timed: bool = True):
+    """A LangChain callback handler that starts and ends bare SDK spans with the attributes
+    our adapter recorded for each step (``by_kind``), at the callbacks where our adapter
+    starts and ends its spans: the baseline measured inside the same run. With ``timed`` its
+    ``ns`` adds up the per-thread CPU time of the SDK calls only. A span in a tight loop is
+    cheaper than the same span inside an agent run, whose framework code has evicted the
+    interpreter's caches in between; comparing our in-run cost with a tight-loop span would
+    flatter the SDK."""
     import threading
+
+    from langchain_core.callbacks import BaseCallbackHandler
+
     lock = threading.Lock()
 
     class InRun(BaseCallbackHandler):
-        """Bare SDK spans with the attributes our adapter recorded for each step, started
-        and ended at the callbacks where our adapter starts and ends its spans: the baseline
-        measured inside the same run. Only the SDK calls are timed (per-thread CPU clock).
-        A span in a tight loop is cheaper than the same span inside an agent run, whose
-        framework code has evicted the interpreter's caches in between; comparing our
-        in-run cost with a tight-loop span would flatter the SDK."""
-
         run_inline = True
 
         def __init__(self):
@@ -240,12 +224,18 @@ def measure(runs: int, rounds: int, repeat: int, lake: str) -> dict:
                 i = self.next.get(kind, 0)
                 self.next[kind] = i + 1
             name, k, attrs = by_kind[kind][i % len(by_kind[kind])]
-            self.open[run_id] = self._timed(lambda: tracer.start_span(name, kind=k, attributes=attrs))
+            if timed:
+                self.open[run_id] = self._timed(lambda: tracer.start_span(name, kind=k, attributes=attrs))
+            else:
+                self.open[run_id] = tracer.start_span(name, kind=k, attributes=attrs)
 
         def _end(self, run_id):
             span = self.open.pop(run_id, None)
             if span is not None:
-                self._timed(span.end)
+                if timed:
+                    self._timed(span.end)
+                else:
+                    span.end()
 
         def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, **kw):
             if parent_run_id is None:
@@ -264,7 +254,35 @@ def measure(runs: int, rounds: int, repeat: int, lake: str) -> dict:
         def on_tool_end(self, output, *, run_id, **kw):
             self._end(run_id)
 
-    in_run = InRun()
+    return InRun()
+
+
+def measure(runs: int, rounds: int, repeat: int, lake: str) -> dict:
+    os.environ["OTEL_ASSAY_DIR"] = lake
+    import otel_assay
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.tracers import context as lc_context
+
+    run, steps = workload(rounds)
+
+    def in_trial():
+        with otel_assay.trial("bench", version="v1"):
+            run()
+
+    by_kind = recorded_steps(in_trial)
+    span_tp = _sdk_provider()
+    tracer = span_tp.get_tracer("bench")
+    kinds = {word: spans[0] for word, spans in by_kind.items()}
+    plan = [kinds["chat"], kinds["execute_tool"]] * rounds + [kinds["chat"], kinds["invoke_agent"]]
+
+    def spans():
+        for name, kind, a in plan:
+            tracer.start_span(name, kind=kind, attributes=a).end()
+
+    lc_context.register_configure_hook(ContextVar("bench_noop", default=BaseCallbackHandler()), inheritable=True)
+    noop_hook = lc_context._configure_hooks.pop()
+
+    in_run = in_run_handler(tracer, by_kind)
     lc_context.register_configure_hook(ContextVar("bench_in_run", default=in_run), inheritable=True)
     in_run_hook = lc_context._configure_hooks.pop()
 
