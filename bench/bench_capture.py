@@ -244,6 +244,11 @@ def in_run_handler(tracer, by_kind: dict[str, list], timed: bool = True):
         def on_chain_end(self, outputs, *, run_id, **kw):
             self._end(run_id)
 
+        def on_chat_model_start(self, serialized, messages, *, run_id, **kw):
+            # defined, as ours is: without it LangChain renders the whole conversation as
+            # text for on_llm_start on every call, a cost our handler does not have
+            pass
+
         def on_llm_end(self, response, *, run_id, **kw):
             self._start(run_id, "chat")
             self._end(run_id)
@@ -279,7 +284,11 @@ def measure(runs: int, rounds: int, repeat: int, lake: str) -> dict:
         for name, kind, a in plan:
             tracer.start_span(name, kind=kind, attributes=a).end()
 
-    lc_context.register_configure_hook(ContextVar("bench_noop", default=BaseCallbackHandler()), inheritable=True)
+    class Noop(BaseCallbackHandler):
+        def on_chat_model_start(self, serialized, messages, *, run_id, **kw):
+            pass  # see in_run_handler: without it LangChain renders every conversation as text
+
+    lc_context.register_configure_hook(ContextVar("bench_noop", default=Noop()), inheritable=True)
     noop_hook = lc_context._configure_hooks.pop()
 
     in_run = in_run_handler(tracer, by_kind)
