@@ -300,5 +300,6 @@ def test_buffered_events_and_links_count_toward_the_buffer_bound_and_spans_writt
         status, headers, resp = post(url, _request(1))
         assert status == 503 and int(headers["Retry-After"]) >= 1
         assert b"1202 spans, events and links waiting to be written" in resp
-    assert collector.flush() == 2 and collector.stats.spans_written == 2 and collector.buffered_rows == 0
+    collector.flush()  # (or the flusher, woken by the buffer past half full, was first)
+    assert collector.stats.spans_written == 2 and collector.buffered_rows == 0  # spans, not rows
     assert post(url, _request(1))[0] == 200
