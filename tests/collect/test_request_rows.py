@@ -16,7 +16,6 @@ import urllib.request
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
-from opentelemetry.proto.trace.v1 import trace_pb2
 
 from otel_assay.collect import compiled
 from otel_assay.collect.otlp import (MalformedOTLP, TooManyRows, add_json, json_rows, parse_protobuf,
