@@ -761,8 +761,6 @@ static int read_fields(Dec *d, const uint8_t *s, size_t n, const int8_t *want, u
 static int read_event(Dec *d, const uint8_t *s, size_t n, const char *hex, int64_t span_start, int32_t row) {
     /* wire type of each field: 1 time_unix_nano, 2 name, 3 attributes, 4 dropped count */
     static const int8_t want[5] = {-1, 1, 2, 2, 0};
-    if (++d->rows > d->max_rows)
-        return TOO_MANY;
     Msg m;
     KvList kv;
     kv_init(&kv);
@@ -798,8 +796,6 @@ static int read_link(Dec *d, const uint8_t *s, size_t n, const char *hex, int64_
     /* wire type of each field: 1 trace_id, 2 span_id, 3 trace_state, 4 attributes,
      * 5 dropped count, 6 flags */
     static const int8_t want[7] = {-1, 2, 2, 2, 2, 0, 5};
-    if (++d->rows > d->max_rows)
-        return TOO_MANY;
     Msg m;
     KvList kv;
     kv_init(&kv);
@@ -835,8 +831,6 @@ out:
 static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     /* wire type of each field (9 attributes, 11 events, 13 links repeat) */
     static const int8_t want[17] = {-1, 2, 2, 2, 2, 2, 0, 1, 1, 2, 0, 2, 0, 2, 0, 2, 5};
-    if (++d->rows > d->max_rows)
-        return TOO_MANY;
     Rd r;
     Field f;
     int rc;
@@ -851,6 +845,12 @@ static int read_span(Dec *d, const uint8_t *s, size_t n, int32_t group) {
     uint64_t kind = m.f[6].v, start = m.f[7].v, end = m.f[8].v;
     uint64_t d_attrs = m.f[10].v & 0xFFFFFFFFu, d_events = m.f[12].v & 0xFFFFFFFFu, d_links = m.f[14].v & 0xFFFFFFFFu;
     uint64_t n_events = m.count[11], n_links = m.count[13], code = 0;
+    /* the span's rows, its events and links with it, counted before any is stored */
+    d->rows += 1 + (int64_t)n_events + (int64_t)n_links;
+    if (d->rows > d->max_rows) {
+        ret = TOO_MANY;
+        goto out;
+    }
     const uint8_t *msg = NULL;
     size_t msg_n = 0;
     if (m.f[15].s) { /* status: 2 message, 3 code */
@@ -1097,7 +1097,7 @@ static void dec_free(Dec *d) {
 PyDoc_STRVAR(decode_doc,
 "decode(body, promoted, max_value_bytes, max_key_bytes, max_attributes, max_events, max_links, max_rows)\n--\n\n"
 "The spans of an OTLP ExportTraceServiceRequest as Arrow buffers, or None when the request\n"
-"needs the Python path (see otel_assay.collect.compiled), or the int max_rows + 1 when it\n"
+"needs the Python path (see otel_assay.collect.compiled), or an int over ``max_rows`` when it\n"
 "holds more than ``max_rows`` spans, events and links (read no further). ``promoted`` is a\n"
 "sequence of (key, type) pairs, type 0 string, 1 int64, 2 double, in column order.");
 

@@ -253,26 +253,22 @@ def _json_resource_spans(doc: Any) -> list:
     resource_spans = doc.get("resourceSpans")
     if resource_spans is None and "resource_spans" in doc:
         resource_spans = _camelled(doc["resource_spans"], "resource_spans")
-    if resource_spans is None:
-        resource_spans = []
-    if not isinstance(resource_spans, list):
-        raise MalformedOTLP("resourceSpans must be a list")
-    for rs in resource_spans:
-        if not isinstance(rs, dict):
-            raise MalformedOTLP("each resourceSpans entry must be an object")
-    return resource_spans
+    return _objects(resource_spans or [], "resourceSpans")
 
 
 def _json_scope_spans(rs: dict) -> list:
     if "scopeSpans" not in rs and ("scope_spans" in rs or "instrumentation_library_spans" in rs):
         rs = _camelled(rs, "resourceSpans entry")  # snake_case below a camelCase top level
-    scope_spans = rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])) or []
-    if not isinstance(scope_spans, list):
-        raise MalformedOTLP("scopeSpans must be a list")
-    for ss in scope_spans:
-        if not isinstance(ss, dict):
-            raise MalformedOTLP("each scopeSpans entry must be an object")
-    return scope_spans
+    return _objects(rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])) or [], "scopeSpans")
+
+
+def _objects(v: Any, what: str) -> list:
+    """``v``, which must be a list of objects."""
+    if not isinstance(v, list):
+        raise MalformedOTLP(f"{what} must be a list")
+    if not all(isinstance(x, dict) for x in v):
+        raise MalformedOTLP(f"each {what} entry must be an object")
+    return v
 
 
 def _json_spans(ss: dict) -> list:
