@@ -1408,9 +1408,214 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(rows);
 }
 
+
+/* ------------------------------------------------------------------ the exporter's attributes
+ *
+ * sdk_attributes(): the in-process exporter's loop over one SDK span's attributes
+ * (schema.SpanBatch._attrs_into with ``unique``: the keys come from the span's dict), the
+ * same rules step for step, for the exporter's hot path, where that Python loop was most of
+ * the cost of turning a span into rows. Each attribute either fills a promoted column (into
+ * ``promoted``) or becomes a map entry (appended to ``keys`` and ``values``); values over
+ * ``max_value`` characters are cut and marked; entries past ``max_attributes``, or with keys
+ * over ``max_key`` characters, are dropped. A value that is not a str, or that a promoted
+ * column of another type takes, goes through the same Python decisions (``stringify`` for
+ * the map text), so nothing here decides differently from the Python loop; tests compare
+ * the two on random attributes.
+ */
+PyDoc_STRVAR(sdk_attributes_doc,
+"sdk_attributes(attributes, keys, values, promoted, promoted_string, promoted_typed,\n"
+"               max_attributes, max_key, max_value, mark, stringify)\n--\n\n"
+"Append one span's attributes (a dict) to ``keys``/``values`` and ``promoted`` as\n"
+"SpanBatch._attrs_into does for SDK spans. Returns (dropped, truncated), or None, having\n"
+"changed nothing, when a key is not a str or ``promoted`` is not empty: the Python loop\n"
+"decides those.");
+
+static PyObject *INT64_MIN_OBJ, *INT64_MAX_OBJ;
+
+/* value[:max_value] + mark when value is longer than max_value (a new reference), else value
+ * (a new reference); *cut is set when it was cut. Generic operations for str subclasses, as
+ * the Python loop's len(), slice and + are */
+static PyObject *limited(PyObject *value, Py_ssize_t max_value, PyObject *mark, int *cut) {
+    Py_ssize_t n = PyUnicode_CheckExact(value) ? PyUnicode_GET_LENGTH(value) : PyObject_Length(value);
+    if (n < 0)
+        return NULL;
+    *cut = 0;
+    if (n <= max_value) {
+        Py_INCREF(value);
+        return value;
+    }
+    PyObject *head = PyUnicode_CheckExact(value) ? PyUnicode_Substring(value, 0, max_value)
+                                                 : PySequence_GetSlice(value, 0, max_value);
+    if (!head)
+        return NULL;
+    PyObject *out = PyNumber_Add(head, mark);
+    Py_DECREF(head);
+    *cut = out != NULL;
+    return out;
+}
+
+/* whether a promoted column of type t (0 string, 1 int64, 2 double) takes value, as
+ * isinstance() and the int64 range test of the Python loop decide; -1 on error */
+static int promotable(PyObject *value, long t) {
+    if (t == 0)
+        return PyUnicode_Check(value);
+    if (t == 2)
+        return PyFloat_Check(value);
+    if (t != 1 || !PyLong_Check(value) || PyBool_Check(value))
+        return 0;
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (PyErr_Occurred())
+            return -1;
+        return overflow == 0;
+    }
+    int lo = PyObject_RichCompareBool(INT64_MIN_OBJ, value, Py_LE);
+    if (lo <= 0)
+        return lo;
+    return PyObject_RichCompareBool(value, INT64_MAX_OBJ, Py_LE);
+}
+
+static PyObject *sdk_attributes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "sdk_attributes takes 11 arguments");
+        return NULL;
+    }
+    PyObject *attrs = args[0], *keys = args[1], *values = args[2], *promoted = args[3];
+    PyObject *pstring = args[4], *ptyped = args[5], *mark = args[9], *stringify = args[10];
+    if (!PyDict_Check(attrs) || !PyList_Check(keys) || !PyList_Check(values) || !PyDict_Check(promoted)
+        || !PyDict_Check(pstring) || !PyDict_Check(ptyped)) {
+        PyErr_SetString(PyExc_TypeError, "sdk_attributes: a dict, two lists and three dicts");
+        return NULL;
+    }
+    Py_ssize_t max_attributes = PyLong_AsSsize_t(args[6]), max_key = PyLong_AsSsize_t(args[7]);
+    Py_ssize_t max_value = PyLong_AsSsize_t(args[8]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (PyDict_GET_SIZE(promoted) != 0)
+        Py_RETURN_NONE;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(attrs, &pos, &key, &value))
+        if (!PyUnicode_CheckExact(key))
+            Py_RETURN_NONE;
+
+    Py_ssize_t size = PyDict_GET_SIZE(attrs), n = 0, dropped = 0, truncated = 0;
+    pos = 0;
+    while (PyDict_Next(attrs, &pos, &key, &value)) {
+        Py_INCREF(key);
+        Py_INCREF(value);
+        PyObject *col = NULL, *text = NULL;
+        int cut = 0, ok = 0;
+        if (PyUnicode_CheckExact(value)) {
+            col = PyDict_GetItemWithError(pstring, key); /* borrowed */
+            if (!col && PyErr_Occurred())
+                goto fail;
+            if (col) {
+                int taken = PyDict_Contains(promoted, col);
+                if (taken < 0)
+                    goto fail;
+                if (!taken) {
+                    if (!(text = limited(value, max_value, mark, &cut)) || PyDict_SetItem(promoted, col, text) < 0)
+                        goto fail;
+                    truncated += cut;
+                    ok = 1;
+                }
+            }
+            if (!ok) {
+                if (n >= max_attributes || PyUnicode_GET_LENGTH(key) > max_key) {
+                    dropped++;
+                } else {
+                    if (!(text = limited(value, max_value, mark, &cut)) || PyList_Append(keys, key) < 0
+                        || PyList_Append(values, text) < 0)
+                        goto fail;
+                    truncated += cut;
+                    n++;
+                }
+            }
+        } else {
+            PyObject *target = PyDict_GetItemWithError(ptyped, key); /* borrowed (column, type) */
+            if (!target && PyErr_Occurred())
+                goto fail;
+            if (target) {
+                if (!PyTuple_Check(target) || PyTuple_GET_SIZE(target) != 2) {
+                    PyErr_SetString(PyExc_TypeError, "sdk_attributes: promoted_typed maps a key to (column, type)");
+                    goto fail;
+                }
+                PyObject *tcol = PyTuple_GET_ITEM(target, 0), *ttype = PyTuple_GET_ITEM(target, 1);
+                long t = PyUnicode_Check(ttype) ? (PyUnicode_CompareWithASCIIString(ttype, "string") == 0 ? 0
+                                                 : PyUnicode_CompareWithASCIIString(ttype, "int64") == 0 ? 1
+                                                 : PyUnicode_CompareWithASCIIString(ttype, "double") == 0 ? 2 : 3) : 3;
+                int taken = PyDict_Contains(promoted, tcol);
+                if (taken < 0)
+                    goto fail;
+                if (!taken) {
+                    int takes = promotable(value, t);
+                    if (takes < 0)
+                        goto fail;
+                    if (takes) {
+                        if (t == 0) {
+                            if (!(text = limited(value, max_value, mark, &cut)))
+                                goto fail;
+                        } else {
+                            Py_INCREF(value);
+                            text = value;
+                        }
+                        if (PyDict_SetItem(promoted, tcol, text) < 0)
+                            goto fail;
+                        truncated += cut;
+                        ok = 1;
+                    }
+                }
+            }
+            if (!ok) {
+                if (n >= max_attributes || PyUnicode_GET_LENGTH(key) > max_key) {
+                    dropped++;
+                } else {
+                    PyObject *s = PyObject_CallOneArg(stringify, value);
+                    if (!s)
+                        goto fail;
+                    if (s != Py_None) {
+                        text = limited(s, max_value, mark, &cut);
+                        Py_DECREF(s);
+                        if (!text)
+                            goto fail;
+                    } else {
+                        text = s;
+                    }
+                    if (PyList_Append(keys, key) < 0 || PyList_Append(values, text) < 0)
+                        goto fail;
+                    truncated += cut;
+                    n++;
+                }
+            }
+        }
+        Py_XDECREF(text);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        /* stringify runs Python code, which could change the span's attributes: the Python
+         * loop's dict iterator raises then, and so does this */
+        if (PyDict_GET_SIZE(attrs) != size) {
+            PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+            goto undo;
+        }
+        continue;
+    fail:
+        Py_XDECREF(text);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        goto undo;
+    }
+    return Py_BuildValue("nn", dropped, truncated);
+undo:
+    /* what was appended stays: the caller rolls the whole span back (SpanBatch._truncate) */
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, decode_doc},
     {"count_rows", count_rows, METH_VARARGS, count_rows_doc},
+    {"sdk_attributes", (PyCFunction)(void (*)(void))sdk_attributes, METH_FASTCALL, sdk_attributes_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1425,5 +1630,9 @@ PyMODINIT_FUNC PyInit__otlpc(void) {
         PyErr_SetString(PyExc_ImportError, "_otlpc supports little-endian hosts only");
         return NULL;
     }
+    INT64_MIN_OBJ = PyLong_FromLongLong(INT64_MIN);
+    INT64_MAX_OBJ = PyLong_FromLongLong(INT64_MAX);
+    if (!INT64_MIN_OBJ || !INT64_MAX_OBJ)
+        return NULL;
     return PyModule_Create(&module);
 }
