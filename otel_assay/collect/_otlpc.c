@@ -327,6 +327,7 @@ typedef struct {
     PyObject *resources; /* list of lists of serialized resource KeyValues */
     char numbuf[64];
     Buf json; /* an array value's JSON text */
+    PyObject *promoted_seq; /* holds the promoted keys, whose UTF-8 `promoted` points into */
 } Dec;
 
 /* the AnyValue of a KeyValue: what the Python path's stringify() stores, and the value for
@@ -1089,6 +1090,7 @@ static void dec_free(Dec *d) {
     for (int p = 0; p < NPROMOTED_MAX; p++)
         col_free(&d->prom[p]);
     buf_free(&d->json);
+    Py_XDECREF(d->promoted_seq);
     Py_XDECREF(d->keys);
     Py_XDECREF(d->groups);
     Py_XDECREF(d->resources);
@@ -1101,37 +1103,22 @@ PyDoc_STRVAR(decode_doc,
 "holds more than ``max_rows`` spans, events and links (read no further). ``promoted`` is a\n"
 "sequence of (key, type) pairs, type 0 string, 1 int64, 2 double, in column order.");
 
-static PyObject *decode(PyObject *self, PyObject *args) {
-    Py_buffer body;
-    PyObject *promoted;
-    Py_ssize_t max_value, max_key, max_attributes, max_events, max_links, max_rows;
-    if (!PyArg_ParseTuple(args, "y*Onnnnnn", &body, &promoted, &max_value, &max_key, &max_attributes, &max_events,
-                          &max_links, &max_rows))
-        return NULL;
-    Dec *d = PyMem_Calloc(1, sizeof(Dec));
-    PyObject *result = NULL, *seq = NULL;
-    if (!d) {
-        PyBuffer_Release(&body);
-        return PyErr_NoMemory();
-    }
-    if (body.len > MAX_BODY) { /* keeps every string column under Arrow's 2 GiB */
-        PyBuffer_Release(&body);
-        PyMem_Free(d);
-        Py_RETURN_NONE;
-    }
+/* limits, the promoted keys and empty columns; 0, or -1 with an exception set */
+static int dec_setup(Dec *d, PyObject *promoted, Py_ssize_t max_value, Py_ssize_t max_key, Py_ssize_t max_attributes,
+                     Py_ssize_t max_events, Py_ssize_t max_links, Py_ssize_t max_rows) {
     d->max_value = max_value < 0 ? 0 : (size_t)max_value;
     d->max_key = max_key < 0 ? 0 : (size_t)max_key;
     d->max_attributes = max_attributes < 0 ? 0 : (uint64_t)max_attributes;
     d->max_events = max_events < 0 ? 0 : (uint64_t)max_events;
     d->max_links = max_links < 0 ? 0 : (uint64_t)max_links;
     d->max_rows = max_rows < 0 ? 0 : (int64_t)max_rows;
-    seq = PySequence_Fast(promoted, "promoted must be a sequence");
+    PyObject *seq = d->promoted_seq = PySequence_Fast(promoted, "promoted must be a sequence");
     if (!seq)
-        goto done;
+        return -1;
     d->npromoted = (int)PySequence_Fast_GET_SIZE(seq);
     if (d->npromoted > NPROMOTED_MAX) {
         PyErr_SetString(PyExc_ValueError, "too many promoted keys");
-        goto done;
+        return -1;
     }
     for (int p = 0; p < d->npromoted; p++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, p);
@@ -1140,18 +1127,18 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         if (!PyArg_ParseTuple(item, "Ui", &key, &type) || type < 0 || type > 2) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "promoted type must be 0, 1 or 2");
-            goto done;
+            return -1;
         }
         d->promoted[p].key = PyUnicode_AsUTF8AndSize(key, &d->promoted[p].len);
         if (!d->promoted[p].key)
-            goto done;
+            return -1;
         d->promoted[p].type = type;
     }
     d->keys = PyList_New(0);
     d->groups = PyList_New(0);
     d->resources = PyList_New(0);
     if (!d->keys || !d->groups || !d->resources)
-        goto done;
+        return -1;
     if (col_init(&d->trace_id, 1, 0) || col_init(&d->span_id, 1, 0) || col_init(&d->parent, 1, 0) ||
         col_init(&d->trace_state, 1, 0) || col_init(&d->name, 1, 0) || col_init(&d->message, 1, 0) ||
         col_init(&d->kind, 0, 1) || col_init(&d->code, 0, 1) || col_init(&d->start, 0, 8) ||
@@ -1166,16 +1153,87 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         col_init(&d->ln_state, 1, 0) || col_init(&d->ln_dropped, 0, 4) || col_init(&d->ln_part, 0, 8) ||
         col_init(&d->ln_row, 0, 4) || col_init(&d->ln_map.offsets, 0, 4) || col_init(&d->ln_map.keys, 1, 0) ||
         col_init(&d->ln_map.values, 1, 0))
-        goto done;
+        return -1;
     for (int p = 0; p < d->npromoted; p++)
         if (col_init(&d->prom[p], d->promoted[p].type == T_STRING, 8))
-            goto done;
-    {
-        int32_t zero = 0;
-        if (buf_put(&d->span_map.offsets.data, &zero, 4) < 0 || buf_put(&d->ev_map.offsets.data, &zero, 4) < 0 ||
-            buf_put(&d->ln_map.offsets.data, &zero, 4) < 0)
-            goto done;
+            return -1;
+    int32_t zero = 0;
+    if (buf_put(&d->span_map.offsets.data, &zero, 4) < 0 || buf_put(&d->ev_map.offsets.data, &zero, 4) < 0 ||
+        buf_put(&d->ln_map.offsets.data, &zero, 4) < 0)
+        return -1;
+    return 0;
+}
+
+/* the columns read, as compiled.CompiledBatch takes them */
+static PyObject *dec_result(Dec *d) {
+    Col *named[] = {&d->trace_id, &d->span_id, &d->parent, &d->trace_state, &d->name, &d->kind, &d->start,
+                    &d->duration, &d->code, &d->message, &d->dropped_a, &d->dropped_e, &d->dropped_l, &d->group,
+                    &d->span_map.keys, &d->span_map.values, &d->ev_trace_id, &d->ev_span_id, &d->ev_time,
+                    &d->ev_name, &d->ev_dropped, &d->ev_part, &d->ev_row, &d->ev_map.keys, &d->ev_map.values,
+                    &d->ln_trace_id, &d->ln_span_id, &d->ln_linked_trace_id, &d->ln_linked_span_id, &d->ln_state,
+                    &d->ln_dropped, &d->ln_part, &d->ln_row, &d->ln_map.keys, &d->ln_map.values};
+    const char *names[] = {"trace_id", "span_id", "parent_span_id", "trace_state", "name", "kind",
+                           "start_time_unix_nano", "duration_ns", "status_code", "status_message",
+                           "dropped_attributes_count", "dropped_events_count", "dropped_links_count",
+                           "group", "map_keys", "map_values", "ev_trace_id", "ev_span_id", "ev_time_unix_nano",
+                           "ev_name", "ev_dropped_attributes_count", "ev_partition_time", "ev_span_row",
+                           "ev_map_keys", "ev_map_values", "ln_trace_id", "ln_span_id", "ln_linked_trace_id",
+                           "ln_linked_span_id", "ln_trace_state", "ln_dropped_attributes_count", "ln_partition_time",
+                           "ln_span_row", "ln_map_keys", "ln_map_values"};
+    PyObject *cols = PyDict_New(), *prom = PyList_New(d->npromoted);
+    if (!cols || !prom)
+        goto fail;
+    for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++) {
+        PyObject *c = col_result(named[i]);
+        if (!c || PyDict_SetItemString(cols, names[i], c) < 0) {
+            Py_XDECREF(c);
+            goto fail;
+        }
+        Py_DECREF(c);
     }
+    for (int p = 0; p < d->npromoted; p++) {
+        PyObject *c = col_result(&d->prom[p]);
+        if (!c)
+            goto fail;
+        PyList_SET_ITEM(prom, p, c);
+    }
+    PyObject *offsets = PyBytes_FromStringAndSize(d->span_map.offsets.data.p, (Py_ssize_t)d->span_map.offsets.data.len);
+    PyObject *ev_offsets = PyBytes_FromStringAndSize(d->ev_map.offsets.data.p, (Py_ssize_t)d->ev_map.offsets.data.len);
+    PyObject *ln_offsets = PyBytes_FromStringAndSize(d->ln_map.offsets.data.p, (Py_ssize_t)d->ln_map.offsets.data.len);
+    if (!offsets || !ev_offsets || !ln_offsets) {
+        Py_XDECREF(offsets);
+        Py_XDECREF(ev_offsets);
+        Py_XDECREF(ln_offsets);
+        goto fail;
+    }
+    return Py_BuildValue("(LNNNOOOLNLN)", (long long)d->trace_id.n, cols, prom, offsets, d->keys, d->groups,
+                         d->resources, (long long)d->ev_trace_id.n, ev_offsets, (long long)d->ln_trace_id.n,
+                         ln_offsets);
+fail:
+    Py_XDECREF(cols);
+    Py_XDECREF(prom);
+    return NULL;
+}
+
+static PyObject *decode(PyObject *self, PyObject *args) {
+    Py_buffer body;
+    PyObject *promoted;
+    Py_ssize_t max_value, max_key, max_attributes, max_events, max_links, max_rows;
+    if (!PyArg_ParseTuple(args, "y*Onnnnnn", &body, &promoted, &max_value, &max_key, &max_attributes, &max_events,
+                          &max_links, &max_rows))
+        return NULL;
+    if (body.len > MAX_BODY) { /* keeps every string column under Arrow's 2 GiB */
+        PyBuffer_Release(&body);
+        Py_RETURN_NONE;
+    }
+    Dec *d = PyMem_Calloc(1, sizeof(Dec));
+    PyObject *result = NULL;
+    if (!d) {
+        PyBuffer_Release(&body);
+        return PyErr_NoMemory();
+    }
+    if (dec_setup(d, promoted, max_value, max_key, max_attributes, max_events, max_links, max_rows) < 0)
+        goto done;
     {
         Rd r = {(const uint8_t *)body.buf, (const uint8_t *)body.buf + body.len};
         Field f;
@@ -1202,66 +1260,8 @@ static PyObject *decode(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    {
-        Col *named[] = {&d->trace_id, &d->span_id, &d->parent, &d->trace_state, &d->name, &d->kind, &d->start,
-                        &d->duration, &d->code, &d->message, &d->dropped_a, &d->dropped_e, &d->dropped_l, &d->group,
-                        &d->span_map.keys, &d->span_map.values, &d->ev_trace_id, &d->ev_span_id, &d->ev_time,
-                        &d->ev_name, &d->ev_dropped, &d->ev_part, &d->ev_row, &d->ev_map.keys, &d->ev_map.values,
-                        &d->ln_trace_id, &d->ln_span_id, &d->ln_linked_trace_id, &d->ln_linked_span_id, &d->ln_state,
-                        &d->ln_dropped, &d->ln_part, &d->ln_row, &d->ln_map.keys, &d->ln_map.values};
-        const char *names[] = {"trace_id", "span_id", "parent_span_id", "trace_state", "name", "kind",
-                               "start_time_unix_nano", "duration_ns", "status_code", "status_message",
-                               "dropped_attributes_count", "dropped_events_count", "dropped_links_count",
-                               "group", "map_keys", "map_values", "ev_trace_id", "ev_span_id", "ev_time_unix_nano",
-                               "ev_name", "ev_dropped_attributes_count", "ev_partition_time", "ev_span_row",
-                               "ev_map_keys", "ev_map_values", "ln_trace_id", "ln_span_id", "ln_linked_trace_id",
-                               "ln_linked_span_id", "ln_trace_state", "ln_dropped_attributes_count", "ln_partition_time",
-                               "ln_span_row", "ln_map_keys", "ln_map_values"};
-        PyObject *cols = PyDict_New(), *prom = PyList_New(d->npromoted);
-        if (!cols || !prom) {
-            Py_XDECREF(cols);
-            Py_XDECREF(prom);
-            goto done;
-        }
-        for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++) {
-            PyObject *c = col_result(named[i]);
-            if (!c || PyDict_SetItemString(cols, names[i], c) < 0) {
-                Py_XDECREF(c);
-                Py_DECREF(cols);
-                Py_DECREF(prom);
-                goto done;
-            }
-            Py_DECREF(c);
-        }
-        for (int p = 0; p < d->npromoted; p++) {
-            PyObject *c = col_result(&d->prom[p]);
-            if (!c) {
-                Py_DECREF(cols);
-                Py_DECREF(prom);
-                goto done;
-            }
-            PyList_SET_ITEM(prom, p, c);
-        }
-        PyObject *offsets = PyBytes_FromStringAndSize(d->span_map.offsets.data.p,
-                                                      (Py_ssize_t)d->span_map.offsets.data.len);
-        PyObject *ev_offsets = PyBytes_FromStringAndSize(d->ev_map.offsets.data.p,
-                                                         (Py_ssize_t)d->ev_map.offsets.data.len);
-        PyObject *ln_offsets = PyBytes_FromStringAndSize(d->ln_map.offsets.data.p,
-                                                         (Py_ssize_t)d->ln_map.offsets.data.len);
-        if (!offsets || !ev_offsets || !ln_offsets) {
-            Py_XDECREF(offsets);
-            Py_XDECREF(ev_offsets);
-            Py_XDECREF(ln_offsets);
-            Py_DECREF(cols);
-            Py_DECREF(prom);
-            goto done;
-        }
-        result = Py_BuildValue("(LNNNOOOLNLN)", (long long)d->trace_id.n, cols, prom, offsets, d->keys, d->groups,
-                               d->resources, (long long)d->ev_trace_id.n, ev_offsets, (long long)d->ln_trace_id.n,
-                               ln_offsets);
-    }
+    result = dec_result(d);
 done:
-    Py_XDECREF(seq);
     dec_free(d);
     PyMem_Free(d);
     PyBuffer_Release(&body);
