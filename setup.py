@@ -1,7 +1,8 @@
-"""The one compiled part: the OTLP receiver's compiled decoder (otel_assay/collect/_otlpc.c).
+"""The one compiled part (otel_assay/collect/_otlpc.c): the OTLP receiver's compiled decoder
+and the in-process exporter's compiled span converter.
 
 It is optional: where it cannot be built (no C compiler), the package installs without it
-and the receiver reads every request with its Python path, only slower.
+and the receiver and the exporter take their Python paths, only slower.
 """
 
 from setuptools import Extension, setup

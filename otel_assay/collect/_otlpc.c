@@ -1,6 +1,8 @@
 /*
  * The OTLP receiver's compiled decoder: an ExportTraceServiceRequest (protobuf wire
- * bytes) straight into the columns of the lake's `spans` table, as Arrow buffers.
+ * bytes) straight into the columns of the lake's `spans` table, as Arrow buffers. The
+ * in-process exporter's converter of SDK spans into the same columns (convert_sdk, at the
+ * end) follows the same principle.
  *
  * It reads only requests whose every span is plain: attribute values (of spans, events and
  * links) that are strings, ints, bools or finite doubles, every string valid UTF-8 and
@@ -133,6 +135,26 @@ static int col_fixed(Col *c, const void *v) {
     if (buf_put(&c->data, v, c->width) < 0)
         return -1;
     return col_bit(c, 1);
+}
+
+/* where a column stands, to take back what was appended after it (col_restore) */
+typedef struct {
+    int64_t n, nulls;
+    size_t data, offsets, valid;
+} ColMark;
+
+static void col_mark(const Col *c, ColMark *m) {
+    *m = (ColMark){c->n, c->nulls, c->data.len, c->offsets.len, c->valid.len};
+}
+
+static void col_restore(Col *c, const ColMark *m) {
+    c->n = m->n;
+    c->nulls = m->nulls;
+    c->data.len = m->data;
+    c->offsets.len = m->offsets;
+    c->valid.len = m->valid;
+    if (c->n & 7) /* the bits of the rows taken back, in the last byte: col_bit ORs into it */
+        ((uint8_t *)c->valid.p)[c->n >> 3] &= (uint8_t)((1u << (c->n & 7)) - 1);
 }
 
 /* (data, offsets or None, validity or None, null count) */
@@ -1268,6 +1290,668 @@ done:
     return result;
 }
 
+
+/* ------------------------------------------------------------------ SDK spans
+ *
+ * convert_sdk(): the in-process exporter's spans (OpenTelemetry SDK ReadableSpans) into the
+ * same columns the decoder fills, as SpanBatch.add_sdk_span stores them. Like the decoder it
+ * reads only the common span: of the SDK's own classes, ended, with valid ids and
+ * times, no trace state, events or links, attribute values the Python path stores as they
+ * are (str, bool, int within int64, float; any other value takes its text from the Python
+ * path's stringify()), every string valid UTF-8 and within the limits. Any other span it
+ * returns, and the exporter converts those with the Python path, which has every rule; tests
+ * compare the two on the same spans.
+ */
+PyDoc_STRVAR(convert_sdk_doc,
+"convert_sdk(spans, span_types, promoted, max_value, max_key, max_attributes, prepare, stringify)\n--\n\n"
+"(rows, declined): the SDK spans read here, as decode() gives a request's, and the list of\n"
+"those that need the Python path (see otel_assay.collect.compiled.convert_sdk).\n"
+"``span_types``: the span classes read here; ``prepare``: an SDK resource -> its prepared\n"
+"schema.Resource (the resources list of ``rows`` holds these, not protobuf).");
+
+static PyObject *S_context, *S_start_time, *S_end_time, *S_parent, *S_name, *S_kind, *S_status, *S_status_code,
+    *S_description, *S_scope, *S_resource, *S_attributes, *S_events, *S_links, *S_dict, *S_immutable, *S_dropped,
+    *S_value, *S_scope_name, *S_scope_version, *S_dq;
+
+static int intern_names(void) {
+    struct { PyObject **p; const char *s; } names[] = {
+        {&S_context, "_context"}, {&S_start_time, "_start_time"}, {&S_end_time, "_end_time"},
+        {&S_parent, "_parent"}, {&S_name, "_name"}, {&S_kind, "_kind"}, {&S_status, "_status"},
+        {&S_status_code, "_status_code"}, {&S_description, "_description"}, {&S_scope, "_instrumentation_scope"},
+        {&S_resource, "_resource"}, {&S_attributes, "_attributes"}, {&S_events, "_events"}, {&S_links, "_links"},
+        {&S_dict, "_dict"}, {&S_immutable, "_immutable"}, {&S_dropped, "dropped"}, {&S_value, "_value_"},
+        {&S_scope_name, "name"}, {&S_scope_version, "version"}, {&S_dq, "_dq"}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!(*names[i].p = PyUnicode_InternFromString(names[i].s)))
+            return -1;
+    return 0;
+}
+
+typedef struct {
+    PyObject *prepare, *stringify;
+    PyObject *res_seen;  /* the SDK resources met, in the order of d->resources (which holds them prepared) */
+    PyObject *group_scope; /* per group: the scope object; d->groups holds (resource, name, version) */
+    PyObject *last_resource, *last_scope; /* borrowed from the lists above */
+    int32_t last_group;
+    PyObject *last_tid; /* a new reference; the spans of a trace end one after another */
+    char trace_hex[32];
+} Sdk;
+
+/* attribute `name` of `o` (a new reference), or NULL with *rc FALLBACK (no such attribute:
+ * not an SDK object) or -1 (another error) */
+static PyObject *sdk_get(PyObject *o, PyObject *name, int *rc) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            *rc = FALLBACK;
+        } else {
+            *rc = -1;
+        }
+    }
+    return v;
+}
+
+/* field `name` from the instance dict `dict` of an SDK object (a new reference), or NULL
+ * with *rc FALLBACK (not there) or -1. The span classes read here are the SDK's own (checked
+ * by type), whose properties return these fields: reading the dict skips a type lookup and
+ * a Python call per field */
+static PyObject *sdk_field(PyObject *dict, PyObject *name, int *rc) {
+    PyObject *v = PyDict_GetItemWithError(dict, name);
+    if (!v) {
+        *rc = PyErr_Occurred() ? -1 : FALLBACK;
+        return NULL;
+    }
+    Py_INCREF(v);
+    return v;
+}
+
+/* the instance dict of an SDK object (a new reference), or NULL with *rc FALLBACK or -1 */
+static PyObject *sdk_dict(PyObject *o, int *rc) {
+    PyObject *dict = PyObject_GenericGetDict(o, NULL);
+    if (!dict) {
+        *rc = PyErr_ExceptionMatches(PyExc_AttributeError) ? FALLBACK : -1;
+        if (*rc == FALLBACK)
+            PyErr_Clear();
+        return NULL;
+    }
+    if (!PyDict_CheckExact(dict)) {
+        Py_DECREF(dict);
+        *rc = FALLBACK;
+        return NULL;
+    }
+    return dict;
+}
+
+static void hex64(char *out, unsigned long long v) {
+    for (int i = 15; i >= 0; i--, v >>= 4)
+        out[i] = HEX[v & 15];
+}
+
+/* decimal text of v, as repr(int) writes it; returns its length */
+static size_t decimal(char *out, long long v) {
+    char tmp[24];
+    size_t n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    size_t len = 0;
+    if (v < 0)
+        out[len++] = '-';
+    while (n)
+        out[len++] = tmp[--n];
+    return len;
+}
+
+/* a str's UTF-8 when it is an exact str of at most max_chars characters and valid UTF-8 (no
+ * lone surrogates), else NULL (with no exception): the Python path decides such a value */
+static const char *sdk_text(PyObject *s, size_t max_chars, Py_ssize_t *n) {
+    if (!PyUnicode_CheckExact(s) || (size_t)PyUnicode_GET_LENGTH(s) > max_chars)
+        return NULL;
+    const char *u = PyUnicode_AsUTF8AndSize(s, n);
+    if (!u)
+        PyErr_Clear();
+    return u;
+}
+
+/* an int's value when it is an exact int within int64, else FALLBACK (-1: an error) */
+static int sdk_int64(PyObject *o, long long *out) {
+    if (!PyLong_CheckExact(o))
+        return FALLBACK;
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    return overflow ? FALLBACK : 0;
+}
+
+/* an enum member's value (SpanKind, StatusCode) when it is an int in [0, max], else FALLBACK */
+static int sdk_enum(PyObject *member, long long max, int8_t *out) {
+    int rc = 0;
+    PyObject *v = sdk_get(member, S_value, &rc);
+    if (!v)
+        return rc;
+    long long x;
+    rc = sdk_int64(v, &x);
+    Py_DECREF(v);
+    if (rc)
+        return rc;
+    if (x < 0 || x > max)
+        return FALLBACK;
+    *out = (int8_t)x;
+    return 0;
+}
+
+/* after a failed call into Python code (stringify, prepare): FALLBACK for an Exception, which
+ * the Python path meets again and turns into the span's rejection, with its reason; -1 (raise)
+ * for anything else, a KeyboardInterrupt */
+static int sdk_call_failed(void) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyErr_Clear();
+    return FALLBACK;
+}
+
+/* the compact JSON of a tuple or list of exact str (json.dumps with separators (",", ":") and
+ * ensure_ascii=False) in d->json: 0; FALLBACK for another item, a str that is not valid
+ * UTF-8, or text that might be over the value limit; -1 on error */
+static int sdk_str_array(Dec *d, PyObject *seq, const char **text, Py_ssize_t *tlen) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    d->json.len = 0;
+    if (buf_put(&d->json, "[", 1) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t len;
+        const char *u = sdk_text(items[i], (size_t)PY_SSIZE_T_MAX, &len);
+        if (!u)
+            return FALLBACK;
+        if ((i && buf_put(&d->json, ",", 1) < 0) || json_string(&d->json, (const uint8_t *)u, (size_t)len) < 0)
+            return -1;
+    }
+    if (buf_put(&d->json, "]", 1) < 0)
+        return -1;
+    if (d->json.len > d->max_value) /* bytes: at least as many as characters */
+        return FALLBACK;
+    *text = d->json.p;
+    *tlen = (Py_ssize_t)d->json.len;
+    return 0;
+}
+
+/* the span's attributes (its SDK dict) into the map and promoted columns; *dropped gets the
+ * attributes the limits drop */
+/* whether `dict` still holds what `snapshot` (a copy) held: the same keys, each with the same
+ * value object. Keys are exact str, so the lookups run no Python code */
+static int sdk_unchanged(PyObject *dict, PyObject *snapshot) {
+    if (PyDict_GET_SIZE(dict) != PyDict_GET_SIZE(snapshot))
+        return 0;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(snapshot, &pos, &key, &value))
+        if (PyDict_GetItemWithError(dict, key) != value) {
+            PyErr_Clear();
+            return 0;
+        }
+    return 1;
+}
+
+/* one attribute (key and value held by the caller) into a promoted column or the map */
+static int sdk_attr(Dec *d, Sdk *k, PyObject *dict, PyObject *key, PyObject *value, int *filled, uint64_t *n,
+                    int64_t *dropped, PyObject **snapshot) {
+    Py_ssize_t klen, tlen = 0;
+    const char *kb = PyUnicode_CheckExact(key) ? PyUnicode_AsUTF8AndSize(key, &klen) : NULL;
+    if (!kb) {
+        PyErr_Clear();
+        return FALLBACK;
+    }
+    int kind; /* 1 str, 2 bool, 3 int, 4 float, 6 text from stringify(), 7 an array of str */
+    long long i = 0;
+    double x = 0;
+    const char *text = NULL;
+    if (PyUnicode_CheckExact(value)) {
+        if (!(text = sdk_text(value, d->max_value, &tlen)))
+            return FALLBACK;
+        kind = 1;
+    } else if (PyBool_Check(value)) {
+        kind = 2;
+        text = value == Py_True ? "true" : "false";
+        tlen = value == Py_True ? 4 : 5;
+    } else if (PyLong_CheckExact(value)) {
+        int rc = sdk_int64(value, &i);
+        if (rc)
+            return rc;
+        kind = 3;
+        tlen = (Py_ssize_t)decimal(d->numbuf, i);
+        text = d->numbuf;
+    } else if (PyFloat_CheckExact(value)) {
+        kind = 4;
+        x = PyFloat_AS_DOUBLE(value);
+        char *r = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL); /* repr(float) */
+        if (!r)
+            return -1;
+        tlen = (Py_ssize_t)strlen(r);
+        if ((size_t)tlen >= sizeof(d->numbuf))
+            tlen = sizeof(d->numbuf) - 1;
+        memcpy(d->numbuf, r, tlen);
+        PyMem_Free(r);
+        text = d->numbuf;
+    } else {
+        kind = 6;
+    }
+    /* a promoted key with a value of its column's type goes to the column (whatever its length,
+     * as in the Python path, for numbers) */
+    int col = -1;
+    for (int p = 0; p < d->npromoted; p++) {
+        if (d->promoted[p].len == klen && memcmp(d->promoted[p].key, kb, klen) == 0) {
+            int t = d->promoted[p].type;
+            /* a subclass of str, int or float: the Python path's isinstance() may take it */
+            if (kind == 6 && (PyUnicode_Check(value) || PyLong_Check(value) || PyFloat_Check(value)))
+                return FALLBACK;
+            if ((t == T_STRING && kind == 1) || (t == T_INT64 && kind == 3) || (t == T_DOUBLE && kind == 4))
+                col = p;
+            break;
+        }
+    }
+    if (col >= 0 && !filled[col]) {
+        filled[col] = 1;
+        Col *c = &d->prom[col];
+        int rc = c->is_string ? col_str(c, text, tlen) : col_fixed(c, kind == 3 ? (const void *)&i : (const void *)&x);
+        return rc < 0 ? -1 : 0;
+    }
+    if (*n >= d->max_attributes || (size_t)PyUnicode_GET_LENGTH(key) > d->max_key) {
+        (*dropped)++;
+        return 0;
+    }
+    /* the map's text of a bool or number is cut at the limit as any other (ASCII: bytes are
+     * characters): the Python path cuts it */
+    if ((kind == 2 || kind == 3 || kind == 4) && (size_t)tlen > d->max_value)
+        return FALLBACK;
+    PyObject *s = NULL;
+    if (kind == 6 && (PyTuple_CheckExact(value) || PyList_CheckExact(value))) {
+        /* an array of str (finish reasons, tags): stringify()'s compact JSON, written here */
+        int rc = sdk_str_array(d, value, &text, &tlen);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            kind = 7;
+    }
+    if (kind == 6) {
+        /* stringify() runs Python code (a value's __str__ or __repr__), which could change the
+         * span's attributes: then the Python path converts the span, as it then is */
+        if (!*snapshot && !(*snapshot = PyDict_Copy(dict)))
+            return -1;
+        s = PyObject_CallOneArg(k->stringify, value);
+        if (!s)
+            return sdk_call_failed();
+        if (!sdk_unchanged(dict, *snapshot) || (s != Py_None && !(text = sdk_text(s, d->max_value, &tlen)))) {
+            Py_DECREF(s);
+            return FALLBACK;
+        }
+    }
+    int rc = col_str(&d->span_map.keys, kb, klen) < 0 ||
+             ((s == Py_None) ? col_null(&d->span_map.values) : col_str(&d->span_map.values, text, tlen)) < 0;
+    Py_XDECREF(s);
+    if (rc)
+        return -1;
+    d->span_map.n++;
+    (*n)++;
+    return 0;
+}
+
+/* the span's attributes (its SDK dict) into the map and promoted columns; *dropped gets the
+ * attributes the limits drop */
+static int sdk_attrs(Dec *d, Sdk *k, PyObject *dict, int64_t *dropped) {
+    int filled[NPROMOTED_MAX] = {0};
+    Py_ssize_t pos = 0;
+    PyObject *key, *value, *snapshot = NULL;
+    uint64_t n = 0;
+    int rc = 0;
+    while (rc == 0 && PyDict_Next(dict, &pos, &key, &value)) {
+        /* held: Python code run for one value must not free the key or value in use */
+        Py_INCREF(key);
+        Py_INCREF(value);
+        rc = sdk_attr(d, k, dict, key, value, filled, &n, dropped, &snapshot);
+        Py_DECREF(key);
+        Py_DECREF(value);
+    }
+    Py_XDECREF(snapshot);
+    if (rc)
+        return rc;
+    for (int p = 0; p < d->npromoted; p++)
+        if (!filled[p] && col_null(&d->prom[p]) < 0)
+            return -1;
+    if (d->span_map.n > INT32_MAX)
+        return FALLBACK;
+    int32_t off = (int32_t)d->span_map.n;
+    return buf_put(&d->span_map.offsets.data, &off, 4);
+}
+
+/* the group (resource, scope) of a span: the last one, or one met before, or a new one */
+static int sdk_group(Dec *d, Sdk *k, PyObject *resource, PyObject *scope, int32_t *group) {
+    if (resource == k->last_resource && scope == k->last_scope && k->last_group >= 0) {
+        *group = k->last_group;
+        return 0;
+    }
+    Py_ssize_t r = -1, nres = PyList_GET_SIZE(k->res_seen);
+    for (Py_ssize_t i = 0; i < nres; i++)
+        if (PyList_GET_ITEM(k->res_seen, i) == resource)
+            r = i;
+    if (r < 0) {
+        if (nres >= 64) /* a batch of many resources is no common batch */
+            return FALLBACK;
+        PyObject *prepared = PyObject_CallOneArg(k->prepare, resource);
+        if (!prepared)
+            return sdk_call_failed();
+        int rc = PyList_Append(d->resources, prepared) < 0 || PyList_Append(k->res_seen, resource) < 0;
+        Py_DECREF(prepared);
+        if (rc)
+            return -1;
+        r = nres;
+    }
+    Py_ssize_t ngroups = PyList_GET_SIZE(d->groups);
+    for (Py_ssize_t g = 0; g < ngroups; g++) {
+        if (PyList_GET_ITEM(k->group_scope, g) == scope &&
+            PyLong_AsSsize_t(PyTuple_GET_ITEM(PyList_GET_ITEM(d->groups, g), 0)) == r) {
+            *group = (int32_t)g;
+            goto found;
+        }
+    }
+    if (ngroups >= 256)
+        return FALLBACK;
+    /* scope.name or None, scope.version or None (None without a scope) */
+    PyObject *name = Py_None, *version = Py_None;
+    Py_INCREF(name);
+    Py_INCREF(version);
+    if (scope != Py_None) {
+        int rc = 0;
+        PyObject *sn = sdk_get(scope, S_scope_name, &rc), *sv = sn ? sdk_get(scope, S_scope_version, &rc) : NULL;
+        if (!sn || !sv) {
+            Py_XDECREF(sn);
+            Py_DECREF(name);
+            Py_DECREF(version);
+            return rc;
+        }
+        int t1 = PyObject_IsTrue(sn), t2 = PyObject_IsTrue(sv);
+        if (t1 < 0 || t2 < 0) {
+            Py_DECREF(sn);
+            Py_DECREF(sv);
+            Py_DECREF(name);
+            Py_DECREF(version);
+            return -1;
+        }
+        if (t1) {
+            Py_SETREF(name, sn);
+        } else {
+            Py_DECREF(sn);
+        }
+        if (t2) {
+            Py_SETREF(version, sv);
+        } else {
+            Py_DECREF(sv);
+        }
+        /* the Python path's scope strings go through pa.array; a str that is not valid UTF-8
+         * is scrubbed there: the Python path decides it */
+        Py_ssize_t ignored;
+        if ((name != Py_None && !sdk_text(name, (size_t)PY_SSIZE_T_MAX, &ignored)) ||
+            (version != Py_None && !sdk_text(version, (size_t)PY_SSIZE_T_MAX, &ignored))) {
+            Py_DECREF(name);
+            Py_DECREF(version);
+            return FALLBACK;
+        }
+    }
+    PyObject *entry = Py_BuildValue("(nNN)", r, name, version);
+    if (!entry || PyList_Append(d->groups, entry) < 0 || PyList_Append(k->group_scope, scope) < 0) {
+        Py_XDECREF(entry);
+        return -1;
+    }
+    Py_DECREF(entry);
+    *group = (int32_t)ngroups;
+found:
+    k->last_resource = PyList_GET_ITEM(k->res_seen, r);
+    k->last_scope = scope; /* held by k->group_scope */
+    k->last_group = *group;
+    return 0;
+}
+
+/* one span; 0, FALLBACK or -1 */
+static int sdk_span(Dec *d, Sdk *k, PyObject *span) {
+    int rc = 0;
+    PyObject *ctx = NULL, *start_o = NULL, *end_o = NULL, *parent = NULL, *name = NULL, *kind = NULL, *status = NULL,
+             *code = NULL, *desc = NULL, *scope = NULL, *resource = NULL, *attrs = NULL, *dict = NULL, *imm = NULL,
+             *adropped = NULL, *events = NULL, *links = NULL, *edropped = NULL, *ldropped = NULL, *sd = NULL,
+             *std = NULL, *ad = NULL, *ed = NULL, *ld = NULL, *edq = NULL, *ldq = NULL;
+#define GET(var, obj, attr) if (!(var = sdk_field(obj, attr, &rc))) goto out
+#define DICT(var, obj) if (!(var = sdk_dict(obj, &rc))) goto out
+    DICT(sd, span);
+    GET(ctx, sd, S_context);
+    GET(start_o, sd, S_start_time);
+    GET(end_o, sd, S_end_time);
+    GET(parent, sd, S_parent);
+    GET(name, sd, S_name);
+    GET(kind, sd, S_kind);
+    GET(status, sd, S_status);
+    GET(scope, sd, S_scope);
+    GET(resource, sd, S_resource);
+    GET(attrs, sd, S_attributes);
+    GET(events, sd, S_events);
+    GET(links, sd, S_links);
+    DICT(std, status);
+    GET(code, std, S_status_code);
+    GET(desc, std, S_description);
+    DICT(ad, attrs);
+    GET(dict, ad, S_dict);
+    GET(imm, ad, S_immutable);
+    GET(adropped, ad, S_dropped);
+    DICT(ed, events);
+    GET(edropped, ed, S_dropped);
+    GET(edq, ed, S_dq);
+    DICT(ld, links);
+    GET(ldropped, ld, S_dropped);
+    GET(ldq, ld, S_dq);
+#undef DICT
+#undef GET
+    rc = FALLBACK;
+    /* SpanContext is a tuple (trace_id, span_id, is_remote, trace_flags, trace_state, ...) */
+    if (!PyTuple_Check(ctx) || PyTuple_GET_SIZE(ctx) < 5 || !PyDict_CheckExact(dict) || imm != Py_True)
+        goto out;
+    PyObject *tid = PyTuple_GET_ITEM(ctx, 0), *sid = PyTuple_GET_ITEM(ctx, 1), *ts = PyTuple_GET_ITEM(ctx, 4);
+    long long start, end, da, de, dl;
+    /* the bounded lists' deques, and the trace state's dict: their lengths without a Python call */
+    Py_ssize_t ne = PyObject_Length(edq), nl = ne == 0 ? PyObject_Length(ldq) : 0, nts = 0;
+    if (ne < 0 || nl < 0) {
+        PyErr_Clear();
+        goto out;
+    }
+    if (ts != Py_None) {
+        int trc = 0;
+        PyObject *tsd = sdk_dict(ts, &trc), *tsm = tsd ? sdk_field(tsd, S_dict, &trc) : NULL;
+        Py_XDECREF(tsd);
+        if (!tsm) {
+            rc = trc;
+            goto out;
+        }
+        nts = PyDict_Check(tsm) ? PyDict_GET_SIZE(tsm) : 1;
+        Py_DECREF(tsm);
+    }
+    if (ne || nl || nts) /* events, links, a trace state: the Python path */
+        goto out;
+    if ((rc = sdk_int64(start_o, &start)) || (rc = sdk_int64(end_o, &end)) || (rc = sdk_int64(adropped, &da)) ||
+        (rc = sdk_int64(edropped, &de)) || (rc = sdk_int64(ldropped, &dl)))
+        goto out;
+    rc = FALLBACK;
+    if (!(0 < start && start <= end) || da < 0 || de < 0 || dl < 0)
+        goto out;
+    /* ids: a 128-bit trace id and a 64-bit span id, neither zero (else the Python path rejects) */
+    if (!PyLong_CheckExact(sid) || !PyLong_CheckExact(tid))
+        goto out;
+    unsigned long long s64 = PyLong_AsUnsignedLongLong(sid);
+    if (s64 == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        goto out;
+    }
+    if (s64 == 0)
+        goto out;
+    if (tid != k->last_tid) {
+        unsigned long long lo = PyLong_AsUnsignedLongLongMask(tid), hi;
+        PyObject *shift = PyLong_FromLong(64);
+        PyObject *high = shift ? PyNumber_Rshift(tid, shift) : NULL;
+        Py_XDECREF(shift);
+        if (!high) {
+            rc = -1;
+            goto out;
+        }
+        hi = PyLong_AsUnsignedLongLong(high); /* a negative id fails here, as one past 128 bits */
+        Py_DECREF(high);
+        if (hi == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto out;
+        }
+        if (hi == 0 && lo == 0)
+            goto out;
+        hex64(k->trace_hex, hi);
+        hex64(k->trace_hex + 16, lo);
+        Py_INCREF(tid);
+        Py_XSETREF(k->last_tid, tid);
+    }
+    char span_hex[24], parent_hex[24];
+    hex64(span_hex, s64);
+    unsigned long long p64 = 0;
+    if (parent != Py_None) {
+        if (!PyTuple_Check(parent) || PyTuple_GET_SIZE(parent) < 2 || !PyLong_CheckExact(PyTuple_GET_ITEM(parent, 1)))
+            goto out;
+        p64 = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(parent, 1));
+        if (p64 == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto out;
+        }
+        hex64(parent_hex, p64);
+    }
+    /* name (None or "" stored as ""), status message (None or "" stored as NULL) */
+    Py_ssize_t name_n = 0, desc_n = 0;
+    const char *name_s = "", *desc_s = NULL;
+    if (name != Py_None && !(PyUnicode_CheckExact(name) && PyUnicode_GET_LENGTH(name) == 0) &&
+        !(name_s = sdk_text(name, d->max_value, &name_n)))
+        goto out;
+    if (desc != Py_None && !(PyUnicode_CheckExact(desc) && PyUnicode_GET_LENGTH(desc) == 0) &&
+        !(desc_s = sdk_text(desc, d->max_value, &desc_n)))
+        goto out;
+    int8_t k8, c8;
+    if ((rc = sdk_enum(kind, 4, &k8)) || (rc = sdk_enum(code, 2, &c8)))
+        goto out;
+    k8++; /* the SDK's SpanKind counts from 0; OTLP's from 1 (0 is unspecified) */
+    int32_t group;
+    if ((rc = sdk_group(d, k, resource, scope, &group)))
+        goto out;
+    /* the attributes are written as they are read: a value the Python path must decide takes
+     * back what this span wrote, so that the batch's other spans stay here */
+    ColMark marks[NPROMOTED_MAX + 2];
+    int64_t map_n = d->span_map.n;
+    col_mark(&d->span_map.keys, &marks[0]);
+    col_mark(&d->span_map.values, &marks[1]);
+    for (int p = 0; p < d->npromoted; p++)
+        col_mark(&d->prom[p], &marks[p + 2]);
+    int64_t attrs_dropped = 0;
+    if ((rc = sdk_attrs(d, k, dict, &attrs_dropped))) {
+        if (rc == FALLBACK) {
+            d->span_map.n = map_n;
+            col_restore(&d->span_map.keys, &marks[0]);
+            col_restore(&d->span_map.values, &marks[1]);
+            for (int p = 0; p < d->npromoted; p++)
+                col_restore(&d->prom[p], &marks[p + 2]);
+        }
+        goto out;
+    }
+    rc = -1;
+    attrs_dropped = da > INT32_MAX - attrs_dropped ? INT32_MAX : attrs_dropped + da; /* the column saturates */
+    int64_t st = start, du = end - start;
+    int32_t a32 = attrs_dropped > INT32_MAX ? INT32_MAX : (int32_t)attrs_dropped;
+    int32_t e32 = de > INT32_MAX ? INT32_MAX : (int32_t)de, l32 = dl > INT32_MAX ? INT32_MAX : (int32_t)dl;
+    if (col_str(&d->trace_id, k->trace_hex, 32) < 0 || col_str(&d->span_id, span_hex, 16) < 0 ||
+        (p64 ? col_str(&d->parent, parent_hex, 16) : col_null(&d->parent)) < 0 || col_null(&d->trace_state) < 0 ||
+        col_str(&d->name, name_s, name_n) < 0 ||
+        (desc_s ? col_str(&d->message, desc_s, desc_n) : col_null(&d->message)) < 0 ||
+        col_fixed(&d->kind, &k8) < 0 || col_fixed(&d->start, &st) < 0 || col_fixed(&d->duration, &du) < 0 ||
+        col_fixed(&d->code, &c8) < 0 || col_fixed(&d->dropped_a, &a32) < 0 || col_fixed(&d->dropped_e, &e32) < 0 ||
+        col_fixed(&d->dropped_l, &l32) < 0 || col_fixed(&d->group, &group) < 0)
+        goto out;
+    rc = 0;
+out:
+    Py_XDECREF(ctx);
+    Py_XDECREF(start_o);
+    Py_XDECREF(end_o);
+    Py_XDECREF(parent);
+    Py_XDECREF(name);
+    Py_XDECREF(kind);
+    Py_XDECREF(status);
+    Py_XDECREF(code);
+    Py_XDECREF(desc);
+    Py_XDECREF(scope);
+    Py_XDECREF(resource);
+    Py_XDECREF(attrs);
+    Py_XDECREF(dict);
+    Py_XDECREF(imm);
+    Py_XDECREF(adropped);
+    Py_XDECREF(events);
+    Py_XDECREF(links);
+    Py_XDECREF(edropped);
+    Py_XDECREF(ldropped);
+    Py_XDECREF(sd);
+    Py_XDECREF(std);
+    Py_XDECREF(ad);
+    Py_XDECREF(ed);
+    Py_XDECREF(ld);
+    Py_XDECREF(edq);
+    Py_XDECREF(ldq);
+    return rc;
+}
+
+static PyObject *convert_sdk(PyObject *self, PyObject *args) {
+    PyObject *spans, *types, *promoted, *prepare, *stringify, *result = NULL, *declined = NULL;
+    Py_ssize_t max_value, max_key, max_attributes;
+    if (!PyArg_ParseTuple(args, "O!O!OnnnOO", &PyList_Type, &spans, &PyTuple_Type, &types, &promoted, &max_value,
+                          &max_key, &max_attributes, &prepare, &stringify))
+        return NULL;
+    Dec *d = PyMem_Calloc(1, sizeof(Dec));
+    if (!d)
+        return PyErr_NoMemory();
+    Sdk k = {prepare, stringify, PyList_New(0), PyList_New(0), NULL, NULL, -1, NULL, {0}};
+    if (!k.res_seen || !k.group_scope ||
+        dec_setup(d, promoted, max_value, max_key, max_attributes, 0, 0, PY_SSIZE_T_MAX) < 0)
+        goto done;
+    /* the exporter converts a few hundred spans at a time: far from Arrow's 2 GiB a column,
+     * with every value within the limits */
+    declined = PyList_New(0);
+    if (!declined)
+        goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(spans); i++) {
+        PyObject *span = PyList_GET_ITEM(spans, i);
+        int known = 0, rc = FALLBACK;
+        for (Py_ssize_t t = 0; t < PyTuple_GET_SIZE(types); t++)
+            known |= (PyObject *)Py_TYPE(span) == PyTuple_GET_ITEM(types, t);
+        Py_INCREF(span);
+        if (known) /* another class may compute what the SDK's read from their fields */
+            rc = sdk_span(d, &k, span);
+        if (rc == FALLBACK && PyList_Append(declined, span) < 0)
+            rc = -1;
+        Py_DECREF(span);
+        if (rc == -1)
+            goto done;
+    }
+    PyObject *rows = dec_result(d);
+    if (rows)
+        result = Py_BuildValue("(NO)", rows, declined);
+done:
+    Py_XDECREF(declined);
+    Py_XDECREF(k.res_seen);
+    Py_XDECREF(k.group_scope);
+    Py_XDECREF(k.last_tid);
+    dec_free(d);
+    PyMem_Free(d);
+    return result;
+}
+
 /* ------------------------------------------------------------------ counting rows */
 /* The rows a request decodes to (spans, events and links), counted on the wire before
  * anything is decoded: an empty event is 2 bytes of protobuf and about 460 bytes on its way
@@ -1409,219 +2093,17 @@ static PyObject *count_rows(PyObject *self, PyObject *args) {
 }
 
 
-/* ------------------------------------------------------------------ the exporter's attributes
- *
- * sdk_attributes(): the in-process exporter's loop over one SDK span's attributes
- * (schema.SpanBatch._attrs_into with ``unique``: the keys come from the span's dict), the
- * same rules step for step, for the exporter's hot path, where that Python loop was most of
- * the cost of turning a span into rows. Each attribute either fills a promoted column (into
- * ``promoted``) or becomes a map entry (appended to ``keys`` and ``values``); values over
- * ``max_value`` characters are cut and marked; entries past ``max_attributes``, or with keys
- * over ``max_key`` characters, are dropped. A value that is not a str, or that a promoted
- * column of another type takes, goes through the same Python decisions (``stringify`` for
- * the map text), so nothing here decides differently from the Python loop; tests compare
- * the two on random attributes.
- */
-PyDoc_STRVAR(sdk_attributes_doc,
-"sdk_attributes(attributes, keys, values, promoted, promoted_string, promoted_typed,\n"
-"               max_attributes, max_key, max_value, mark, stringify)\n--\n\n"
-"Append one span's attributes (a dict) to ``keys``/``values`` and ``promoted`` as\n"
-"SpanBatch._attrs_into does for SDK spans. Returns (dropped, truncated), or None, having\n"
-"changed nothing, when a key is not a str or ``promoted`` is not empty: the Python loop\n"
-"decides those.");
-
-static PyObject *INT64_MIN_OBJ, *INT64_MAX_OBJ;
-
-/* value[:max_value] + mark when value is longer than max_value (a new reference), else value
- * (a new reference); *cut is set when it was cut. Generic operations for str subclasses, as
- * the Python loop's len(), slice and + are */
-static PyObject *limited(PyObject *value, Py_ssize_t max_value, PyObject *mark, int *cut) {
-    Py_ssize_t n = PyUnicode_CheckExact(value) ? PyUnicode_GET_LENGTH(value) : PyObject_Length(value);
-    if (n < 0)
-        return NULL;
-    *cut = 0;
-    if (n <= max_value) {
-        Py_INCREF(value);
-        return value;
-    }
-    PyObject *head = PyUnicode_CheckExact(value) ? PyUnicode_Substring(value, 0, max_value)
-                                                 : PySequence_GetSlice(value, 0, max_value);
-    if (!head)
-        return NULL;
-    PyObject *out = PyNumber_Add(head, mark);
-    Py_DECREF(head);
-    *cut = out != NULL;
-    return out;
-}
-
-/* whether a promoted column of type t (0 string, 1 int64, 2 double) takes value, as
- * isinstance() and the int64 range test of the Python loop decide; -1 on error */
-static int promotable(PyObject *value, long t) {
-    if (t == 0)
-        return PyUnicode_Check(value);
-    if (t == 2)
-        return PyFloat_Check(value);
-    if (t != 1 || !PyLong_Check(value) || PyBool_Check(value))
-        return 0;
-    if (PyLong_CheckExact(value)) {
-        int overflow;
-        PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (PyErr_Occurred())
-            return -1;
-        return overflow == 0;
-    }
-    int lo = PyObject_RichCompareBool(INT64_MIN_OBJ, value, Py_LE);
-    if (lo <= 0)
-        return lo;
-    return PyObject_RichCompareBool(value, INT64_MAX_OBJ, Py_LE);
-}
-
-static PyObject *sdk_attributes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "sdk_attributes takes 11 arguments");
-        return NULL;
-    }
-    PyObject *attrs = args[0], *keys = args[1], *values = args[2], *promoted = args[3];
-    PyObject *pstring = args[4], *ptyped = args[5], *mark = args[9], *stringify = args[10];
-    if (!PyDict_Check(attrs) || !PyList_Check(keys) || !PyList_Check(values) || !PyDict_Check(promoted)
-        || !PyDict_Check(pstring) || !PyDict_Check(ptyped)) {
-        PyErr_SetString(PyExc_TypeError, "sdk_attributes: a dict, two lists and three dicts");
-        return NULL;
-    }
-    Py_ssize_t max_attributes = PyLong_AsSsize_t(args[6]), max_key = PyLong_AsSsize_t(args[7]);
-    Py_ssize_t max_value = PyLong_AsSsize_t(args[8]);
-    if (PyErr_Occurred())
-        return NULL;
-    if (PyDict_GET_SIZE(promoted) != 0)
-        Py_RETURN_NONE;
-    Py_ssize_t pos = 0;
-    PyObject *key, *value;
-    while (PyDict_Next(attrs, &pos, &key, &value))
-        if (!PyUnicode_CheckExact(key))
-            Py_RETURN_NONE;
-
-    Py_ssize_t size = PyDict_GET_SIZE(attrs), n = 0, dropped = 0, truncated = 0;
-    pos = 0;
-    while (PyDict_Next(attrs, &pos, &key, &value)) {
-        Py_INCREF(key);
-        Py_INCREF(value);
-        PyObject *col = NULL, *text = NULL;
-        int cut = 0, ok = 0;
-        if (PyUnicode_CheckExact(value)) {
-            col = PyDict_GetItemWithError(pstring, key); /* borrowed */
-            if (!col && PyErr_Occurred())
-                goto fail;
-            if (col) {
-                int taken = PyDict_Contains(promoted, col);
-                if (taken < 0)
-                    goto fail;
-                if (!taken) {
-                    if (!(text = limited(value, max_value, mark, &cut)) || PyDict_SetItem(promoted, col, text) < 0)
-                        goto fail;
-                    truncated += cut;
-                    ok = 1;
-                }
-            }
-            if (!ok) {
-                if (n >= max_attributes || PyUnicode_GET_LENGTH(key) > max_key) {
-                    dropped++;
-                } else {
-                    if (!(text = limited(value, max_value, mark, &cut)) || PyList_Append(keys, key) < 0
-                        || PyList_Append(values, text) < 0)
-                        goto fail;
-                    truncated += cut;
-                    n++;
-                }
-            }
-        } else {
-            PyObject *target = PyDict_GetItemWithError(ptyped, key); /* borrowed (column, type) */
-            if (!target && PyErr_Occurred())
-                goto fail;
-            if (target) {
-                if (!PyTuple_Check(target) || PyTuple_GET_SIZE(target) != 2) {
-                    PyErr_SetString(PyExc_TypeError, "sdk_attributes: promoted_typed maps a key to (column, type)");
-                    goto fail;
-                }
-                PyObject *tcol = PyTuple_GET_ITEM(target, 0), *ttype = PyTuple_GET_ITEM(target, 1);
-                long t = PyUnicode_Check(ttype) ? (PyUnicode_CompareWithASCIIString(ttype, "string") == 0 ? 0
-                                                 : PyUnicode_CompareWithASCIIString(ttype, "int64") == 0 ? 1
-                                                 : PyUnicode_CompareWithASCIIString(ttype, "double") == 0 ? 2 : 3) : 3;
-                int taken = PyDict_Contains(promoted, tcol);
-                if (taken < 0)
-                    goto fail;
-                if (!taken) {
-                    int takes = promotable(value, t);
-                    if (takes < 0)
-                        goto fail;
-                    if (takes) {
-                        if (t == 0) {
-                            if (!(text = limited(value, max_value, mark, &cut)))
-                                goto fail;
-                        } else {
-                            Py_INCREF(value);
-                            text = value;
-                        }
-                        if (PyDict_SetItem(promoted, tcol, text) < 0)
-                            goto fail;
-                        truncated += cut;
-                        ok = 1;
-                    }
-                }
-            }
-            if (!ok) {
-                if (n >= max_attributes || PyUnicode_GET_LENGTH(key) > max_key) {
-                    dropped++;
-                } else {
-                    PyObject *s = PyObject_CallOneArg(stringify, value);
-                    if (!s)
-                        goto fail;
-                    if (s != Py_None) {
-                        text = limited(s, max_value, mark, &cut);
-                        Py_DECREF(s);
-                        if (!text)
-                            goto fail;
-                    } else {
-                        text = s;
-                    }
-                    if (PyList_Append(keys, key) < 0 || PyList_Append(values, text) < 0)
-                        goto fail;
-                    truncated += cut;
-                    n++;
-                }
-            }
-        }
-        Py_XDECREF(text);
-        Py_DECREF(key);
-        Py_DECREF(value);
-        /* stringify runs Python code, which could change the span's attributes: the Python
-         * loop's dict iterator raises then, and so does this */
-        if (PyDict_GET_SIZE(attrs) != size) {
-            PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
-            goto undo;
-        }
-        continue;
-    fail:
-        Py_XDECREF(text);
-        Py_DECREF(key);
-        Py_DECREF(value);
-        goto undo;
-    }
-    return Py_BuildValue("nn", dropped, truncated);
-undo:
-    /* what was appended stays: the caller rolls the whole span back (SpanBatch._truncate) */
-    return NULL;
-}
-
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, decode_doc},
     {"count_rows", count_rows, METH_VARARGS, count_rows_doc},
-    {"sdk_attributes", (PyCFunction)(void (*)(void))sdk_attributes, METH_FASTCALL, sdk_attributes_doc},
+    {"convert_sdk", convert_sdk, METH_VARARGS, convert_sdk_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_otlpc",
-    "The OTLP receiver's compiled decoder (see otel_assay.collect.compiled).", -1, methods,
+    "The OTLP receiver's compiled decoder and the exporter's converter (see otel_assay.collect.compiled).", -1,
+    methods,
 };
 
 PyMODINIT_FUNC PyInit__otlpc(void) {
@@ -1630,9 +2112,7 @@ PyMODINIT_FUNC PyInit__otlpc(void) {
         PyErr_SetString(PyExc_ImportError, "_otlpc supports little-endian hosts only");
         return NULL;
     }
-    INT64_MIN_OBJ = PyLong_FromLongLong(INT64_MIN);
-    INT64_MAX_OBJ = PyLong_FromLongLong(INT64_MAX);
-    if (!INT64_MIN_OBJ || !INT64_MAX_OBJ)
+    if (intern_names() < 0)
         return NULL;
     return PyModule_Create(&module);
 }

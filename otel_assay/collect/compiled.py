@@ -1,4 +1,6 @@
-"""The OTLP receiver's compiled decoder: a protobuf request straight into Arrow columns.
+"""The compiled extension's two readers: the OTLP receiver's decoder (a protobuf request
+straight into Arrow columns) and the in-process exporter's converter (SDK spans into the same
+columns, ``convert_sdk``, whose rules are described there).
 
 ``_otlpc`` (C, built at install when a compiler is there) reads the common request, whose
 spans are all plain: attribute values (of spans, events and links) that are strings, ints,
@@ -10,7 +12,7 @@ extension is not built) goes to the Python path, ``otlp.parse_protobuf`` and
 ``otlp.add_protobuf``, which has every rule; the two give the same rows for the requests the
 compiled decoder reads (tests compare them on the same bytes).
 
-``OTEL_ASSAY_PURE_PYTHON=1`` turns the compiled decoder off (for comparing the two).
+``OTEL_ASSAY_PURE_PYTHON=1`` turns both off (for comparing with the Python paths).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pyarrow as pa
 from .. import semconv
 from .otlp import MalformedOTLP, TooManyRows
 from .schema import (EMPTY_TABLES, PARTITION_TIME, SPAN_EVENTS_SCHEMA, SPAN_LINKS_SCHEMA, SPANS_SCHEMA, Limits,
-                     make_resource, resource_maps)
+                     _safe_string_array, make_resource, resource_maps, stringify)
 
 try:
     from . import _otlpc
@@ -65,18 +67,21 @@ class CompiledBatch:
 
     rejected = 0
 
-    def __init__(self, decoded: tuple, limits: Limits):
-        from ._fastpb import decode_keyvalue
-
+    def __init__(self, decoded: tuple, limits: Limits, *, prepared: bool = False):
         (self.n, self._cols, self._promoted, self._map_offsets, self.keys, groups, resources,
          self._n_events, self._ev_map_offsets, self._n_links, self._ln_map_offsets) = decoded
         self.reject_reasons: dict[str, int] = {}
+        self._groups = groups
+        if prepared:  # convert_sdk's: schema.Resource objects already
+            self._resources = resources
+            return
+        from ._fastpb import decode_keyvalue
+
         # resource attributes are decoded here, as otlp.add_protobuf does, with its errors
         try:
             self._resources = [make_resource([decode_keyvalue(b) for b in kvs], limits) for kvs in resources]
         except Exception as e:
             raise MalformedOTLP(f"malformed resource attributes: {type(e).__name__}: {str(e)[:200]}") from None
-        self._groups = groups
 
     def __len__(self) -> int:
         return self.n
@@ -88,9 +93,10 @@ class CompiledBatch:
         group = np.frombuffer(cols["group"][0], np.int32)
         group_resource = np.array([g[0] for g in self._groups], np.int32)
         span_resource = pa.array(group_resource[group])
-        services = pa.array([r.service_name for r in self._resources], pa.string())
-        scope_names = pa.array([g[1] for g in self._groups], pa.string())
-        scope_versions = pa.array([g[2] for g in self._groups], pa.string())
+        # an SDK resource's service name can hold text that is not UTF-8: replaced, as SpanBatch does
+        services = _safe_string_array([r.service_name for r in self._resources])
+        scope_names = _safe_string_array([g[1] for g in self._groups])
+        scope_versions = _safe_string_array([g[2] for g in self._groups])
         group_index = pa.array(group)
         attributes = _map(n, self._map_offsets, cols["map_keys"], cols["map_values"])
         arrays = []
@@ -149,6 +155,32 @@ def decode(body: bytes, limits: Limits, max_rows: int | None = None) -> Compiled
     if isinstance(decoded, int):
         raise TooManyRows(decoded, max_rows, exact=False)
     return None if decoded is None else CompiledBatch(decoded, limits)
+
+
+def _sdk_span_types() -> tuple:
+    from opentelemetry.sdk import trace as sdk_trace
+
+    return tuple(t for t in (sdk_trace.ReadableSpan, sdk_trace.Span, getattr(sdk_trace, "_Span", None))
+                 if isinstance(t, type))
+
+
+def convert_sdk(spans: list, limits: Limits, prepare) -> tuple[CompiledBatch, list] | None:
+    """The in-process exporter's spans (SDK ``ReadableSpan``s) as rows, read by ``_otlpc``
+    the way ``SpanBatch.add_sdk_span`` stores them, and the spans it left to that Python path
+    (one with events, links or a trace state, a value over a limit or not valid UTF-8, a span
+    of another class...); None without the extension. ``prepare`` turns an SDK resource into
+    a :class:`~otel_assay.collect.schema.Resource`."""
+    global _SDK_SPAN_TYPES
+    if not available() or min(limits.max_value_chars, limits.max_key_chars, limits.max_attributes) < 0:
+        return None  # (negative limits: nonsense the Python path compares as given)
+    if _SDK_SPAN_TYPES is None:
+        _SDK_SPAN_TYPES = _sdk_span_types()
+    rows, declined = _otlpc.convert_sdk(spans, _SDK_SPAN_TYPES, _PROMOTED, limits.max_value_chars,
+                                        limits.max_key_chars, limits.max_attributes, prepare, stringify)
+    return CompiledBatch(rows, limits, prepared=True), declined
+
+
+_SDK_SPAN_TYPES: tuple | None = None
 
 
 def count_rows(body: bytes) -> int | None:

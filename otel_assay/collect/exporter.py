@@ -9,9 +9,11 @@ import time
 import weakref
 from typing import Sequence
 
+import pyarrow as pa
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from . import compiled
 from .lake import Lake, LakeError
 from .schema import DEFAULT_LIMITS, Limits, Resource, SpanBatch, make_resource
 
@@ -33,6 +35,13 @@ def _env_float(name: str, default: float) -> float:
         return float(os.environ.get(name, default))
     except ValueError:
         return default
+
+
+def _joined(parts: list[dict[str, pa.Table]]) -> dict[str, pa.Table]:
+    """The rows of several batches as one set of tables (the writer sorts them)."""
+    if len(parts) == 1:
+        return parts[0]
+    return {name: pa.concat_tables([p[name] for p in parts]) for name in parts[0]}
 
 
 class ParquetSpanExporter(SpanExporter):
@@ -86,6 +95,8 @@ class ParquetSpanExporter(SpanExporter):
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._batch = SpanBatch(limits)
+        self._parts: list[compiled.CompiledBatch] = []  # rows the compiled converter made, beside _batch
+        self._part_rows = 0
         self._held: list[ReadableSpan] = []  # exported, not yet converted (see _convert_held)
         # (tables, rows) of flushes whose write failed, oldest first: rewritten before anything
         # newer at the next flush, so spans that arrive while a write is failing wait their turn
@@ -122,7 +133,7 @@ class ParquetSpanExporter(SpanExporter):
                 self._oldest = time.monotonic()
             if len(self._held) >= CONVERT_SPANS:
                 self._convert_held()
-            full = len(self._batch) + len(self._held) >= self.max_rows
+            full = len(self._batch) + self._part_rows + len(self._held) >= self.max_rows
         if full:
             self._flush()
         return SpanExportResult.SUCCESS
@@ -133,8 +144,25 @@ class ParquetSpanExporter(SpanExporter):
         Spans are held and converted together rather than one by one as they end: the
         converter then runs as one loop, with its code and the SDK's in the CPU's caches,
         at less than half the cost per span of converting each between an agent's steps
-        (whose code evicts it). ``CONVERT_SPANS`` bounds what is held unconverted."""
+        (whose code evicts it). ``CONVERT_SPANS`` bounds what is held unconverted.
+
+        The compiled converter (``compiled.convert_sdk``) takes the common span, at a
+        fraction of the Python loop's cost; the spans it leaves (with events, links, a value
+        over a limit...) go through ``SpanBatch.add_sdk_span``, which has every rule."""
         held, self._held = self._held, []
+        if not held:
+            return
+        try:
+            converted = compiled.convert_sdk(held, self.limits, self._resource)
+        except Exception as e:  # a defect there must not lose the spans: the Python path has them
+            log.warning("otel-assay: the compiled span converter failed (%s: %s); converting in Python",
+                        type(e).__name__, e)
+            converted = None
+        if converted is not None:
+            part, held = converted
+            if len(part):
+                self._parts.append(part)
+                self._part_rows += len(part)
         batch = self._batch
         before = batch.rejected
         add = batch.add_sdk_span
@@ -165,10 +193,11 @@ class ParquetSpanExporter(SpanExporter):
         ok = self._flush()
         if not ok:
             with self._write_lock, self._lock:  # the order _flush takes them in
-                lost = len(self._batch) + len(self._held) + sum(n for _t, n in self._unwritten)
+                lost = len(self._batch) + self._part_rows + len(self._held) + sum(n for _t, n in self._unwritten)
                 self.spans_lost += lost
                 log.error("otel-assay: %d spans could not be written to %s: %s", lost, self.lake.root, self.last_error)
                 self._batch = SpanBatch(self.limits)
+                self._parts, self._part_rows = [], 0
                 self._held = []
                 self._unwritten = []
 
@@ -183,6 +212,7 @@ class ParquetSpanExporter(SpanExporter):
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._batch = SpanBatch(self.limits)
+        self._parts, self._part_rows = [], 0
         self._held = []
         self._unwritten = []
         self._dropping = False
@@ -208,13 +238,25 @@ class ParquetSpanExporter(SpanExporter):
         with self._write_lock:
             with self._lock:
                 self._convert_held()
-                batch = self._batch
-                if len(batch):
+                batch, parts = self._batch, self._parts
+                n = len(batch) + self._part_rows
+                if n:
                     self._batch = SpanBatch(self.limits)
+                    self._parts, self._part_rows = [], 0
                 self._oldest = None  # nothing is held now (held spans that were all rejected included)
-            if len(batch):
-                self._unwritten.append((batch.tables(), len(batch)))
-                self._bound_unwritten()
+            if n:
+                try:
+                    tables = _joined([p.tables() for p in parts] + ([batch.tables()] if len(batch) else []))
+                except Exception as e:
+                    # a defect in building the tables: these spans are lost (and counted), the
+                    # flushes waiting before them and the spans after them are not
+                    with self._lock:
+                        self.spans_lost += n
+                    self.last_error = f"{type(e).__name__}: {e}"
+                    log.error("otel-assay: %d spans could not be made into tables (%s); they are lost", n, self.last_error)
+                else:
+                    self._unwritten.append((tables, n))
+                    self._bound_unwritten()
             while self._unwritten:
                 tables, n = self._unwritten[0]
                 try:

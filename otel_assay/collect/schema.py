@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -24,13 +23,6 @@ import pyarrow as pa
 from opentelemetry.trace import SpanKind, StatusCode
 
 from .. import semconv
-
-try:  # the compiled attribute loop of the exporter's hot path (SpanBatch._sdk_attrs_into)
-    from ._otlpc import sdk_attributes as _c_sdk_attributes
-except ImportError:  # not built: the Python loop, the same rules
-    _c_sdk_attributes = None
-if os.environ.get("OTEL_ASSAY_PURE_PYTHON", "") in ("1", "true"):
-    _c_sdk_attributes = None
 
 SCHEMA_VERSION = "1"
 SCHEMA_METADATA = {b"otel_assay.schema_version": SCHEMA_VERSION.encode()}
@@ -652,7 +644,7 @@ class SpanBatch:
         max_value = limits.max_value_chars
         promoted: dict[str, Any] = {}
         attributes, sdk_dropped = _sdk_bounded(span, "_attributes", "attributes", "dropped_attributes")
-        dropped = self._sdk_attrs_into(attributes, promoted)
+        dropped = self._attrs_into(self._span_attrs, _sdk_items(attributes), promoted, True)
         last_tid, trace_hex = self._last_trace
         if tid != last_tid:
             trace_hex = format(tid, "032x")
@@ -724,23 +716,6 @@ class SpanBatch:
         dropped_evs(dropped_events if dropped_events < INT32_MAX else INT32_MAX)
         dropped_lns(dropped_links if dropped_links < INT32_MAX else INT32_MAX)
         return True
-
-    def _sdk_attrs_into(self, attributes, promoted: dict) -> int:
-        """A span's SDK attributes into the spans map and ``promoted``: ``_attrs_into``, in C
-        (``_otlpc.sdk_attributes``, the same rules) when the extension is built and the
-        attributes are the SDK's plain dict of an ended span."""
-        maps = self._span_attrs
-        d = getattr(attributes, "_dict", None)
-        if _c_sdk_attributes is not None and type(d) is dict and getattr(attributes, "_immutable", False):
-            limits = self.limits
-            done = _c_sdk_attributes(d, maps.keys, maps.values, promoted, _PROMOTED_STRING, _PROMOTED,
-                                     limits.max_attributes, limits.max_key_chars, limits.max_value_chars,
-                                     TRUNCATION_MARK, stringify)
-            if done is not None:
-                maps.offsets.append(len(maps.keys))
-                self.truncated_values += done[1]
-                return done[0]
-        return self._attrs_into(maps, _sdk_items(attributes), promoted, True)
 
     def _truncate(self, n: int) -> None:
         """Drop everything appended for spans from row ``n`` on (their events and links too)."""
