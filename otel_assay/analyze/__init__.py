@@ -10,8 +10,9 @@ Views, in creation order (each file in queries/ documents its columns and rules)
 - ``trial_labels``, ``trials``, ``pass_rates``: one row per trial; error classes,
   per-protocol and intent-to-treat pass rates;
 - ``fingerprint_tools``, ``fingerprints``: the behavioural fingerprint (paper Def. 7.1);
-- ``decision_paths``, ``step_states``, ``abstract_states``, ``tool_definitions``,
-  ``tool_arguments``, ``models_used``: the coverage sets;
+- ``decision_paths``, ``step_states``, ``abstract_states``, ``tool_definition_texts``,
+  ``parsed_tool_definitions``, ``tool_definitions``, ``tool_arguments``, ``models_used``: the
+  coverage sets;
 - ``stability``, ``stability_summary``: the stability sub-scores and their roll-up.
 
 Python modules: :mod:`.engine` (binding, ``materialize``), :mod:`.canonical` (canonical

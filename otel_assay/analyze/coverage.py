@@ -56,7 +56,9 @@ def _coverage_sets(engine, trials_table: str | None) -> CoverageSets:
     sets.path_counts = Counter(dict(q(f"SELECT path, count(*) FROM decision_paths {w} GROUP BY 1")))
     sets.state_counts = Counter(dict(q(f"SELECT state, count(*) FROM step_states {w} GROUP BY 1")))
     sets.models_tested = Counter(dict(q(f"SELECT model, sum(calls)::BIGINT FROM models_used {w} GROUP BY 1")))
-    schemas = q(f"SELECT DISTINCT tool_name, parameters FROM tool_definitions {w}")
+    # the distinct texts of these trials, each parsed once (not one row per trial and tool)
+    schemas = q(f"SELECT DISTINCT t.tool_name, t.parameters FROM (SELECT DISTINCT defs FROM tool_definition_texts {w}) "
+                f"JOIN parsed_tool_definitions t USING (defs)")
     sets.tools_defined = {name for name, _ in schemas}
     tests: dict[str, dict[Boundary, Callable[[Any], bool]]] = {}
     for tool, params in schemas:

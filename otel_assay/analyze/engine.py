@@ -31,7 +31,8 @@ VIEW_ORDER = [
     "model_prices", "span_kinds", "steps",
     "trial_labels", "trials", "pass_rates",
     "fingerprint_tools", "fingerprints",
-    "decision_paths", "step_states", "abstract_states", "tool_definitions", "tool_arguments", "models_used",
+    "decision_paths", "step_states", "abstract_states",
+    "tool_definition_texts", "parsed_tool_definitions", "tool_definitions", "tool_arguments", "models_used",
     "stability", "stability_summary",
 ]
 

@@ -290,7 +290,7 @@ def known_tools(engine) -> set[str]:
     """Tools seen in the lake's steps or in tool definitions recorded on LLM spans."""
     tools = {r[0] for r in engine.rows("SELECT DISTINCT tool_name FROM steps WHERE tool_name IS NOT NULL")}
     try:
-        tools |= {r[0] for r in engine.rows("SELECT DISTINCT tool_name FROM tool_definitions WHERE tool_name IS NOT NULL")}
+        tools |= {r[0] for r in engine.rows("SELECT DISTINCT tool_name FROM parsed_tool_definitions")}
     except Exception:  # older lakes / views without tool definitions
         pass
     return tools

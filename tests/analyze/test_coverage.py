@@ -177,3 +177,34 @@ def test_openinference_tool_definitions(tmp_path, open_engine):
     eng = open_engine(tmp_path)
     assert eng.query("SELECT tool_name, parameters FROM tool_definitions").to_pylist() == [
         {"tool_name": "lookup", "parameters": '{"properties":{"k":{"enum":["x"],"type":"string"}},"type":"object"}'}]
+
+
+def test_tools_defined_come_from_the_chosen_trials_texts_only(tmp_path, open_engine):
+    # coverage reads the distinct definition texts of the chosen trials and parses each once:
+    # the same tools and schemas as the per-trial view gives for those trials, no others
+    openai_shape = json.dumps([{"type": "function", "function": {"name": "search", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string", "maxLength": 3}}}}}])
+    oi_schema = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    write_lake(tmp_path, [
+        *trial(1, "gpt-4o", [("add", {"a": 0})]),
+        span(2, 1, None, "chat", 0, 1, {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                                        "gen_ai.tool.definitions": openai_shape}),
+        span(2, 2, None, "chat", 2, 3, {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                                        "gen_ai.tool.definitions": "not json"}),
+        span(3, 1, None, "ChatModel", 0, 1, {"openinference.span.kind": "LLM", "llm.model_name": "m",
+                                             "llm.tools.0.tool.json_schema": json.dumps(oi_schema)},
+             scope="openinference.instrumentation.langchain"),
+    ])
+    eng = open_engine(tmp_path)
+    trace_ids = sorted(r[0] for r in eng.rows("SELECT trace_id FROM trials"))
+    for picked in ([trace_ids[1]], [trace_ids[0], trace_ids[2]], trace_ids):
+        eng.con.execute("CREATE OR REPLACE TEMP TABLE picked AS SELECT unnest(?::VARCHAR[]) AS trace_id", [picked])
+        sets = coverage_sets(eng, "picked")
+        per_trial = {r[0] for r in eng.rows("SELECT DISTINCT tool_name FROM tool_definitions SEMI JOIN picked "
+                                            "USING (trace_id)")}
+        assert sets.tools_defined == per_trial
+    assert coverage_sets(eng).tools_defined == {"add", "search", "unused_tool", "lookup"}
+    eng.con.execute("CREATE OR REPLACE TEMP TABLE picked AS SELECT ? AS trace_id", [trace_ids[1]])
+    sets = coverage_sets(eng, "picked")
+    assert sets.tools_defined == {"search"}
+    assert sets.boundaries == {("search", "q", "maxLength=3"), ("search", "q", "empty")}
