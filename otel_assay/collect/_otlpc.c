@@ -296,6 +296,28 @@ static int utf8_ok(const uint8_t *s, size_t n) {
 
 static const char HEX[] = "0123456789abcdef";
 
+static void hex64(char *out, unsigned long long v) {
+    for (int i = 15; i >= 0; i--, v >>= 4)
+        out[i] = HEX[v & 15];
+}
+
+/* decimal text of v, as repr(int) writes it; returns its length */
+static size_t decimal(char *out, long long v) {
+    char tmp[24];
+    size_t n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    size_t len = 0;
+    if (v < 0)
+        out[len++] = '-';
+    while (n)
+        out[len++] = tmp[--n];
+    return len;
+}
+
 static void to_hex(char *out, const uint8_t *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         out[2 * i] = HEX[s[i] >> 4];
@@ -484,7 +506,7 @@ static int read_array(const uint8_t *s, size_t n, Buf *json, size_t max_value, V
             rc = e.i ? buf_put(json, "true", 4) : buf_put(json, "false", 5);
             break;
         case 3:
-            rc = buf_put(json, num, (size_t)snprintf(num, sizeof(num), "%lld", (long long)e.i));
+            rc = buf_put(json, num, decimal(num, (long long)e.i));
             break;
         case 4: {
             if (!isfinite(e.d))
@@ -669,7 +691,7 @@ static int read_attributes(Dec *d, Map *m, int promote, const KvList *kv) {
             tlen = v.i ? 4 : 5;
             break;
         case 3:
-            tlen = (size_t)snprintf(d->numbuf, sizeof(d->numbuf), "%lld", (long long)v.i);
+            tlen = decimal(d->numbuf, (long long)v.i);
             text = d->numbuf;
             break;
         case 4: {
@@ -1383,26 +1405,20 @@ static PyObject *sdk_dict(PyObject *o, int *rc) {
     return dict;
 }
 
-static void hex64(char *out, unsigned long long v) {
-    for (int i = 15; i >= 0; i--, v >>= 4)
-        out[i] = HEX[v & 15];
-}
-
-/* decimal text of v, as repr(int) writes it; returns its length */
-static size_t decimal(char *out, long long v) {
-    char tmp[24];
-    size_t n = 0;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do {
-        tmp[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    size_t len = 0;
-    if (v < 0)
-        out[len++] = '-';
-    while (n)
-        out[len++] = tmp[--n];
-    return len;
+/* fields `names` of an SDK object, from its instance dict, into `out` (new references): 0, or
+ * FALLBACK / -1 with none of them held */
+static int sdk_fields(PyObject *o, PyObject *const *names, int n, PyObject **out) {
+    int rc = 0;
+    PyObject *dict = sdk_dict(o, &rc);
+    if (!dict)
+        return rc;
+    for (int i = 0; i < n && rc == 0; i++)
+        out[i] = sdk_field(dict, names[i], &rc);
+    Py_DECREF(dict);
+    if (rc)
+        for (int i = 0; i < n; i++)
+            Py_CLEAR(out[i]);
+    return rc;
 }
 
 /* a str's UTF-8 when it is an exact str of at most max_chars characters and valid UTF-8 (no
@@ -1717,41 +1733,23 @@ found:
 
 /* one span; 0, FALLBACK or -1 */
 static int sdk_span(Dec *d, Sdk *k, PyObject *span) {
-    int rc = 0;
-    PyObject *ctx = NULL, *start_o = NULL, *end_o = NULL, *parent = NULL, *name = NULL, *kind = NULL, *status = NULL,
-             *code = NULL, *desc = NULL, *scope = NULL, *resource = NULL, *attrs = NULL, *dict = NULL, *imm = NULL,
-             *adropped = NULL, *events = NULL, *links = NULL, *edropped = NULL, *ldropped = NULL, *sd = NULL,
-             *std = NULL, *ad = NULL, *ed = NULL, *ld = NULL, *edq = NULL, *ldq = NULL;
-#define GET(var, obj, attr) if (!(var = sdk_field(obj, attr, &rc))) goto out
-#define DICT(var, obj) if (!(var = sdk_dict(obj, &rc))) goto out
-    DICT(sd, span);
-    GET(ctx, sd, S_context);
-    GET(start_o, sd, S_start_time);
-    GET(end_o, sd, S_end_time);
-    GET(parent, sd, S_parent);
-    GET(name, sd, S_name);
-    GET(kind, sd, S_kind);
-    GET(status, sd, S_status);
-    GET(scope, sd, S_scope);
-    GET(resource, sd, S_resource);
-    GET(attrs, sd, S_attributes);
-    GET(events, sd, S_events);
-    GET(links, sd, S_links);
-    DICT(std, status);
-    GET(code, std, S_status_code);
-    GET(desc, std, S_description);
-    DICT(ad, attrs);
-    GET(dict, ad, S_dict);
-    GET(imm, ad, S_immutable);
-    GET(adropped, ad, S_dropped);
-    DICT(ed, events);
-    GET(edropped, ed, S_dropped);
-    GET(edq, ed, S_dq);
-    DICT(ld, links);
-    GET(ldropped, ld, S_dropped);
-    GET(ldq, ld, S_dq);
-#undef DICT
-#undef GET
+    enum { CONTEXT, START, END, PARENT, NAME, KIND, STATUS, SCOPE, RESOURCE, ATTRIBUTES, EVENTS, LINKS, NSPAN };
+    PyObject *span_names[NSPAN] = {S_context, S_start_time, S_end_time, S_parent, S_name, S_kind, S_status,
+                                   S_scope, S_resource, S_attributes, S_events, S_links};
+    PyObject *status_names[2] = {S_status_code, S_description}, *attrs_names[3] = {S_dict, S_immutable, S_dropped};
+    PyObject *list_names[2] = {S_dropped, S_dq};
+    /* the span's fields; its status's; its attributes' (dict, immutable, dropped); its events'
+     * and links' (dropped, deque) */
+    PyObject *f[NSPAN] = {0}, *sf[2] = {0}, *af[3] = {0}, *ef[2] = {0}, *lf[2] = {0};
+    int rc;
+    if ((rc = sdk_fields(span, span_names, NSPAN, f)) || (rc = sdk_fields(f[STATUS], status_names, 2, sf)) ||
+        (rc = sdk_fields(f[ATTRIBUTES], attrs_names, 3, af)) || (rc = sdk_fields(f[EVENTS], list_names, 2, ef)) ||
+        (rc = sdk_fields(f[LINKS], list_names, 2, lf)))
+        goto out;
+    PyObject *ctx = f[CONTEXT], *start_o = f[START], *end_o = f[END], *parent = f[PARENT], *name = f[NAME],
+             *kind = f[KIND], *scope = f[SCOPE], *resource = f[RESOURCE];
+    PyObject *code = sf[0], *desc = sf[1], *dict = af[0], *imm = af[1], *adropped = af[2];
+    PyObject *edropped = ef[0], *edq = ef[1], *ldropped = lf[0], *ldq = lf[1];
     rc = FALLBACK;
     /* SpanContext is a tuple (trace_id, span_id, is_remote, trace_flags, trace_state, ...) */
     if (!PyTuple_Check(ctx) || PyTuple_GET_SIZE(ctx) < 5 || !PyDict_CheckExact(dict) || imm != Py_True)
@@ -1878,32 +1876,15 @@ static int sdk_span(Dec *d, Sdk *k, PyObject *span) {
         goto out;
     rc = 0;
 out:
-    Py_XDECREF(ctx);
-    Py_XDECREF(start_o);
-    Py_XDECREF(end_o);
-    Py_XDECREF(parent);
-    Py_XDECREF(name);
-    Py_XDECREF(kind);
-    Py_XDECREF(status);
-    Py_XDECREF(code);
-    Py_XDECREF(desc);
-    Py_XDECREF(scope);
-    Py_XDECREF(resource);
-    Py_XDECREF(attrs);
-    Py_XDECREF(dict);
-    Py_XDECREF(imm);
-    Py_XDECREF(adropped);
-    Py_XDECREF(events);
-    Py_XDECREF(links);
-    Py_XDECREF(edropped);
-    Py_XDECREF(ldropped);
-    Py_XDECREF(sd);
-    Py_XDECREF(std);
-    Py_XDECREF(ad);
-    Py_XDECREF(ed);
-    Py_XDECREF(ld);
-    Py_XDECREF(edq);
-    Py_XDECREF(ldq);
+    for (int i = 0; i < NSPAN; i++)
+        Py_XDECREF(f[i]);
+    for (int i = 0; i < 2; i++) {
+        Py_XDECREF(sf[i]);
+        Py_XDECREF(ef[i]);
+        Py_XDECREF(lf[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(af[i]);
     return rc;
 }
 
