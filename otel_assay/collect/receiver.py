@@ -44,10 +44,10 @@ log = logging.getLogger("otel_assay.collect")
 
 DEFAULT_MAX_BODY = 20 << 20  # decompressed request size limit (the Collector's default)
 # The lowest limit on the spans, events and links of one request, whatever
-# --max-buffered-spans says: a body's size does not bound its rows (an empty event is 2 bytes of protobuf and
-# about 460 bytes of memory on its way to the lake; 20 MiB of them took the collector to
-# 3.9 GB), so the rows are counted before they are decoded. An OTLP exporter sends 512 spans
-# a batch, the Collector's batch processor 8,192.
+# --max-buffered-spans says: a body's size does not bound its rows (an empty event is 2
+# bytes of protobuf and about 460 bytes of memory on its way to the lake; 20 MiB of them
+# took the collector to 3.9 GB), so the rows are counted before they are decoded. An OTLP
+# exporter sends 512 spans a batch, the Collector's batch processor 8,192.
 MIN_REQUEST_ROWS = 100_000
 DRAIN_LIMIT = 128 << 20  # an oversized body up to this size is read and discarded before the 413
 # gRPC calls accepted at once; those beyond the worker threads wait for one. grpcio refuses
