@@ -33,6 +33,8 @@ from typing import Any
 from opentelemetry import baggage as otel_baggage
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 from .. import semconv
@@ -64,14 +66,14 @@ def run_id() -> str:
     return _RUN_ID
 
 
-# trace_id -> assay.* attributes of the trial that owns the trace. The span processor
-# looks spans up here first (a dict lookup), then in baggage (spans in other processes or
-# in contexts that carry baggage but whose trace started elsewhere).
-_ACTIVE_TRACES: dict[int, dict[str, Any]] = {}
+# trace_id -> (assay.* attributes of the trial that owns the trace, their _longest_text).
+# The span processor looks spans up here first (a dict lookup), then in baggage (spans in
+# other processes or in contexts that carry baggage but whose trace started elsewhere).
+_ACTIVE_TRACES: dict[int, tuple[dict[str, Any], int]] = {}
 
 
 def register_trace(trace_id: int, attrs: dict[str, Any]) -> None:
-    _ACTIVE_TRACES[trace_id] = attrs
+    _ACTIVE_TRACES[trace_id] = (attrs, _longest_text(attrs))
 
 
 def unregister_trace(trace_id: int) -> None:
@@ -79,7 +81,53 @@ def unregister_trace(trace_id: int) -> None:
 
 
 def active_trace_attrs(trace_id: int) -> dict[str, Any] | None:
-    return _ACTIVE_TRACES.get(trace_id)
+    entry = _ACTIVE_TRACES.get(trace_id)
+    return entry[0] if entry is not None else None
+
+
+def _longest_text(attrs: dict[str, Any]) -> int:
+    """The length of the longest string in ``attrs``, or -1 when the SDK's cleaning would
+    change a key or value (anything but a non-empty str key with a str, bool, number,
+    bytes or None value)."""
+    longest = 0
+    for k, v in attrs.items():
+        if type(k) is not str or not k:
+            return -1
+        if isinstance(v, str):
+            longest = max(longest, len(v))
+        elif v is not None and not isinstance(v, (bool, int, float, bytes)):
+            return -1
+    return longest
+
+
+_SDK_SPANS = {Span, getattr(sdk_trace, "_Span", Span)}
+
+
+def _add_attributes(span: Span, attrs: dict[str, Any], longest: int) -> bool:
+    """``span.set_attributes(attrs)`` for a span the SDK is starting, done directly on its
+    attribute dict, where that gives the same attributes: ``set_attributes`` cleans each
+    value and takes two locks, a quarter of what the SDK spends on a whole span. False
+    (nothing done) when it would not: a span class or SDK version other than the one this
+    was written against, a key already set (the SDK moves it to the end), a value the
+    cleaning would change or truncate (``longest``, see _longest_text), or no room left
+    (the SDK drops the oldest)."""
+    if longest < 0 or type(span) not in _SDK_SPANS:
+        return False
+    try:
+        bounded = span._attributes
+        if type(bounded) is not BoundedAttributes or bounded._immutable or span._end_time is not None:
+            return False
+        limit, room = bounded.max_value_len, bounded.maxlen
+        if limit is not None and longest > limit:
+            return False
+        with bounded._lock:
+            d = bounded._dict
+            if (room is not None and len(d) + len(attrs) > room) or not d.keys().isdisjoint(attrs):
+                return False
+            d.update(attrs)
+        return True
+    except AttributeError:
+        return False
 
 
 # ---------------------------------------------------------------- processors
@@ -92,16 +140,20 @@ class AssayAttributesProcessor(SpanProcessor):
         self._ended = itertools.count()  # next() on a C counter is atomic under the GIL
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
-        attrs = _ACTIVE_TRACES.get(span.context[0])  # SpanContext is a tuple: (trace_id, span_id, ...)
-        if attrs is None:
+        entry = _ACTIVE_TRACES.get(span.context[0])  # SpanContext is a tuple: (trace_id, span_id, ...)
+        if entry is not None:
+            attrs, longest = entry
+        else:
             bag = otel_baggage.get_all(parent_context)
-            if bag:
-                attrs = {}
-                for key in semconv.ASSAY_PROPAGATED:
-                    v = bag.get(key)
-                    if v is not None:
-                        attrs[key] = int(v) if key == semconv.ASSAY_TRIAL_INDEX and str(v).isdigit() else v
-        if attrs:
+            if not bag:
+                return
+            attrs = {}
+            for key in semconv.ASSAY_PROPAGATED:
+                v = bag.get(key)
+                if v is not None:
+                    attrs[key] = int(v) if key == semconv.ASSAY_TRIAL_INDEX and str(v).isdigit() else v
+            longest = _longest_text(attrs)
+        if attrs and not _add_attributes(span, attrs, longest):
             span.set_attributes(attrs)
 
     def on_end(self, span: ReadableSpan) -> None:

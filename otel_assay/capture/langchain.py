@@ -39,7 +39,8 @@ from opentelemetry import trace
 
 from .. import semconv
 from . import _runtime
-from ._spans import CLIENT, args_json, fail, result_text, start_span, text_parts, to_json, tool_call_part
+from ._spans import (CLIENT, args_json, fail, result_text, start_span, text_parts, to_json, to_json_value,
+                     tool_call_part)
 from .trial import implicit_trial
 
 FRAMEWORK = "langgraph"
@@ -77,6 +78,40 @@ def _message_json(msg: Any) -> dict[str, Any]:
         m["parts"] = [p for p in m["parts"] if p.get("content")] + [
             tool_call_part(c.get("id"), c.get("name"), c.get("args")) for c in calls]
     return m
+
+
+def _message_text(msg: Any) -> str:
+    """``to_json(_message_json(msg))``, written out directly for the shapes nearly every
+    message has (text, a tool's result, tool calls with string ids and names): a few string
+    joins instead of building dicts for the encoder to sort. Keys in sorted order, strings
+    escaped as to_json's encoder escapes them; any other shape, or a value the encoder
+    refuses, takes the general path."""
+    role = _role(msg)
+    content = getattr(msg, "content", None)
+    if role == "tool":
+        call_id = getattr(msg, "tool_call_id", None)
+        if type(call_id) is str:
+            return ('{"parts": [{"id": ' + encode_basestring(call_id) + ', "result": '
+                    + encode_basestring(result_text(content)) + ', "type": "tool_call_response"}], "role": "tool"}')
+    elif type(content) is str and type(role) is str:
+        calls = (_optional(msg, "tool_calls") or []) + (_optional(msg, "invalid_tool_calls") or [])
+        text = '{"content": ' + encode_basestring(content) + ', "type": "text"}'
+        if not calls:
+            return '{"parts": [' + text + '], "role": ' + encode_basestring(role) + "}"
+        parts = [text] if content else []
+        for c in calls:
+            call_id, name = c.get("id"), c.get("name")
+            if type(call_id) is not str or type(name) is not str:
+                break
+            try:
+                args = to_json_value(tool_call_part(call_id, name, c.get("args"))["arguments"])
+            except (TypeError, ValueError):
+                break
+            parts.append('{"arguments": ' + args + ', "id": ' + encode_basestring(call_id) + ', "name": '
+                         + encode_basestring(name) + ', "type": "tool_call"}')
+        else:
+            return '{"parts": [' + ", ".join(parts) + '], "role": ' + encode_basestring(role) + "}"
+    return to_json(_message_json(msg))
 
 
 def _with_finish_reason(message_json: str, finish: str) -> str:
@@ -288,8 +323,17 @@ class AssayCallbackHandler(_Base):
         return s
 
     def _messages_json(self, messages) -> str:
-        # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ")
-        return "[" + ", ".join(self._cached_json(m, _message_json) for m in messages) + "]"
+        # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ");
+        # _cached_json's hit test written out: most of the history was sent in the last call
+        cache, texts = self._json_cache, []
+        for m in messages:
+            hit = cache.get(id(m))
+            if (hit is not None and hit[0] is m and hit[1] is getattr(m, "content", None)
+                    and hit[2] is _optional(m, "tool_calls")):
+                texts.append(hit[3])
+            else:
+                texts.append(self._cached_json(m, _message_text))
+        return "[" + ", ".join(texts) + "]"
 
     # ---------------------------------------------------------------- helpers
     def _parent(self, parent_run_id: UUID | None):
@@ -556,7 +600,7 @@ class AssayCallbackHandler(_Base):
             try:
                 if msg is not None:
                     # through the cache: the answer is the next call's input too
-                    out = _with_finish_reason(self._cached_json(msg, _message_json), str(finish))
+                    out = _with_finish_reason(self._cached_json(msg, _message_text), str(finish))
                 else:
                     out = text_parts("assistant", getattr(gen, "text", ""))
                     out["finish_reason"] = str(finish)

@@ -1,0 +1,89 @@
+"""The trial's assay.* attributes reach every span of the trial through the span processor,
+which writes them into a starting SDK span's attribute dict directly where that gives what
+``Span.set_attributes`` gives, and calls it otherwise."""
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+
+from otel_assay import semconv
+from otel_assay.capture import _runtime
+
+TRIAL = {semconv.ASSAY_SCENARIO: "refund", semconv.ASSAY_RUN_ID: "r" * 32, semconv.ASSAY_AGENT_VERSION: "v2",
+         semconv.ASSAY_TRIAL_INDEX: 3}
+
+
+def _spans(limits: SpanLimits, own: dict, trial: dict):
+    """Two spans started alike: one through our processor, one with set_attributes called on it."""
+    plain = TracerProvider(span_limits=limits).get_tracer("t")
+    ours_provider = TracerProvider(span_limits=limits)
+    ours_provider.add_span_processor(_runtime.AssayAttributesProcessor())
+    root = ours_provider.get_tracer("t").start_span("root")
+    trace_id = root.get_span_context().trace_id
+    _runtime.register_trace(trace_id, trial)
+    try:
+        ours = ours_provider.get_tracer("t").start_span("s", context=trace.set_span_in_context(root), attributes=own)
+    finally:
+        _runtime.unregister_trace(trace_id)
+    twin = plain.start_span("s", attributes=own)
+    twin.set_attributes(trial)
+    return ours, twin
+
+
+CASES = {
+    "common": (SpanLimits(), {"gen_ai.operation.name": "chat", "n": 1}, TRIAL, True),
+    "no own attributes": (SpanLimits(), {}, TRIAL, True),
+    "exactly full": (SpanLimits(max_span_attributes=6), {"a": "1", "b": 2}, TRIAL, True),
+    "one too many": (SpanLimits(max_span_attributes=5), {"a": "1", "b": 2}, TRIAL, False),
+    "no attributes allowed": (SpanLimits(max_span_attributes=0), {}, TRIAL, False),
+    "key already set": (SpanLimits(), {semconv.ASSAY_AGENT_VERSION: "own", "z": 1}, TRIAL, False),
+    "text at the length limit": (SpanLimits(max_attribute_length=32), {"a": "x" * 40}, TRIAL, True),
+    "text past the length limit": (SpanLimits(max_attribute_length=31), {"a": "x"}, TRIAL, False),
+    "a value the SDK cleans": (SpanLimits(), {"a": "x"}, {**TRIAL, "assay.extra": ["a", "b"]}, False),
+    "an object value": (SpanLimits(), {"a": "x"}, {**TRIAL, "assay.extra": object()}, False),
+    "other value types": (SpanLimits(), {}, {**TRIAL, "b": True, "f": 1.5, "y": b"\x00", "none": None}, True),
+    "an empty key": (SpanLimits(), {}, {**TRIAL, "": "x"}, False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_trial_attributes_are_what_set_attributes_gives(case, caplog):
+    limits, own, trial, direct = CASES[case]
+    ours, twin = _spans(limits, own, trial)
+    assert list(ours.attributes.items()) == list(twin.attributes.items())
+    assert ours.dropped_attributes == twin.dropped_attributes
+    # the direct write is taken where it applies (else the saving silently goes) and only there
+    entry_longest = _runtime._longest_text(trial)
+    fresh = TracerProvider(span_limits=limits).get_tracer("t").start_span("s", attributes=own)
+    assert _runtime._add_attributes(fresh, trial, entry_longest) is direct
+
+
+def test_no_direct_write_to_an_ended_span_or_another_span_class():
+    from opentelemetry.sdk.trace import _Span
+
+    class Mine(_Span):
+        pass
+
+    tracer = TracerProvider().get_tracer("t")
+    ended = tracer.start_span("s")
+    ended.end()
+    assert _runtime._add_attributes(ended, TRIAL, _runtime._longest_text(TRIAL)) is False
+    live = tracer.start_span("s")
+    live.__class__ = Mine
+    assert _runtime._add_attributes(live, TRIAL, _runtime._longest_text(TRIAL)) is False
+    assert semconv.ASSAY_SCENARIO not in live.attributes
+
+
+def test_spans_of_a_trial_carry_its_attributes_from_baggage_too():
+    """A span whose trace is not a registered trial's (another process's, whose context
+    carried the trial's baggage) gets the attributes from the baggage."""
+    from opentelemetry import baggage, context
+
+    provider = TracerProvider()
+    provider.add_span_processor(_runtime.AssayAttributesProcessor())
+    ctx = context.Context()
+    for k, v in ((semconv.ASSAY_SCENARIO, "refund"), (semconv.ASSAY_RUN_ID, "r1"), (semconv.ASSAY_TRIAL_INDEX, "4")):
+        ctx = baggage.set_baggage(k, v, ctx)
+    span = provider.get_tracer("t").start_span("s", context=ctx, attributes={"a": 1})
+    assert dict(span.attributes) == {"a": 1, semconv.ASSAY_SCENARIO: "refund", semconv.ASSAY_RUN_ID: "r1",
+                                     semconv.ASSAY_TRIAL_INDEX: 4}
