@@ -87,3 +87,25 @@ def test_spans_of_a_trial_carry_its_attributes_from_baggage_too():
     span = provider.get_tracer("t").start_span("s", context=ctx, attributes={"a": 1})
     assert dict(span.attributes) == {"a": 1, semconv.ASSAY_SCENARIO: "refund", semconv.ASSAY_RUN_ID: "r1",
                                      semconv.ASSAY_TRIAL_INDEX: 4}
+
+
+def test_content_capture_follows_the_environment_at_every_call(monkeypatch):
+    """capture_content() keeps its answer with the raw environment value it read: setting,
+    changing or removing the variable at any time, through os.environ or a replaced
+    mapping, takes effect at the next call."""
+    import os
+
+    name = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+    monkeypatch.delenv(name, raising=False)
+    assert _runtime.capture_content() is True
+    for value, on in ((" NO_content ", False), ("true", True), ("0", False), ("off", False), ("", True),
+                      ("False", False), ("yes", True)):
+        os.environ[name] = value
+        assert _runtime.capture_content() is on, value
+        assert _runtime.capture_content() is on, value  # the kept answer
+    del os.environ[name]
+    assert _runtime.capture_content() is True
+    monkeypatch.setattr(os, "environ", {name: "no_content"})
+    assert _runtime.capture_content() is False
+    os.environ[name] = "1"
+    assert _runtime.capture_content() is True
