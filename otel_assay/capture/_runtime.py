@@ -86,16 +86,18 @@ def active_trace_attrs(trace_id: int) -> dict[str, Any] | None:
 
 
 def _longest_text(attrs: dict[str, Any]) -> int:
-    """The length of the longest string in ``attrs``, or -1 when the SDK's cleaning would
-    change a key or value (anything but a non-empty str key with a str, bool, number,
-    bytes or None value)."""
+    """The length of the longest string in ``attrs``, or -1 unless every key is a non-empty
+    str and every value a str, int or bool (exact types, which a trial's attributes are):
+    the values every SDK since 1.30 stores as they are, short of truncating a long string.
+    Versions differ on the rest (1.30 decodes bytes, drops None, makes a str subclass a str)."""
     longest = 0
     for k, v in attrs.items():
         if type(k) is not str or not k:
             return -1
-        if isinstance(v, str):
+        t = type(v)
+        if t is str:
             longest = max(longest, len(v))
-        elif v is not None and not isinstance(v, (bool, int, float, bytes)):
+        elif t is not int and t is not bool:
             return -1
     return longest
 
@@ -109,22 +111,27 @@ def _add_attributes(span: Span, attrs: dict[str, Any], longest: int) -> bool:
     value and takes two locks, a quarter of what the SDK spends on a whole span. False
     (nothing done) when it would not: a span class or SDK version other than the one this
     was written against, a key already set (the SDK moves it to the end), a value the
-    cleaning would change or truncate (``longest``, see _longest_text), or no room left
+    cleaning may change or would truncate (``longest``, see _longest_text), or no room left
     (the SDK drops the oldest)."""
     if longest < 0 or type(span) not in _SDK_SPANS:
         return False
     try:
         bounded = span._attributes
-        if type(bounded) is not BoundedAttributes or bounded._immutable or span._end_time is not None:
+        if type(bounded) is not BoundedAttributes:
             return False
         limit, room = bounded.max_value_len, bounded.maxlen
         if limit is not None and longest > limit:
             return False
-        with bounded._lock:
-            d = bounded._dict
-            if (room is not None and len(d) + len(attrs) > room) or not d.keys().isdisjoint(attrs):
+        # the locks set_attributes takes, in its order: another thread (a processor of its
+        # own) may end the span meanwhile
+        with span._lock:
+            if span._end_time is not None or bounded._immutable:
                 return False
-            d.update(attrs)
+            with bounded._lock:
+                d = bounded._dict
+                if (room is not None and len(d) + len(attrs) > room) or not d.keys().isdisjoint(attrs):
+                    return False
+                d.update(attrs)
         return True
     except AttributeError:
         return False
@@ -151,7 +158,8 @@ class AssayAttributesProcessor(SpanProcessor):
             for key in semconv.ASSAY_PROPAGATED:
                 v = bag.get(key)
                 if v is not None:
-                    attrs[key] = int(v) if key == semconv.ASSAY_TRIAL_INDEX and str(v).isdigit() else v
+                    # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit accepts
+                    attrs[key] = int(v) if key == semconv.ASSAY_TRIAL_INDEX and str(v).isdecimal() else v
             longest = _longest_text(attrs)
         if attrs and not _add_attributes(span, attrs, longest):
             span.set_attributes(attrs)

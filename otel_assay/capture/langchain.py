@@ -85,7 +85,8 @@ def _message_text(msg: Any) -> str:
     message has (text, a tool's result, tool calls with string ids and names): a few string
     joins instead of building dicts for the encoder to sort. Keys in sorted order, strings
     escaped as to_json's encoder escapes them; any other shape, or a value the encoder
-    refuses, takes the general path."""
+    refuses, takes the general path. (Arguments nested so deep that the general path
+    raises RecursionError, three levels short of it, are written here.)"""
     role = _role(msg)
     content = getattr(msg, "content", None)
     if role == "tool":
