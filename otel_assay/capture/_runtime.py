@@ -109,10 +109,10 @@ def _add_attributes(span: Span, attrs: dict[str, Any], longest: int) -> bool:
     """``span.set_attributes(attrs)`` for a span the SDK is starting, done directly on its
     attribute dict, where that gives the same attributes: ``set_attributes`` cleans each
     value and takes two locks, a quarter of what the SDK spends on a whole span. False
-    (nothing done) when it would not: a span class or SDK version other than the one this
-    was written against, a key already set (the SDK moves it to the end), a value the
-    cleaning may change or would truncate (``longest``, see _longest_text), or no room left
-    (the SDK drops the oldest)."""
+    (nothing done) when it would not: a span class other than the SDK's own (or an SDK
+    whose spans lack these fields), a key already set (the SDK moves it to the end), a
+    value the cleaning may change or would truncate (``longest``, see _longest_text), or no
+    room left (the SDK drops the oldest)."""
     if longest < 0 or type(span) not in _SDK_SPANS:
         return False
     try:

@@ -85,8 +85,9 @@ def _message_text(msg: Any) -> str:
     message has (text, a tool's result, tool calls with string ids and names): a few string
     joins instead of building dicts for the encoder to sort. Keys in sorted order, strings
     escaped as to_json's encoder escapes them; any other shape, or a value the encoder
-    refuses, takes the general path. (Arguments nested so deep that the general path
-    raises RecursionError, three levels short of it, are written here.)"""
+    refuses, takes the general path. (Tool-call arguments nested within three levels of
+    Python's recursion limit are written here, where the general path, which encodes them
+    three levels deeper, raises RecursionError and the message is left out.)"""
     role = _role(msg)
     content = getattr(msg, "content", None)
     if role == "tool":
