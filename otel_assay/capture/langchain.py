@@ -313,28 +313,29 @@ class AssayCallbackHandler(_Base):
         self._resumable: dict[tuple[str, str], str] = {}
 
     def _cached_json(self, obj: Any, make) -> str:
-        key = id(obj)
         content, calls = getattr(obj, "content", None), _optional(obj, "tool_calls")
-        hit = self._json_cache.get(key)
+        hit = self._json_cache.get(id(obj))
         if hit is not None and hit[0] is obj and hit[1] is content and hit[2] is calls:
             return hit[3]
+        return self._new_json(obj, content, calls, make)
+
+    def _new_json(self, obj: Any, content: Any, calls: Any, make) -> str:
+        """``obj``'s JSON, made and kept in the cache with what it was made from."""
         s = to_json(make(obj))
         if len(self._json_cache) >= _CACHE_MAX:
             self._json_cache.clear()
-        self._json_cache[key] = (obj, content, calls, s)
+        self._json_cache[id(obj)] = (obj, content, calls, s)
         return s
 
     def _messages_json(self, messages) -> str:
         # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ");
-        # _cached_json's hit test written out: most of the history was sent in the last call
+        # _cached_json written out: most of the history was sent in the last call
         cache, texts = self._json_cache, []
         for m in messages:
+            content, calls = getattr(m, "content", None), _optional(m, "tool_calls")
             hit = cache.get(id(m))
-            if (hit is not None and hit[0] is m and hit[1] is getattr(m, "content", None)
-                    and hit[2] is _optional(m, "tool_calls")):
-                texts.append(hit[3])
-            else:
-                texts.append(self._cached_json(m, _message_text))
+            texts.append(hit[3] if hit is not None and hit[0] is m and hit[1] is content and hit[2] is calls
+                         else self._new_json(m, content, calls, _message_text))
         return "[" + ", ".join(texts) + "]"
 
     # ---------------------------------------------------------------- helpers
