@@ -1325,11 +1325,12 @@ done:
  * compare the two on the same spans.
  */
 PyDoc_STRVAR(convert_sdk_doc,
-"convert_sdk(spans, span_types, promoted, max_value, max_key, max_attributes, prepare, stringify)\n--\n\n"
+"convert_sdk(spans, span_types, promoted, max_value, max_key, max_attributes, prepare, stringify, lake_order=False)\n--\n\n"
 "(rows, declined): the SDK spans read here, as decode() gives a request's, and the list of\n"
 "those that need the Python path (see otel_assay.collect.compiled.convert_sdk).\n"
 "``span_types``: the span classes read here; ``prepare``: an SDK resource -> its prepared\n"
-"schema.Resource (the resources list of ``rows`` holds these, not protobuf).");
+"schema.Resource (the resources list of ``rows`` holds these, not protobuf); ``lake_order``:\n"
+"rows in the lake's order (trace id, start, span id; ties as given) instead of as given.");
 
 static PyObject *S_context, *S_start_time, *S_end_time, *S_parent, *S_name, *S_kind, *S_status, *S_status_code,
     *S_description, *S_scope, *S_resource, *S_attributes, *S_events, *S_links, *S_dict, *S_immutable, *S_dropped,
@@ -1888,15 +1889,106 @@ out:
     return rc;
 }
 
+/* A span's place in the lake's order (lake.SORT_KEYS["spans"]: trace id, start, span id; an
+ * id as a number sorts as its fixed-width hex does), then its place in the list. */
+typedef struct {
+    uint64_t hi, lo, sid;
+    int64_t start;
+    Py_ssize_t i;
+} LakeKey;
+
+static int lake_key_cmp(const void *a, const void *b) {
+    const LakeKey *x = a, *y = b;
+    if (x->hi != y->hi)
+        return x->hi < y->hi ? -1 : 1;
+    if (x->lo != y->lo)
+        return x->lo < y->lo ? -1 : 1;
+    if (x->start != y->start)
+        return x->start < y->start ? -1 : 1;
+    if (x->sid != y->sid)
+        return x->sid < y->sid ? -1 : 1;
+    return (x->i > y->i) - (x->i < y->i);
+}
+
+/* `span`'s LakeKey, read from the fields sdk_span reads: 0, or -1 on an error. A span not
+ * read that way (another class, odd ids) sorts last: sdk_span declines it, and the order only
+ * spares the lake a reordering (it checks the order it gets) */
+static int lake_key(PyObject *span, PyObject *types, PyObject **last_tid, uint64_t *last_hi, LakeKey *key) {
+    key->hi = key->lo = key->sid = UINT64_MAX;
+    key->start = INT64_MAX;
+    int known = 0;
+    for (Py_ssize_t t = 0; t < PyTuple_GET_SIZE(types); t++)
+        known |= (PyObject *)Py_TYPE(span) == PyTuple_GET_ITEM(types, t);
+    if (!known)
+        return 0;
+    PyObject *names[2] = {S_context, S_start_time}, *f[2] = {0};
+    int rc = sdk_fields(span, names, 2, f);
+    if (rc)
+        return rc == FALLBACK ? 0 : -1;
+    PyObject *ctx = f[0], *tid, *sid;
+    long long start;
+    if (!PyTuple_Check(ctx) || PyTuple_GET_SIZE(ctx) < 2 || !PyLong_CheckExact(tid = PyTuple_GET_ITEM(ctx, 0)) ||
+        !PyLong_CheckExact(sid = PyTuple_GET_ITEM(ctx, 1)) || sdk_int64(f[1], &start) != 0)
+        goto out;
+    unsigned long long s64 = PyLong_AsUnsignedLongLong(sid), hi = *last_hi;
+    if (s64 == (unsigned long long)-1 && PyErr_Occurred())
+        goto out;
+    if (tid != *last_tid) { /* the spans of a trace share its id's object */
+        PyObject *shift = PyLong_FromLong(64), *high = shift ? PyNumber_Rshift(tid, shift) : NULL;
+        Py_XDECREF(shift);
+        if (!high) {
+            rc = -1;
+            goto out;
+        }
+        hi = PyLong_AsUnsignedLongLong(high);
+        Py_DECREF(high);
+        if (hi == (unsigned long long)-1 && PyErr_Occurred())
+            goto out;
+        *last_tid = tid; /* borrowed: compared, never dereferenced (spans holds it alive) */
+        *last_hi = hi;
+    }
+    key->hi = hi;
+    key->lo = PyLong_AsUnsignedLongLongMask(tid);
+    key->sid = s64;
+    key->start = start;
+out:
+    if (rc != -1)
+        PyErr_Clear(); /* a value out of range: the span sorts last, sdk_span declines it */
+    Py_DECREF(f[0]);
+    Py_DECREF(f[1]);
+    return rc == -1 ? -1 : 0;
+}
+
 static PyObject *convert_sdk(PyObject *self, PyObject *args) {
     PyObject *spans, *types, *promoted, *prepare, *stringify, *result = NULL, *declined = NULL;
     Py_ssize_t max_value, max_key, max_attributes;
-    if (!PyArg_ParseTuple(args, "O!O!OnnnOO", &PyList_Type, &spans, &PyTuple_Type, &types, &promoted, &max_value,
-                          &max_key, &max_attributes, &prepare, &stringify))
+    int lake_order = 0;
+    LakeKey *keys = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!OnnnOO|p", &PyList_Type, &spans, &PyTuple_Type, &types, &promoted, &max_value,
+                          &max_key, &max_attributes, &prepare, &stringify, &lake_order))
         return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(spans);
+    if (lake_order && n > 1) {
+        /* keys read before any span is converted: nothing runs Python code in between that
+         * could change the list */
+        if (!(keys = PyMem_Malloc(n * sizeof(LakeKey))))
+            return PyErr_NoMemory();
+        PyObject *last_tid = NULL;
+        uint64_t last_hi = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            keys[i].i = i;
+            if (lake_key(PyList_GET_ITEM(spans, i), types, &last_tid, &last_hi, &keys[i]) < 0) {
+                PyMem_Free(keys);
+                return NULL;
+            }
+        }
+        qsort(keys, n, sizeof(LakeKey), lake_key_cmp);
+    }
     Dec *d = PyMem_Calloc(1, sizeof(Dec));
-    if (!d)
+    if (!d) {
+        PyMem_Free(keys);
         return PyErr_NoMemory();
+    }
     Sdk k = {prepare, stringify, PyList_New(0), PyList_New(0), NULL, NULL, -1, NULL, {0}};
     if (!k.res_seen || !k.group_scope ||
         dec_setup(d, promoted, max_value, max_key, max_attributes, 0, 0, PY_SSIZE_T_MAX) < 0)
@@ -1906,8 +1998,13 @@ static PyObject *convert_sdk(PyObject *self, PyObject *args) {
     declined = PyList_New(0);
     if (!declined)
         goto done;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(spans); i++) {
-        PyObject *span = PyList_GET_ITEM(spans, i);
+    /* the list is the caller's own; stringify and prepare run Python code, so its length is
+     * read again rather than trusted */
+    for (Py_ssize_t i = 0; i < (keys ? n : PyList_GET_SIZE(spans)); i++) {
+        Py_ssize_t at = keys ? keys[i].i : i;
+        if (at >= PyList_GET_SIZE(spans))
+            break;
+        PyObject *span = PyList_GET_ITEM(spans, at);
         int known = 0, rc = FALLBACK;
         for (Py_ssize_t t = 0; t < PyTuple_GET_SIZE(types); t++)
             known |= (PyObject *)Py_TYPE(span) == PyTuple_GET_ITEM(types, t);
@@ -1930,6 +2027,7 @@ done:
     Py_XDECREF(k.last_tid);
     dec_free(d);
     PyMem_Free(d);
+    PyMem_Free(keys);
     return result;
 }
 

@@ -164,19 +164,20 @@ def _sdk_span_types() -> tuple:
                  if isinstance(t, type))
 
 
-def convert_sdk(spans: list, limits: Limits, prepare) -> tuple[CompiledBatch, list] | None:
+def convert_sdk(spans: list, limits: Limits, prepare, *, lake_order: bool = False) -> tuple[CompiledBatch, list] | None:
     """The in-process exporter's spans (SDK ``ReadableSpan``s) as rows, read by ``_otlpc``
     the way ``SpanBatch.add_sdk_span`` stores them, and the spans it left to that Python path
     (one with events, links or a trace state, a value over a limit or not valid UTF-8, a span
     of another class...); None without the extension. ``prepare`` turns an SDK resource into
-    a :class:`~otel_assay.collect.schema.Resource`."""
+    a :class:`~otel_assay.collect.schema.Resource`. With ``lake_order`` the rows come in the
+    order the lake writes them (trace id, start, span id; ties as given), not as given."""
     global _SDK_SPAN_TYPES
     if not available() or min(limits.max_value_chars, limits.max_key_chars, limits.max_attributes) < 0:
         return None  # (negative limits: nonsense the Python path compares as given)
     if _SDK_SPAN_TYPES is None:
         _SDK_SPAN_TYPES = _sdk_span_types()
     rows, declined = _otlpc.convert_sdk(spans, _SDK_SPAN_TYPES, _PROMOTED, limits.max_value_chars,
-                                        limits.max_key_chars, limits.max_attributes, prepare, stringify)
+                                        limits.max_key_chars, limits.max_attributes, prepare, stringify, lake_order)
     return CompiledBatch(rows, limits, prepared=True), declined
 
 

@@ -153,7 +153,9 @@ class ParquetSpanExporter(SpanExporter):
         if not held:
             return
         try:
-            converted = compiled.convert_sdk(held, self.limits, self._resource)
+            # in the lake's order: the rows of a flush of one part are then written as they
+            # are, where the lake would otherwise reorder every column
+            converted = compiled.convert_sdk(held, self.limits, self._resource, lake_order=True)
         except Exception as e:  # a defect there must not lose the spans: the Python path has them
             log.warning("otel-assay: the compiled span converter failed (%s: %s); converting in Python",
                         type(e).__name__, e)

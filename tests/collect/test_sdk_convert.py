@@ -13,12 +13,14 @@ the Python path, and through the exporter both end up the same in the lake.
 
 from __future__ import annotations
 
+import copy
 import enum
 import math
 import os
 import random
 
 import pytest
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -99,9 +101,10 @@ def python_rows(spans, limits: Limits = DEFAULT_LIMITS):
     return batch.tables(), batch.rejected
 
 
-def compiled_rows(spans, limits: Limits = DEFAULT_LIMITS):
+def compiled_rows(spans, limits: Limits = DEFAULT_LIMITS, lake_order: bool = False):
     """(tables of the spans the compiled converter took, the spans it left)"""
-    part, declined = compiled.convert_sdk(list(spans), limits, lambda r: make_resource(r.attributes.items(), limits))
+    part, declined = compiled.convert_sdk(list(spans), limits, lambda r: make_resource(r.attributes.items(), limits),
+                                          lake_order=lake_order)
     return part.tables(), declined
 
 
@@ -347,7 +350,8 @@ def test_the_exporter_writes_the_same_lake_either_way(tmp_path, monkeypatch):
         if mode == "python":
             monkeypatch.setenv("OTEL_ASSAY_PURE_PYTHON", "1")
         converted = []
-        monkeypatch.setattr(compiled, "convert_sdk", lambda *a, seen=converted: seen.append(r := real(*a)) or r)
+        monkeypatch.setattr(compiled, "convert_sdk",
+                            lambda *a, seen=converted, **kw: seen.append(r := real(*a, **kw)) or r)
         exporter = ParquetSpanExporter(tmp_path / mode, max_age_s=3600)
         for i in range(0, len(spans), 37):
             exporter.export(spans[i:i + 37])
@@ -365,3 +369,64 @@ def test_the_exporter_writes_the_same_lake_either_way(tmp_path, monkeypatch):
                            for t in ("spans", "span_events")}
     assert len(lakes["compiled"]["spans"]) == len(spans)
     assert same(lakes["compiled"], lakes["python"])
+
+
+def odd_spans(resource) -> list[ReadableSpan]:
+    """Spans the converter declines for their ids or times, of the class it reads."""
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    def span(trace_id, span_id, start=5, end=6):
+        ctx = SpanContext(trace_id, span_id, False, TraceFlags(1))
+        return ReadableSpan(name="odd", context=ctx, start_time=start, end_time=end, resource=resource)
+
+    return [span(2**128 + 5, 1), span(-3, 1), span(7, 2**64 + 1), span(7, -1), span(0, 1), span(7, 0),
+            span(7, 1, start=0), span(7, 1, start=2**64), span(7, 1, start=None, end=None)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lake_order_gives_the_rows_sorted_as_the_lake_writes_them(seed):
+    rng = random.Random(seed)
+    spans = generated_spans(rng, 80)
+    # ties on every key (a span sent twice, as a retrying exporter does): their rows keep the
+    # order they came in
+    twin = spans[0]
+    ties = [copy.copy(twin) for _ in range(3)]
+    for i, tie in enumerate(ties):
+        tie._name, tie._attributes = f"tie{i}", BoundedAttributes(attributes={"i": i}, immutable=True)
+    spans += ties + odd_spans(twin.resource)
+    rng.shuffle(spans)
+    given, left_given = compiled_rows(spans)
+    ordered, left_ordered = compiled_rows(spans, lake_order=True)
+    # the same rows, sorted (stably) by the lake's keys; the same spans left to the Python path
+    rows = given["spans"].to_pylist()
+    expected = sorted(rows, key=lambda r: (r["trace_id"], r["start_time_unix_nano"], r["span_id"]))
+    assert expected != rows, "the spans came in the lake's order already: nothing was tested"
+    assert same(ordered["spans"].to_pylist(), expected)
+    tie_names = [r["name"] for r in ordered["spans"].to_pylist() if r["name"].startswith("tie")]
+    assert tie_names == [s.name for s in spans if s.name.startswith("tie")]
+    assert sorted(map(id, left_ordered)) == sorted(map(id, left_given))
+    assert len(left_given) == len(odd_spans(twin.resource))
+
+
+def test_a_flush_of_one_part_is_written_without_reordering(tmp_path, monkeypatch):
+    from otel_assay.collect import lake
+
+    taken = []
+    real_take = lake._take
+    monkeypatch.setattr(lake, "_take", lambda table, order: taken.append(len(order)) or real_take(table, order))
+    spans = generated_spans(random.Random(21), 40)
+    random.Random(1).shuffle(spans)
+    for mode in ("compiled", "python"):
+        if mode == "python":
+            monkeypatch.setenv("OTEL_ASSAY_PURE_PYTHON", "1")
+        taken.clear()
+        exporter = ParquetSpanExporter(tmp_path / mode, max_age_s=3600)
+        exporter.export(spans)
+        exporter.shutdown()
+        assert exporter.spans_written == len(spans)
+        # the compiled converter gives the rows in order; the Python path's are reordered
+        assert taken == ([] if mode == "compiled" else [len(spans)]), mode
+        with Engine(tmp_path / mode) as eng:
+            stored = eng.query("SELECT trace_id, start_time_unix_nano, span_id FROM lake_spans ORDER BY span_row")
+        keys = list(zip(*(stored[c].to_pylist() for c in stored.column_names)))
+        assert keys == sorted(keys), mode
