@@ -160,6 +160,12 @@ class ParquetSpanExporter(SpanExporter):
             log.warning("otel-assay: the compiled span converter failed (%s: %s); converting in Python",
                         type(e).__name__, e)
             converted = None
+        except BaseException:
+            # Ctrl-C in Python code the converter calls (a value's str(), the resource's
+            # preparation): nothing of these spans is stored yet; they stay held, for the flush
+            # at exit, rather than vanish uncounted
+            self._held = held + self._held
+            raise
         if converted is not None:
             part, held = converted
             if len(part):
@@ -168,7 +174,7 @@ class ParquetSpanExporter(SpanExporter):
         batch = self._batch
         before = batch.rejected
         add = batch.add_sdk_span
-        for span in held:
+        for i, span in enumerate(held):
             try:
                 res = span.resource
                 last = self._last_resource  # a process's spans share one resource
@@ -178,6 +184,11 @@ class ParquetSpanExporter(SpanExporter):
                 # attributes): it is this span's fault, not the rest's, and export() has
                 # long returned, so it is counted rather than raised
                 batch.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
+            except BaseException:
+                # Ctrl-C: add_sdk_span took this span's row back; it and the rest stay held
+                self._held = held[i:] + self._held
+                self.spans_rejected += batch.rejected - before
+                raise
         self.spans_rejected += batch.rejected - before
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

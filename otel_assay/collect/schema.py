@@ -626,11 +626,15 @@ class SpanBatch:
         n = len(self._span_promoted)
         try:
             return self._append_sdk_span(span, resource, ctx, tid, sid, start, end)
-        except Exception as e:
+        except BaseException as e:
             # a span built by other code than the SDK can hold what the SDK never lets through
             # (a set, an object): without the rollback its attributes, appended before the
-            # failure, became the next span's, and the exception lost the caller's whole batch
+            # failure, became the next span's, and the exception lost the caller's whole batch.
+            # Ctrl-C in a value's str() is rolled back too (the columns would no longer line
+            # up) and goes on: the span is not rejected, the caller keeps it
             self._truncate(n)
+            if not isinstance(e, Exception):
+                raise
             self.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
             return False
 

@@ -430,3 +430,41 @@ def test_a_flush_of_one_part_is_written_without_reordering(tmp_path, monkeypatch
             stored = eng.query("SELECT trace_id, start_time_unix_nano, span_id FROM lake_spans ORDER BY span_row")
         keys = list(zip(*(stored[c].to_pylist() for c in stored.column_names)))
         assert keys == sorted(keys), mode
+
+
+class InterruptedOnce:
+    """A value whose first str() is a Ctrl-C, as when the user presses it during a flush."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __str__(self) -> str:
+        self.calls += 1
+        if self.calls == 1:
+            raise KeyboardInterrupt
+        return "shown after the interrupt"
+
+
+@pytest.mark.parametrize("mode", ["compiled", "python"])
+def test_ctrl_c_while_spans_are_converted_loses_none_of_them(tmp_path, monkeypatch, mode):
+    if mode == "python":
+        monkeypatch.setenv("OTEL_ASSAY_PURE_PYTHON", "1")
+    spans = generated_spans(random.Random(8), 300)
+    assert len(spans) > 512  # export() converts when 512 are held: the interrupt reaches the agent's call
+    value = InterruptedOnce()
+    odd = spans[len(spans) // 2]
+    odd._attributes._dict["odd.value"] = value
+    exporter = ParquetSpanExporter(tmp_path / "lake", max_age_s=3600)
+    with pytest.raises(KeyboardInterrupt):
+        exporter.export(spans)
+    assert value.calls == 1
+    exporter.shutdown()  # the flush at exit
+    assert (exporter.spans_written, exporter.spans_rejected, exporter.spans_lost) == (len(spans), 0, 0)
+    # every span once, each with its own attributes: the interrupted row was taken back whole
+    clean = ParquetSpanExporter(tmp_path / "clean", max_age_s=3600)
+    odd._attributes._dict["odd.value"] = "shown after the interrupt"
+    clean.export(spans)
+    clean.shutdown()
+    with Engine(tmp_path / "lake") as got, Engine(tmp_path / "clean") as want:
+        query = "SELECT * EXCLUDE (span_row) FROM lake_spans ORDER BY ALL"
+        assert same(got.query(query).to_pylist(), want.query(query).to_pylist())
