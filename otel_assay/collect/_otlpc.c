@@ -1461,11 +1461,12 @@ static int sdk_enum(PyObject *member, long long max, int8_t *out) {
     return 0;
 }
 
-/* after a failed call into Python code (stringify, prepare): FALLBACK for an Exception, which
- * the Python path meets again and turns into the span's rejection, with its reason; -1 (raise)
- * for anything else, a KeyboardInterrupt */
+/* after a failed call into Python code (stringify, prepare): -1 (raise) for Ctrl-C, which
+ * the exporter answers by keeping the spans held; FALLBACK for anything else (SystemExit from
+ * a value's __str__ included), which the Python path meets again and turns into the span's
+ * rejection, with its reason */
 static int sdk_call_failed(void) {
-    if (!PyErr_ExceptionMatches(PyExc_Exception))
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt))
         return -1;
     PyErr_Clear();
     return FALLBACK;
@@ -1984,9 +1985,14 @@ static PyObject *convert_sdk(PyObject *self, PyObject *args) {
         }
         qsort(keys, n, sizeof(LakeKey), lake_key_cmp);
     }
+    /* with keys, the spans left to the Python path, by their place in the list: returned in
+     * the list's order, as without (the Python path appends their events in that order) */
+    PyObject **left = keys ? PyMem_Calloc(n, sizeof(PyObject *)) : NULL;
     Dec *d = PyMem_Calloc(1, sizeof(Dec));
-    if (!d) {
+    if (!d || (keys && !left)) {
         PyMem_Free(keys);
+        PyMem_Free(left);
+        PyMem_Free(d);
         return PyErr_NoMemory();
     }
     Sdk k = {prepare, stringify, PyList_New(0), PyList_New(0), NULL, NULL, -1, NULL, {0}};
@@ -2011,16 +2017,26 @@ static PyObject *convert_sdk(PyObject *self, PyObject *args) {
         Py_INCREF(span);
         if (known) /* another class may compute what the SDK's read from their fields */
             rc = sdk_span(d, &k, span);
-        if (rc == FALLBACK && PyList_Append(declined, span) < 0)
+        if (rc == FALLBACK && left) {
+            Py_INCREF(span);
+            left[at] = span;
+        } else if (rc == FALLBACK && PyList_Append(declined, span) < 0) {
             rc = -1;
+        }
         Py_DECREF(span);
         if (rc == -1)
             goto done;
     }
+    for (Py_ssize_t i = 0; left && i < n; i++)
+        if (left[i] && PyList_Append(declined, left[i]) < 0)
+            goto done;
     PyObject *rows = dec_result(d);
     if (rows)
         result = Py_BuildValue("(NO)", rows, declined);
 done:
+    for (Py_ssize_t i = 0; left && i < n; i++)
+        Py_XDECREF(left[i]);
+    PyMem_Free(left);
     Py_XDECREF(declined);
     Py_XDECREF(k.res_seen);
     Py_XDECREF(k.group_scope);

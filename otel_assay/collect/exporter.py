@@ -156,40 +156,47 @@ class ParquetSpanExporter(SpanExporter):
             # in the lake's order: the rows of a flush of one part are then written as they
             # are, where the lake would otherwise reorder every column
             converted = compiled.convert_sdk(held, self.limits, self._resource, lake_order=True)
-        except Exception as e:  # a defect there must not lose the spans: the Python path has them
-            log.warning("otel-assay: the compiled span converter failed (%s: %s); converting in Python",
-                        type(e).__name__, e)
-            converted = None
-        except BaseException:
+        except KeyboardInterrupt:
             # Ctrl-C in Python code the converter calls (a value's str(), the resource's
             # preparation): nothing of these spans is stored yet; they stay held, for the flush
             # at exit, rather than vanish uncounted
             self._held = held + self._held
             raise
-        if converted is not None:
-            part, held = converted
-            if len(part):
-                self._parts.append(part)
-                self._part_rows += len(part)
-        batch = self._batch
-        before = batch.rejected
-        add = batch.add_sdk_span
-        for i, span in enumerate(held):
+        except BaseException as e:  # a defect there must not lose the spans: the Python path has them
+            log.warning("otel-assay: the compiled span converter failed (%s: %s); converting in Python",
+                        type(e).__name__, e)
+            converted = None
+        # Below, a Ctrl-C keeps held[done:] held. Python handles a signal only at a call or a
+        # loop's jump back, so each step is stored and counted with none in between
+        done = 0
+        try:
+            if converted is not None:
+                part, declined = converted
+                if part.n:
+                    self._parts, self._part_rows = self._parts + [part], self._part_rows + part.n
+                held = declined
+            batch = self._batch
+            before = batch.rejected
+            add = batch.add_sdk_span
             try:
-                res = span.resource
-                last = self._last_resource  # a process's spans share one resource
-                add(span, last[1] if last[0] is res else self._resource(res))
-            except Exception as e:
-                # a span built by other code than the SDK (no context, a resource without
-                # attributes): it is this span's fault, not the rest's, and export() has
-                # long returned, so it is counted rather than raised
-                batch.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
-            except BaseException:
-                # Ctrl-C: add_sdk_span took this span's row back; it and the rest stay held
-                self._held = held[i:] + self._held
+                for span in held:
+                    try:
+                        res = span.resource
+                        last = self._last_resource  # a process's spans share one resource
+                        add(span, last[1] if last[0] is res else self._resource(res))
+                    except KeyboardInterrupt:
+                        raise  # add_sdk_span took this span's row back
+                    except BaseException as e:
+                        # a span built by other code than the SDK (no context, a resource
+                        # without attributes): it is this span's fault, not the rest's, and
+                        # export() has long returned, so it is counted rather than raised
+                        batch.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
+                    done += 1
+            finally:
                 self.spans_rejected += batch.rejected - before
-                raise
-        self.spans_rejected += batch.rejected - before
+        except KeyboardInterrupt:
+            self._held = held[done:] + self._held
+            raise
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._flush()
@@ -203,7 +210,12 @@ class ParquetSpanExporter(SpanExporter):
         self._stop.set()
         if self._timer is not None:
             self._timer.join(timeout=5)
-        ok = self._flush()
+        interrupted = None
+        try:
+            ok = self._flush()
+        except KeyboardInterrupt as e:  # Ctrl-C during the last flush: what it did not write is lost
+            ok, interrupted = False, e
+            self.last_error = "interrupted (Ctrl-C)"
         if not ok:
             with self._write_lock, self._lock:  # the order _flush takes them in
                 lost = len(self._batch) + self._part_rows + len(self._held) + sum(n for _t, n in self._unwritten)
@@ -213,6 +225,8 @@ class ParquetSpanExporter(SpanExporter):
                 self._parts, self._part_rows = [], 0
                 self._held = []
                 self._unwritten = []
+        if interrupted is not None:
+            raise interrupted
 
     # ----------------------------------------------------------- internals
     def _start_timer(self) -> None:
@@ -260,13 +274,16 @@ class ParquetSpanExporter(SpanExporter):
             if n:
                 try:
                     tables = _joined([p.tables() for p in parts] + ([batch.tables()] if len(batch) else []))
-                except Exception as e:
-                    # a defect in building the tables: these spans are lost (and counted), the
-                    # flushes waiting before them and the spans after them are not
+                except BaseException as e:
+                    # a defect in building the tables (or Ctrl-C meanwhile): these spans are
+                    # lost (and counted), the flushes waiting before them and the spans after
+                    # them are not
                     with self._lock:
                         self.spans_lost += n
                     self.last_error = f"{type(e).__name__}: {e}"
                     log.error("otel-assay: %d spans could not be made into tables (%s); they are lost", n, self.last_error)
+                    if not isinstance(e, Exception):
+                        raise
                 else:
                     self._unwritten.append((tables, n))
                     self._bound_unwritten()

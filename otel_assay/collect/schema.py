@@ -631,9 +631,10 @@ class SpanBatch:
             # (a set, an object): without the rollback its attributes, appended before the
             # failure, became the next span's, and the exception lost the caller's whole batch.
             # Ctrl-C in a value's str() is rolled back too (the columns would no longer line
-            # up) and goes on: the span is not rejected, the caller keeps it
+            # up) and goes on: the span is not rejected, the caller keeps it. Any other
+            # BaseException a value raises (SystemExit in its __str__) is the span's fault
             self._truncate(n)
-            if not isinstance(e, Exception):
+            if isinstance(e, KeyboardInterrupt):
                 raise
             self.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
             return False

@@ -468,3 +468,117 @@ def test_ctrl_c_while_spans_are_converted_loses_none_of_them(tmp_path, monkeypat
     with Engine(tmp_path / "lake") as got, Engine(tmp_path / "clean") as want:
         query = "SELECT * EXCLUDE (span_row) FROM lake_spans ORDER BY ALL"
         assert same(got.query(query).to_pylist(), want.query(query).to_pylist())
+
+
+def spans_with_events(n: int) -> list[ReadableSpan]:
+    """Spans the compiled converter leaves to the Python path (each has an event)."""
+    keep = Keep()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(keep))
+    tracer = provider.get_tracer("t")
+    for i in range(n):
+        with tracer.start_as_current_span(f"s{i}") as s:
+            s.add_event("e", {"i": i})
+    return keep.spans
+
+
+def test_ctrl_c_between_two_spans_of_the_python_path_loses_none_of_them(tmp_path):
+    # Python handles a signal at a loop's jump back, among other places: Ctrl-C there, after
+    # each span in turn, must leave every span either stored or held, once
+    import dis
+    import sys
+
+    from otel_assay.collect.exporter import ParquetSpanExporter as Exporter
+
+    jumps = {i.offset for i in dis.get_instructions(Exporter._convert_held) if i.opname == "JUMP_BACKWARD"}
+    if not jumps:
+        pytest.skip("no JUMP_BACKWARD on this Python version")
+    spans = spans_with_events(6)
+    for k in range(1, len(spans) + 1):
+        seen = [0]
+
+        def tracer(frame, event, arg, k=k, seen=seen):
+            if frame.f_code is not Exporter._convert_held.__code__:
+                return None
+            frame.f_trace_opcodes = True
+
+            def local(f, ev, a):
+                if ev == "opcode" and f.f_lasti in jumps:
+                    seen[0] += 1
+                    if seen[0] == k:
+                        raise KeyboardInterrupt
+                return local
+            return local
+
+        exporter = ParquetSpanExporter(tmp_path / f"lake{k}", max_age_s=3600)
+        exporter.export(spans)
+        sys.settrace(tracer)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                exporter.force_flush()
+        finally:
+            sys.settrace(None)
+        exporter.shutdown()
+        assert (exporter.spans_written, exporter.spans_rejected, exporter.spans_lost) == (len(spans), 0, 0), k
+        with Engine(tmp_path / f"lake{k}") as eng:
+            names = eng.query("SELECT name FROM lake_spans")["name"].to_pylist()
+        assert sorted(names) == sorted(s.name for s in spans), k
+
+
+class ExitsWhenShown:
+    """A value whose str() raises a BaseException that is no Ctrl-C, every time."""
+
+    def __str__(self) -> str:
+        raise SystemExit(3)
+
+
+@pytest.mark.parametrize("mode", ["compiled", "python"])
+def test_a_value_raising_systemexit_rejects_its_span_only(tmp_path, monkeypatch, mode):
+    if mode == "python":
+        monkeypatch.setenv("OTEL_ASSAY_PURE_PYTHON", "1")
+    spans = generated_spans(random.Random(9), 300)
+    odd = spans[7]
+    odd._attributes._dict["odd.value"] = ExitsWhenShown()
+    exporter = ParquetSpanExporter(tmp_path / "lake", max_age_s=3600)
+    exporter.export(spans)  # nothing raised into the application, now or at the flush
+    exporter.shutdown()
+    assert (exporter.spans_written, exporter.spans_rejected, exporter.spans_lost) == (len(spans) - 1, 1, 0)
+
+
+def test_spans_left_to_the_python_path_keep_their_order(tmp_path, monkeypatch):
+    # two sends of one span (same ids, different starts) whose events tie on the lake's keys:
+    # the compiled converter sorts what it converts, not what it leaves, so both lakes store
+    # the events in the order given
+    from opentelemetry.sdk.trace import Event
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    resource = generated_spans(random.Random(1), 1)[0].resource
+    ctx = SpanContext(0xABC, 0x77, False, TraceFlags(1))
+    sends = [ReadableSpan(name="dup", context=ctx, start_time=start, end_time=start + 10, resource=resource,
+                          events=[Event(label, {}, timestamp=5000)])
+             for start, label in ((2000, "first-given"), (1000, "second-given"))]
+    for mode in ("compiled", "python"):
+        if mode == "python":
+            monkeypatch.setenv("OTEL_ASSAY_PURE_PYTHON", "1")
+        exporter = ParquetSpanExporter(tmp_path / mode, max_age_s=3600)
+        exporter.export(sends)
+        exporter.shutdown()
+        with Engine(tmp_path / mode) as eng:
+            # one file, read in its row order
+            names = eng.query("SELECT name FROM lake_span_events")["name"].to_pylist()
+        assert names == ["first-given", "second-given"], mode
+
+
+def test_ctrl_c_during_the_last_flush_counts_what_it_did_not_write(tmp_path, monkeypatch):
+    from otel_assay.collect.lake import Lake
+
+    def interrupted(self, tables, **kw):
+        raise KeyboardInterrupt
+
+    spans = generated_spans(random.Random(4), 20)
+    exporter = ParquetSpanExporter(tmp_path / "lake", max_age_s=3600)
+    exporter.export(spans)
+    monkeypatch.setattr(Lake, "write", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        exporter.shutdown()
+    assert (exporter.spans_written, exporter.spans_lost) == (0, len(spans))
