@@ -28,6 +28,7 @@ Spans (DESIGN §2):
 
 from __future__ import annotations
 
+import asyncio
 import time
 from contextvars import ContextVar
 from json.encoder import encode_basestring
@@ -622,6 +623,8 @@ class AssayCallbackHandler(_Base):
                 span = start_span(r.name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start)
                 if isinstance(error, GeneratorExit):  # the caller stopped reading the stream: not a failure
                     span.end()
+                elif isinstance(error, asyncio.CancelledError):
+                    fail(span, type_name="CancelledError", message="cancelled before this model call finished")
                 else:
                     fail(span, error)
 
@@ -718,6 +721,8 @@ class AssayCallbackHandler(_Base):
             _detach(r)
             if type(error).__name__ in _CONTROL_FLOW:  # interrupt() in the tool (a human asked): not a failure
                 r.span.end()
+            elif isinstance(error, asyncio.CancelledError):
+                fail(r.span, type_name="CancelledError", message="cancelled before this tool call finished")
             else:
                 fail(r.span, error)
 

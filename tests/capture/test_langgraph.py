@@ -247,7 +247,9 @@ def test_direct_calls_cut_off_are_recorded_failed_when_the_trial_ends(lake):
                          ("chat", "assay.trial cut-off-direct"), ("chat", "assay.trial cut-off-direct"),
                          ("chat scripted-1", "assay.trial cut-off-direct")]
     assert all((s["status_code"], s["error_type"]) == (2, "CancelledError") for s in tr[1:4])
-    assert "the trial ended" in tr[1]["status_message"]
+    # langchain-core before 1.8 sends no callback for a cancelled call (the trial's end records
+    # it: "the trial ended (...) before ..."); 1.8 sends an error callback ("cancelled before ...")
+    assert "before this tool call finished" in tr[1]["status_message"]
     assert (tr[4]["status_code"], tr[4]["input_tokens"]) == (0, 4)
     from ._helpers import query
     (row,) = query(lake, "SELECT n_tool, n_llm FROM trials WHERE scenario = 'cut-off-direct'")

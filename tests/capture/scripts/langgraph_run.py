@@ -425,8 +425,9 @@ with otel_assay.trial("command-tool", version="v1") as t:
     t.outcome(passed=app.invoke(q("urgent!"))["messages"][-1].content == "done")
 
 
-# 11. a tool and a model called on their own (no graph) and cut off by a timeout get no callback:
-#     the end of the trial records them, failed; a stream the caller stops reading is no failure
+# 11. a tool and a model called on their own (no graph) and cut off by a timeout: recorded failed
+#     (CancelledError), by their error callback (langchain-core >= 1.8) or else by the end of the
+#     trial; a stream the caller stops reading is no failure
 async def cut_off_direct():
     async with otel_assay.trial("cut-off-direct", version="v1") as t:
         for aw in (slow_lookup.ainvoke({"order_id": "D1"}), SlowChat(messages=iter([text("x")])).ainvoke("hi")):
