@@ -1461,12 +1461,12 @@ static int sdk_enum(PyObject *member, long long max, int8_t *out) {
     return 0;
 }
 
-/* after a failed call into Python code (stringify, prepare): -1 (raise) for Ctrl-C, which
- * the exporter answers by keeping the spans held; FALLBACK for anything else (SystemExit from
- * a value's __str__ included), which the Python path meets again and turns into the span's
- * rejection, with its reason */
+/* after a failed call into Python code (stringify, prepare): FALLBACK for an Exception, which
+ * the Python path meets again and turns into the span's rejection, with its reason; -1 (raise)
+ * for anything else: Ctrl-C (the exporter keeps the spans held) or an exit (the exporter
+ * converts them in Python, then raises it) */
 static int sdk_call_failed(void) {
-    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt))
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
         return -1;
     PyErr_Clear();
     return FALLBACK;

@@ -152,24 +152,21 @@ class ParquetSpanExporter(SpanExporter):
         held, self._held = self._held, []
         if not held:
             return
+        done = 0  # held[done:] is what a Ctrl-C (or an exit) keeps held
+        exit_: BaseException | None = None
         try:
-            # in the lake's order: the rows of a flush of one part are then written as they
-            # are, where the lake would otherwise reorder every column
-            converted = compiled.convert_sdk(held, self.limits, self._resource, lake_order=True)
-        except KeyboardInterrupt:
-            # Ctrl-C in Python code the converter calls (a value's str(), the resource's
-            # preparation): nothing of these spans is stored yet; they stay held, for the flush
-            # at exit, rather than vanish uncounted
-            self._held = held + self._held
-            raise
-        except BaseException as e:  # a defect there must not lose the spans: the Python path has them
-            log.warning("otel-assay: the compiled span converter failed (%s: %s); converting in Python",
-                        type(e).__name__, e)
-            converted = None
-        # Below, a Ctrl-C keeps held[done:] held. Python handles a signal only at a call or a
-        # loop's jump back, so each step is stored and counted with none in between
-        done = 0
-        try:
+            try:
+                # in the lake's order: the rows of a flush of one part are then written as they
+                # are, where the lake would otherwise reorder every column
+                converted = compiled.convert_sdk(held, self.limits, self._resource, lake_order=True)
+            except Exception as e:  # a defect there must not lose the spans: the Python path has them
+                log.warning("otel-assay: the compiled span converter failed (%s: %s); converting in Python",
+                            type(e).__name__, e)
+                converted = None
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # an exit (a signal handler's, or a value's): re-raised below
+                exit_, converted = e, None
             if converted is not None:
                 part, declined = converted
                 if part.n:
@@ -180,6 +177,7 @@ class ParquetSpanExporter(SpanExporter):
             add = batch.add_sdk_span
             try:
                 for span in held:
+                    r0 = batch.rejected
                     try:
                         res = span.resource
                         last = self._last_resource  # a process's spans share one resource
@@ -187,16 +185,19 @@ class ParquetSpanExporter(SpanExporter):
                     except KeyboardInterrupt:
                         raise  # add_sdk_span took this span's row back
                     except BaseException as e:
-                        # a span built by other code than the SDK (no context, a resource
-                        # without attributes): it is this span's fault, not the rest's, and
-                        # export() has long returned, so it is counted rather than raised
-                        batch.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
+                        # this span's fault (or an exit that landed in it): rejected, once
+                        if batch.rejected == r0:
+                            batch.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
+                        if not isinstance(e, Exception) and exit_ is None:
+                            exit_ = e
                     done += 1
             finally:
                 self.spans_rejected += batch.rejected - before
-        except KeyboardInterrupt:
+        except BaseException:
             self._held = held[done:] + self._held
             raise
+        if exit_ is not None:
+            raise exit_  # SystemExit from a signal handler (or a value): re-raised, the spans converted
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._flush()
@@ -263,28 +264,32 @@ class ParquetSpanExporter(SpanExporter):
 
     def _flush(self) -> bool:
         with self._write_lock:
-            with self._lock:
-                self._convert_held()
-                batch, parts = self._batch, self._parts
-                n = len(batch) + self._part_rows
+            n = 0  # set with the detach, in one step: an interrupt after it is counted below
+            try:
+                with self._lock:
+                    self._convert_held()
+                    batch, parts = self._batch, self._parts
+                    m = len(batch) + self._part_rows
+                    if m:
+                        self._batch = SpanBatch(self.limits)
+                        self._parts, self._part_rows, n = [], 0, m
+                    self._oldest = None  # nothing is held now (held spans that were all rejected included)
                 if n:
-                    self._batch = SpanBatch(self.limits)
-                    self._parts, self._part_rows = [], 0
-                self._oldest = None  # nothing is held now (held spans that were all rejected included)
-            if n:
-                try:
                     tables = _joined([p.tables() for p in parts] + ([batch.tables()] if len(batch) else []))
-                except BaseException as e:
-                    # a defect in building the tables (or Ctrl-C meanwhile): these spans are
-                    # lost (and counted), the flushes waiting before them and the spans after
-                    # them are not
-                    with self._lock:
-                        self.spans_lost += n
-                    self.last_error = f"{type(e).__name__}: {e}"
-                    log.error("otel-assay: %d spans could not be made into tables (%s); they are lost", n, self.last_error)
-                    if not isinstance(e, Exception):
-                        raise
-                else:
+            except BaseException as e:
+                if not n:
+                    raise
+                # a defect in building the tables (or Ctrl-C meanwhile): these spans are
+                # lost (and counted), the flushes waiting before them and the spans after
+                # them are not
+                with self._lock:
+                    self.spans_lost += n
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.error("otel-assay: %d spans could not be made into tables (%s); they are lost", n, self.last_error)
+                if not isinstance(e, Exception):
+                    raise
+            else:
+                if n:
                     self._unwritten.append((tables, n))
                     self._bound_unwritten()
             while self._unwritten:

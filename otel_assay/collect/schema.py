@@ -421,8 +421,10 @@ class SpanBatch:
         # rejected span in a partial-success response, and in the collector's counters for good
         if len(reason) > 300:
             reason = reason[:300] + "…"
+        # counted after the only call: a Ctrl-C at that call leaves the span uncounted (held)
+        count = self.reject_reasons.get(reason, 0) + 1
+        self.reject_reasons[reason] = count
         self.rejected += 1
-        self.reject_reasons[reason] = self.reject_reasons.get(reason, 0) + 1
 
     def _attrs_into(self, maps: _Maps, attributes: Iterable[tuple[str, Any]], promoted: dict | None,
                     unique: bool = False) -> int:
@@ -633,10 +635,17 @@ class SpanBatch:
             # Ctrl-C in a value's str() is rolled back too (the columns would no longer line
             # up) and goes on: the span is not rejected, the caller keeps it. Any other
             # BaseException a value raises (SystemExit in its __str__) is the span's fault
-            self._truncate(n)
+            while True:  # idempotent: a Ctrl-C landing in it (at its first line, in a loop) truncates again
+                try:
+                    self._truncate(n)
+                    break
+                except KeyboardInterrupt as again:
+                    e = again
             if isinstance(e, KeyboardInterrupt):
-                raise
+                raise e
             self.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
+            if not isinstance(e, Exception):
+                raise e  # SystemExit & co: the span is rejected, the exit is not swallowed
             return False
 
     def _append_sdk_span(self, span, resource: Resource, ctx, tid: int, sid: int, start: int, end: int) -> bool:
