@@ -177,7 +177,6 @@ class ParquetSpanExporter(SpanExporter):
             add = batch.add_sdk_span
             try:
                 for span in held:
-                    r0 = batch.rejected
                     try:
                         res = span.resource
                         last = self._last_resource  # a process's spans share one resource
@@ -185,9 +184,10 @@ class ParquetSpanExporter(SpanExporter):
                     except KeyboardInterrupt:
                         raise  # add_sdk_span took this span's row back
                     except BaseException as e:
-                        # this span's fault (or an exit that landed in it): rejected, once
-                        if batch.rejected == r0:
-                            batch.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
+                        # a span built by other code than the SDK (no context, a resource
+                        # without attributes), or an exit that landed in it: rejected here
+                        # (add_sdk_span rejects a span itself only for an Exception)
+                        batch.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
                         if not isinstance(e, Exception) and exit_ is None:
                             exit_ = e
                     done += 1

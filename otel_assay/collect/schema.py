@@ -632,20 +632,17 @@ class SpanBatch:
             # a span built by other code than the SDK can hold what the SDK never lets through
             # (a set, an object): without the rollback its attributes, appended before the
             # failure, became the next span's, and the exception lost the caller's whole batch.
-            # Ctrl-C in a value's str() is rolled back too (the columns would no longer line
-            # up) and goes on: the span is not rejected, the caller keeps it. Any other
-            # BaseException a value raises (SystemExit in its __str__) is the span's fault
+            # Anything but an Exception (Ctrl-C, an exit) is rolled back too, so the columns
+            # still line up, and raised: the caller decides what becomes of the span
             while True:  # idempotent: a Ctrl-C landing in it (at its first line, in a loop) truncates again
                 try:
                     self._truncate(n)
                     break
                 except KeyboardInterrupt as again:
                     e = again
-            if isinstance(e, KeyboardInterrupt):
+            if not isinstance(e, Exception):
                 raise e
             self.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
-            if not isinstance(e, Exception):
-                raise e  # SystemExit & co: the span is rejected, the exit is not swallowed
             return False
 
     def _append_sdk_span(self, span, resource: Resource, ctx, tid: int, sid: int, start: int, end: int) -> bool:
