@@ -29,6 +29,7 @@ Spans (DESIGN §2):
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from contextvars import ContextVar
 from json.encoder import encode_basestring
@@ -145,6 +146,13 @@ def _optional(obj: Any, name: str) -> Any:
     extra = getattr(obj, "__pydantic_extra__", None)
     return extra.get(name) if extra else None
 
+
+try:  # the loop of AssayCallbackHandler._messages_json in C (built at install when a compiler is there)
+    from ._historyc import history_json as _history_json
+except ImportError:
+    _history_json = None
+if os.environ.get("OTEL_ASSAY_PURE_PYTHON", "") in ("1", "true"):  # read once, at import
+    _history_json = None
 
 _CACHE_MAX = 4096  # cached message / tool-definition JSON strings (entries hold their objects alive)
 
@@ -330,7 +338,11 @@ class AssayCallbackHandler(_Base):
 
     def _messages_json(self, messages) -> str:
         # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ");
-        # _cached_json written out: most of the history was sent in the last call
+        # _cached_json written out: most of the history was sent in the last call. This loop
+        # over the whole history, run on every chat call, cost as much as the rest of a step's
+        # capture in Python; _historyc runs it in C, calling the same functions on a miss
+        if _history_json is not None:
+            return _history_json(messages, self._json_cache, _DECLARES, _optional, self._new_json, _message_text)
         cache, texts = self._json_cache, []
         for m in messages:
             content, calls = getattr(m, "content", None), _optional(m, "tool_calls")

@@ -1,11 +1,31 @@
 """The per-step cost cut in the LangChain adapter: chat input messages are serialised once
 per message object (cached) and joined, and the result is identical to serialising the
-whole history."""
+whole history. The history's loop runs in C (_historyc) when the extension is built; every
+test of it runs on both paths."""
+
+import sys
 
 import pytest
 
 
-def test_message_json_cache_matches_full_serialisation():
+@pytest.fixture(params=["c", "python"])
+def history_path(request, monkeypatch):
+    """_messages_json on the compiled loop and on the Python loop."""
+    pytest.importorskip("langchain_core")
+    from otel_assay.capture import langchain
+
+    if request.param == "python":
+        monkeypatch.setattr(langchain, "_history_json", None)
+    else:
+        try:
+            from otel_assay.capture._historyc import history_json
+        except ImportError:
+            pytest.skip("the _historyc extension is not built")
+        monkeypatch.setattr(langchain, "_history_json", history_json)
+    return request.param
+
+
+def test_message_json_cache_matches_full_serialisation(history_path):
     pytest.importorskip("langchain_core")
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
@@ -22,6 +42,11 @@ def test_message_json_cache_matches_full_serialisation():
     assert h._messages_json([]) == to_json([])
     msgs[3].content = "changed"                  # a message changed in place is re-serialised
     assert h._messages_json(msgs) == to_json([_message_json(m) for m in msgs])
+    msgs[1].tool_calls = [{"name": "other", "args": {}, "id": "c9", "type": "tool_call"}]  # so are its tool calls
+    assert h._messages_json(msgs) == to_json([_message_json(m) for m in msgs])
+    msgs[0].tool_calls = [{"name": "extra"}]     # an extra field (LangChain messages allow them)
+    assert h._messages_json(msgs) == to_json([_message_json(m) for m in msgs])
+    assert h._messages_json(iter(msgs)) == h._messages_json(msgs)  # any iterable, as the loop takes
 
 
 def test_optional_attribute_matches_getattr():
@@ -43,7 +68,7 @@ def test_optional_attribute_matches_getattr():
     assert _optional(extra, "tool_calls") == [{"name": "x"}]
 
 
-def test_output_message_from_the_cache_matches_full_serialisation():
+def test_output_message_from_the_cache_matches_full_serialisation(history_path):
     """A chat step's output message is built from the answer's cached JSON (which the next
     call's input reuses) with the finish reason put in: the same text as serialising the
     output message whole."""
@@ -102,7 +127,7 @@ def _messages():
     ]
 
 
-def test_message_text_matches_the_general_serialisation():
+def test_message_text_matches_the_general_serialisation(history_path):
     """_message_text writes the common message shapes out directly; for every shape, and
     for values only the general path can write, it gives to_json(_message_json(m))."""
     pytest.importorskip("langchain_core")
@@ -140,3 +165,90 @@ def test_to_json_is_json_dumps_with_sorted_keys():
         assert to_json(obj) == json.dumps(obj, default=_default, ensure_ascii=False, sort_keys=True), obj
     assert to_json(circular) == json.dumps(str(circular), ensure_ascii=False)
     assert to_json('{"kept": "as it is"}') == '{"kept": "as it is"}'
+
+
+class _Raises:
+    """A message-like object whose content read raises ``exc``."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    @property
+    def content(self):
+        raise self.exc
+
+
+class _NoContent:
+    type = "human"
+
+
+def test_compiled_history_join_is_the_python_loop():
+    """The compiled loop gives what the Python loop gives, leaves the cache as the Python
+    loop leaves it, and raises what it raises, for messages of every shape, repeated calls
+    (cache hits), objects that are not messages, and reads that fail."""
+    pytest.importorskip("langchain_core")
+    try:
+        from otel_assay.capture._historyc import history_json
+    except ImportError:
+        pytest.skip("the _historyc extension is not built")
+    from otel_assay.capture import langchain
+    from otel_assay.capture.langchain import AssayCallbackHandler
+
+    def both(msgs):
+        out = []
+        for loop in (history_json, None):
+            langchain._history_json = loop
+            h = AssayCallbackHandler()
+            try:
+                texts = [h._messages_json(msgs), h._messages_json(msgs), h._messages_json(msgs[:-1] + msgs[-1:])]
+                out.append((texts, sorted((k, v[3]) for k, v in h._json_cache.items())))
+            except BaseException as e:  # noqa: BLE001 - compared, not handled
+                out.append((type(e), str(e)))
+            finally:
+                langchain._history_json = history_json
+        return out
+
+    msgs = [m for m in _messages() if "loop" not in str(m)]
+    for n in (0, 1, 3, len(msgs)):
+        c, py = both(msgs[:n])
+        assert c == py
+    c, py = both(msgs + [1, None, "text", _NoContent()])  # not messages: read as getattr reads them
+    assert c == py
+    for exc in (RuntimeError("content broke"), KeyboardInterrupt(), AttributeError("gone")):
+        c, py = both(msgs[:2] + [_Raises(exc)])
+        assert c == py, exc
+    assert both(msgs[:2] + [_Raises(RuntimeError("x"))])[0] == (RuntimeError, "x")
+    assert both(msgs[:2] + [_Raises(AttributeError("gone"))])[0][0][0].endswith('"role": "user"}]')
+
+    # a maker that returns something other than text: join refuses it on both paths
+    def odd(h):
+        h._new_json = lambda m, content, calls, make: 7
+        return h
+    for loop in (history_json, None):
+        langchain._history_json = loop
+        with pytest.raises(TypeError, match="expected str instance, int found"):
+            odd(AssayCallbackHandler())._messages_json(msgs[:1])
+    langchain._history_json = history_json
+
+
+def test_compiled_history_join_keeps_no_reference():
+    """Every object the compiled loop reads (message, content, tool calls, cached text) has
+    the same reference count after a thousand calls as before: no leak, no early free."""
+    pytest.importorskip("langchain_core")
+    try:
+        from otel_assay.capture._historyc import history_json  # noqa: F401
+    except ImportError:
+        pytest.skip("the _historyc extension is not built")
+    from otel_assay.capture.langchain import AssayCallbackHandler
+
+    msgs = [m for m in _messages() if "loop" not in str(m)]
+    h = AssayCallbackHandler()
+    first = h._messages_json(msgs)
+    watched = [o for m in msgs for o in (m, m.content, getattr(m, "tool_calls", None))] + \
+        [v for entry in h._json_cache.values() for v in entry]
+    watched = [o for o in watched if sys.getrefcount(o) < 1000]  # not None or "": shared by everything
+    assert len(watched) > 40
+    before = [sys.getrefcount(o) for o in watched]
+    for _ in range(1000):
+        assert h._messages_json(msgs) == first
+    assert [sys.getrefcount(o) for o in watched] == before

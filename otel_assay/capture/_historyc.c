@@ -1,0 +1,174 @@
+/* The LangChain adapter's message-history join in C (see otel_assay.capture.langchain,
+ * AssayCallbackHandler._messages_json, whose Python loop this is, step for step).
+ *
+ * A chat call's input is the whole conversation so far, so the adapter keeps each message's
+ * JSON in a cache and joins the cached texts; what is left per call is a loop over the
+ * history that reads two attributes and looks one id up per message. In Python that loop
+ * cost about as much as the rest of a step's capture; here it is a few hundred machine
+ * instructions per message. Anything the loop cannot answer by itself (a message not in
+ * the cache, a message type not seen before) is handed back to the same Python functions
+ * the Python loop calls, so both give the same text and the same errors.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+static PyObject *S_content, *S_tool_calls, *S_extra, *S_get, *S_sep, *S_open, *S_close;
+
+/* getattr(o, name, None) (a new reference), or NULL with an error other than AttributeError */
+static PyObject *attr_or_none(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v)
+        return v;
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+        return NULL;
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
+/* whether a message type declares tool_calls, as read from `declares` in this call: a
+ * history holds a few types, and a lookup by a (type, name) tuple costs a tuple per message */
+#define TYPES_SEEN 8
+typedef struct {
+    PyTypeObject *type[TYPES_SEEN];
+    int declared[TYPES_SEEN];
+    int n;
+} Seen;
+
+/* langchain._optional(m, "tool_calls") (a new reference): `declares` is its cache,
+ * (type, name) -> whether the type declares the name; a type not in it goes to `optional`
+ * itself, which fills it */
+static PyObject *tool_calls_of(PyObject *m, PyObject *declares, PyObject *optional, Seen *seen) {
+    int yes = -1;
+    for (int i = 0; i < seen->n; i++)
+        if (seen->type[i] == Py_TYPE(m))
+            yes = seen->declared[i];
+    if (yes < 0) {
+        PyObject *key = PyTuple_Pack(2, (PyObject *)Py_TYPE(m), S_tool_calls);
+        if (!key)
+            return NULL;
+        PyObject *declared = PyDict_GetItemWithError(declares, key); /* borrowed */
+        Py_DECREF(key);
+        if (!declared) {
+            if (PyErr_Occurred())
+                return NULL;
+            return PyObject_CallFunctionObjArgs(optional, m, S_tool_calls, NULL);
+        }
+        yes = PyObject_IsTrue(declared);
+        if (yes < 0)
+            return NULL;
+        /* kept for this call only: the types stay alive, being the types of messages in it */
+        if (seen->n < TYPES_SEEN) {
+            seen->type[seen->n] = Py_TYPE(m);
+            seen->declared[seen->n++] = yes;
+        }
+    }
+    if (yes)
+        return attr_or_none(m, S_tool_calls);
+    PyObject *extra = attr_or_none(m, S_extra);
+    if (!extra)
+        return NULL;
+    int some = PyObject_IsTrue(extra);
+    PyObject *calls = NULL;
+    if (some > 0)
+        calls = PyObject_CallMethodOneArg(extra, S_get, S_tool_calls);
+    else if (some == 0)
+        calls = Py_NewRef(Py_None);
+    Py_DECREF(extra);
+    return calls;
+}
+
+/* the cached text of m (a new reference), or what new_json(m, content, calls, make) makes */
+static PyObject *text_of(PyObject *m, PyObject *cache, PyObject *declares, PyObject *optional, PyObject *new_json,
+                         PyObject *make, Seen *seen) {
+    PyObject *content = attr_or_none(m, S_content);
+    if (!content)
+        return NULL;
+    PyObject *text = NULL, *calls = tool_calls_of(m, declares, optional, seen), *id = NULL;
+    if (!calls)
+        goto done;
+    id = PyLong_FromVoidPtr(m);
+    if (!id)
+        goto done;
+    PyObject *hit = PyDict_GetItemWithError(cache, id); /* borrowed */
+    if (!hit && PyErr_Occurred())
+        goto done;
+    /* the cache holds (message, content, tool_calls, text) tuples made by new_json */
+    if (hit && PyTuple_CheckExact(hit) && PyTuple_GET_SIZE(hit) == 4 && PyTuple_GET_ITEM(hit, 0) == m &&
+        PyTuple_GET_ITEM(hit, 1) == content && PyTuple_GET_ITEM(hit, 2) == calls) {
+        text = Py_NewRef(PyTuple_GET_ITEM(hit, 3));
+    } else {
+        PyObject *args[4] = {m, content, calls, make};
+        text = PyObject_Vectorcall(new_json, args, 4, NULL);
+    }
+done:
+    Py_DECREF(content);
+    Py_XDECREF(calls);
+    Py_XDECREF(id);
+    return text;
+}
+
+PyDoc_STRVAR(history_json_doc,
+             "history_json(messages, cache, declares, optional, new_json, make) -> str\n\n"
+             "'[' + ', '.join(texts) + ']' where each message m's text is cache[id(m)][3] when that\n"
+             "entry was made from m with its current content and tool_calls (the same objects),\n"
+             "else new_json(m, content, tool_calls, make). tool_calls is read as optional(m,\n"
+             "'tool_calls') reads it, through its cache declares.");
+
+static PyObject *history_json(PyObject *self, PyObject *args) {
+    PyObject *messages, *cache, *declares, *optional, *new_json, *make;
+    if (!PyArg_ParseTuple(args, "OO!O!OOO:history_json", &messages, &PyDict_Type, &cache, &PyDict_Type, &declares,
+                          &optional, &new_json, &make))
+        return NULL;
+    PyObject *it = PyObject_GetIter(messages);
+    if (!it)
+        return NULL;
+    PyObject *texts = PyList_New(0), *m, *joined = NULL, *out = NULL;
+    Seen seen = {.n = 0};
+    if (!texts)
+        goto done;
+    while ((m = PyIter_Next(it))) {
+        PyObject *text = text_of(m, cache, declares, optional, new_json, make, &seen);
+        Py_DECREF(m);
+        if (!text)
+            goto done;
+        int rc = PyList_Append(texts, text);
+        Py_DECREF(text);
+        if (rc < 0)
+            goto done;
+    }
+    if (PyErr_Occurred())
+        goto done;
+    joined = PyUnicode_Join(S_sep, texts);
+    if (!joined)
+        goto done;
+    PyObject *opened = PyUnicode_Concat(S_open, joined);
+    if (opened) {
+        out = PyUnicode_Concat(opened, S_close);
+        Py_DECREF(opened);
+    }
+done:
+    Py_DECREF(it);
+    Py_XDECREF(texts);
+    Py_XDECREF(joined);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"history_json", history_json, METH_VARARGS, history_json_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_historyc",
+    "The LangChain adapter's message-history join (see otel_assay.capture.langchain).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__historyc(void) {
+    if (!(S_content = PyUnicode_InternFromString("content")) ||
+        !(S_tool_calls = PyUnicode_InternFromString("tool_calls")) ||
+        !(S_extra = PyUnicode_InternFromString("__pydantic_extra__")) || !(S_get = PyUnicode_InternFromString("get")) ||
+        !(S_sep = PyUnicode_InternFromString(", ")) || !(S_open = PyUnicode_InternFromString("[")) ||
+        !(S_close = PyUnicode_InternFromString("]")))
+        return NULL;
+    return PyModule_Create(&module);
+}
