@@ -39,13 +39,39 @@ def _default(o: Any) -> Any:
 _ENCODER = json.JSONEncoder(default=_default, ensure_ascii=False, sort_keys=True)
 
 
+def _c_encode(obj: Any) -> str:
+    """``_ENCODER.encode(obj)``: the C encoder that encode() builds for each call (with a
+    fresh dict for its circular-reference check), built here without encode()'s and
+    iterencode()'s Python layers, which cost as much again as encoding a small value."""
+    return "".join(_C_MAKE_ENCODER({}, _default, _ENCODE_STR, None, ": ", ", ", True, False,
+                                   True)(obj, 0))
+
+
+def _encoder() -> Any:
+    """_c_encode where it gives what encode() gives on a sample of every kind of value
+    (the C encoder's signature is not public), else encode() itself."""
+    sample = {"b": [1, 2.5, None, True, float("nan"), -0.0, 10**30, (1,)], "a": 'é\n"\u2028', "c": {3}, "d": b"x",
+              "e": {"z": {}, "y": []}}
+    try:
+        if _C_MAKE_ENCODER is not None and _c_encode(sample) == _ENCODER.encode(sample) and _c_encode("s") == '"s"':
+            return _c_encode
+    except Exception:  # noqa: BLE001 - any failure means: not this encoder
+        pass
+    return _ENCODER.encode
+
+
+_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_ENCODE_STR = json.encoder.encode_basestring  # what encode() uses with ensure_ascii=False
+_encode = _encoder()
+
+
 def to_json(obj: Any) -> str:
     """Canonical-ish JSON (sorted keys) for tool arguments, results and message lists.
     A string that already holds JSON is kept as it is."""
     if isinstance(obj, str):
         return obj
     try:
-        return _ENCODER.encode(obj)
+        return _encode(obj)
     except (TypeError, ValueError):
         return json.dumps(str(obj), ensure_ascii=False)
 
@@ -53,7 +79,7 @@ def to_json(obj: Any) -> str:
 def to_json_value(obj: Any) -> str:
     """``obj`` as a JSON value, as to_json writes it inside a larger value (a string is
     quoted); raises TypeError or ValueError where to_json would fall back."""
-    return _ENCODER.encode(obj)
+    return _encode(obj)
 
 
 def args_json(obj: Any) -> str:

@@ -252,3 +252,30 @@ def test_compiled_history_join_keeps_no_reference():
     for _ in range(1000):
         assert h._messages_json(msgs) == first
     assert [sys.getrefcount(o) for o in watched] == before
+
+
+def test_to_json_takes_the_c_encoder_only_where_it_is_encode(monkeypatch):
+    """to_json calls the C encoder that JSONEncoder.encode builds, without encode()'s Python
+    layers, and only where that gives what encode() gives: an encoder of another signature
+    or behaviour (another Python) leaves encode() in place."""
+    import json
+
+    from otel_assay.capture import _spans
+
+    assert _spans._encode is _spans._c_encode  # CPython 3.11+: the C encoder is there
+    circular: list = []
+    circular.append(circular)
+    for obj in ({"b": [1, 2.5], "a": {"y": float("-inf")}}, "text ✓", 3, None, [_Dumps(), {1}, b"\xff", (1,)]):
+        assert _spans._c_encode(obj) == _spans._ENCODER.encode(obj)
+    for obj in (circular, {"k": float("nan"), 1: object()}, {(1, 2): 3}):
+        with pytest.raises((TypeError, ValueError)) as c:
+            _spans._c_encode(obj)
+        with pytest.raises(type(c.value), match=str(c.value)[:20].replace("(", r"\(")):
+            _spans._ENCODER.encode(obj)
+    assert _spans.to_json(circular) == json.dumps(str(circular), ensure_ascii=False)
+    monkeypatch.setattr(_spans, "_C_MAKE_ENCODER", lambda *a: (lambda obj, level: ["changed"]))
+    assert _spans._encoder() == _spans._ENCODER.encode
+    monkeypatch.setattr(_spans, "_C_MAKE_ENCODER", lambda *a: 1 / 0)
+    assert _spans._encoder() == _spans._ENCODER.encode
+    monkeypatch.setattr(_spans, "_C_MAKE_ENCODER", None)
+    assert _spans._encoder() == _spans._ENCODER.encode
