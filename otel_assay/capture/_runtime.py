@@ -49,6 +49,12 @@ def disabled() -> bool:
     return os.environ.get("OTEL_ASSAY_DISABLED", "").strip().lower() in _TRUE
 
 
+def pure_python() -> bool:
+    """``OTEL_ASSAY_PURE_PYTHON=1``: capture's compiled helpers (``_capturec``) stay unused.
+    Read when capture's modules are imported."""
+    return os.environ.get("OTEL_ASSAY_PURE_PYTHON", "") in ("1", "true")
+
+
 def capture_content() -> bool:
     """Message content (prompts, tool arguments/results, outputs) is on unless
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=NO_CONTENT`` (or false/0)."""

@@ -15,6 +15,13 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from .. import semconv
 from . import _runtime
 
+try:  # capture's compiled helpers (built at install when a compiler is there)
+    from ._capturec import clean_plain as _clean_plain
+except ImportError:
+    _clean_plain = None
+if _runtime.pure_python():
+    _clean_plain = None
+
 INTERNAL = SpanKind.INTERNAL
 CLIENT = SpanKind.CLIENT
 
@@ -116,7 +123,11 @@ def error_type(exc: BaseException | type) -> str:
 
 def clean(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """Drop None values and coerce types the SDK would reject."""
-    out: dict[str, Any] = {}
+    if _clean_plain is not None:  # in C for the values nearly every span has (the same result)
+        out = _clean_plain(attrs)
+        if out is not None:
+            return out
+    out = {}
     for k, v in attrs.items():
         if v is None:
             continue
@@ -140,8 +151,10 @@ def start_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL
         ctx = parent
     else:
         ctx = trace.set_span_in_context(parent)
+    cleaned = _clean_plain(attrs) if _clean_plain is not None else None  # clean(), without its call
     return _runtime.tracer(tracer_name).start_span(
-        name, context=ctx, kind=kind, attributes=clean(attrs), start_time=start_time, links=links)
+        name, context=ctx, kind=kind, attributes=clean(attrs) if cleaned is None else cleaned,
+        start_time=start_time, links=links)
 
 
 def chat_attributes(framework: str, model: Any, provider: Any, tool_defs=None, messages=None) -> dict[str, Any]:

@@ -29,7 +29,6 @@ Spans (DESIGN §2):
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from contextvars import ContextVar
 from json.encoder import encode_basestring
@@ -148,10 +147,10 @@ def _optional(obj: Any, name: str) -> Any:
 
 
 try:  # the loop of AssayCallbackHandler._messages_json in C (built at install when a compiler is there)
-    from ._historyc import history_json as _history_json
+    from ._capturec import history_json as _history_json
 except ImportError:
     _history_json = None
-if os.environ.get("OTEL_ASSAY_PURE_PYTHON", "") in ("1", "true"):  # read once, at import
+if _runtime.pure_python():
     _history_json = None
 
 _CACHE_MAX = 4096  # cached message / tool-definition JSON strings (entries hold their objects alive)
@@ -340,7 +339,7 @@ class AssayCallbackHandler(_Base):
         # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ");
         # _cached_json written out: most of the history was sent in the last call. This loop
         # over the whole history, run on every chat call, cost as much as the rest of a step's
-        # capture in Python; _historyc runs it in C, calling the same functions on a miss
+        # capture in Python; _capturec runs it in C, calling the same functions on a miss
         if _history_json is not None:
             return _history_json(messages, self._json_cache, _DECLARES, _optional, self._new_json, _message_text)
         cache, texts = self._json_cache, []

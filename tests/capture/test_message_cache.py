@@ -1,6 +1,6 @@
 """The per-step cost cut in the LangChain adapter: chat input messages are serialised once
 per message object (cached) and joined, and the result is identical to serialising the
-whole history. The history's loop runs in C (_historyc) when the extension is built; every
+whole history. The history's loop runs in C (_capturec) when the extension is built; every
 test of it runs on both paths."""
 
 import sys
@@ -18,9 +18,9 @@ def history_path(request, monkeypatch):
         monkeypatch.setattr(langchain, "_history_json", None)
     else:
         try:
-            from otel_assay.capture._historyc import history_json
+            from otel_assay.capture._capturec import history_json
         except ImportError:
-            pytest.skip("the _historyc extension is not built")
+            pytest.skip("the _capturec extension is not built")
         monkeypatch.setattr(langchain, "_history_json", history_json)
     return request.param
 
@@ -188,9 +188,9 @@ def test_compiled_history_join_is_the_python_loop():
     (cache hits), objects that are not messages, and reads that fail."""
     pytest.importorskip("langchain_core")
     try:
-        from otel_assay.capture._historyc import history_json
+        from otel_assay.capture._capturec import history_json
     except ImportError:
-        pytest.skip("the _historyc extension is not built")
+        pytest.skip("the _capturec extension is not built")
     from otel_assay.capture import langchain
     from otel_assay.capture.langchain import AssayCallbackHandler
 
@@ -236,9 +236,9 @@ def test_compiled_history_join_keeps_no_reference():
     the same reference count after a thousand calls as before: no leak, no early free."""
     pytest.importorskip("langchain_core")
     try:
-        from otel_assay.capture._historyc import history_json  # noqa: F401
+        from otel_assay.capture._capturec import history_json  # noqa: F401
     except ImportError:
-        pytest.skip("the _historyc extension is not built")
+        pytest.skip("the _capturec extension is not built")
     from otel_assay.capture.langchain import AssayCallbackHandler
 
     msgs = [m for m in _messages() if "loop" not in str(m)]

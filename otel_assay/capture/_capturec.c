@@ -1,5 +1,9 @@
-/* The LangChain adapter's message-history join in C (see otel_assay.capture.langchain,
- * AssayCallbackHandler._messages_json, whose Python loop this is, step for step).
+/* Capture's two hot loops in C, each a Python function written out step for step, with the
+ * Python function kept as the path where this is not built:
+ * - clean_plain: _spans.clean, which every adapter's span attributes go through, for the
+ *   attributes every span has (None, str, int, bool, float, lists of str);
+ * - history_json: the LangChain adapter's message-history join
+ *   (langchain.AssayCallbackHandler._messages_json).
  *
  * A chat call's input is the whole conversation so far, so the adapter keeps each message's
  * JSON in a cache and joins the cached texts; what is left per call is a loop over the
@@ -11,6 +15,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 
 static PyObject *S_content, *S_tool_calls, *S_extra, *S_get, *S_sep, *S_open, *S_close;
 
@@ -153,17 +158,61 @@ done:
     return out;
 }
 
+PyDoc_STRVAR(clean_plain_doc,
+             "clean_plain(attrs) -> dict | None\n\n"
+             "_spans.clean(attrs) when attrs is a dict whose values are all None, str, int, bool, float\n"
+             "or lists or tuples of str (those exact types): None values dropped, a float that is not\n"
+             "finite as its repr, a tuple as a list. None for any other attrs: the caller cleans them.");
+
+static PyObject *clean_plain(PyObject *self, PyObject *attrs) {
+    if (!PyDict_CheckExact(attrs))
+        Py_RETURN_NONE;
+    PyObject *out = PyDict_New(), *k, *v;
+    Py_ssize_t pos = 0;
+    if (!out)
+        return NULL;
+    while (PyDict_Next(attrs, &pos, &k, &v)) {
+        PyObject *keep = NULL;
+        if (v == Py_None)
+            continue;
+        if (PyUnicode_CheckExact(v) || PyLong_CheckExact(v) || PyBool_Check(v)) {
+            keep = Py_NewRef(v);
+        } else if (PyFloat_CheckExact(v)) {
+            keep = isfinite(PyFloat_AS_DOUBLE(v)) ? Py_NewRef(v) : PyObject_Repr(v);
+        } else if (PyList_CheckExact(v) || PyTuple_CheckExact(v)) {
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (!PyUnicode_CheckExact(PySequence_Fast_GET_ITEM(v, i)))
+                    goto other;
+            keep = PySequence_List(v);
+        } else {
+            goto other;
+        }
+        if (!keep || PyDict_SetItem(out, k, keep) < 0) {
+            Py_XDECREF(keep);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(keep);
+    }
+    return out;
+other:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"clean_plain", clean_plain, METH_O, clean_plain_doc},
     {"history_json", history_json, METH_VARARGS, history_json_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_historyc",
-    "The LangChain adapter's message-history join (see otel_assay.capture.langchain).", -1, methods,
+    PyModuleDef_HEAD_INIT, "_capturec",
+    "Capture's compiled helpers: attribute cleaning and the LangChain adapter's history join.", -1, methods,
 };
 
-PyMODINIT_FUNC PyInit__historyc(void) {
+PyMODINIT_FUNC PyInit__capturec(void) {
     if (!(S_content = PyUnicode_InternFromString("content")) ||
         !(S_tool_calls = PyUnicode_InternFromString("tool_calls")) ||
         !(S_extra = PyUnicode_InternFromString("__pydantic_extra__")) || !(S_get = PyUnicode_InternFromString("get")) ||
