@@ -187,8 +187,10 @@ class AssayAttributesProcessor(SpanProcessor):
         return True
 
 
-class DirectExportProcessor(SpanProcessor):
-    """Hands each sampled, finished span to the exporter on the calling thread.
+class DirectExportProcessor(AssayAttributesProcessor):
+    """Hands each sampled, finished span to the exporter on the calling thread, and does
+    what AssayAttributesProcessor does: one processor instead of two, so the SDK makes one
+    Python call per span start and end, not two (a tenth of capture's own cost per span).
 
     For ``ParquetSpanExporter`` ``export`` only holds the span in memory (it converts held
     spans to rows in batches; files are written by the exporter's flush thread or when
@@ -197,13 +199,12 @@ class DirectExportProcessor(SpanProcessor):
     """
 
     def __init__(self, exporter) -> None:
+        super().__init__()
         self.exporter = exporter
         self._done = False
 
-    def on_start(self, span, parent_context=None) -> None:
-        pass
-
     def on_end(self, span: ReadableSpan) -> None:
+        next(self._ended)
         # SpanContext is a tuple (trace_id, span_id, is_remote, trace_flags, ...): indexed, not
         # read through properties, a Python call each on every span
         if self._done or not span.context[3] & _SAMPLED:
@@ -352,8 +353,11 @@ def _install(lake: str | os.PathLike | None = None) -> Pipeline | None:
             # (OTEL_ASSAY_EXPORTER=otlp), it is still added
             kind = "parquet"
         exporter, export_processor, target = _make_export(kind, lake)
-        attrs_processor = AssayAttributesProcessor()
-        provider.add_span_processor(attrs_processor)
+        if isinstance(export_processor, AssayAttributesProcessor):  # Parquet: one processor does both
+            attrs_processor = export_processor
+        else:
+            attrs_processor = AssayAttributesProcessor()
+            provider.add_span_processor(attrs_processor)
         provider.add_span_processor(export_processor)
         _PIPELINE = Pipeline(provider, owned, exporter, export_processor, attrs_processor, kind, target)
         if not _ATEXIT_REGISTERED:
