@@ -591,11 +591,12 @@ class AssayCallbackHandler(_Base):
         except (IndexError, AttributeError, TypeError):
             pass
         msg = getattr(gen, "message", None)
-        usage = _mapping(getattr(msg, "usage_metadata", None))
-        llm_out = _mapping(getattr(response, "llm_output", None))
-        tu = _mapping(llm_out.get("token_usage") or llm_out.get("usage"))
-        rmeta = _mapping(getattr(msg, "response_metadata", None))
-        ginfo = _mapping(getattr(gen, "generation_info", None))
+        # _mapping(x), called only for what is not already a dict (nearly always is)
+        usage = x if type(x := getattr(msg, "usage_metadata", None)) is dict else _mapping(x)
+        llm_out = x if type(x := getattr(response, "llm_output", None)) is dict else _mapping(x)
+        tu = x if type(x := llm_out.get("token_usage") or llm_out.get("usage")) is dict else _mapping(x)
+        rmeta = x if type(x := getattr(msg, "response_metadata", None)) is dict else _mapping(x)
+        ginfo = x if type(x := getattr(gen, "generation_info", None)) is dict else _mapping(x)
         in_tok = usage.get("input_tokens", tu.get("prompt_tokens", tu.get("input_tokens")))
         out_tok = usage.get("output_tokens", tu.get("completion_tokens", tu.get("output_tokens")))
         resp_model = rmeta.get("model_name") or rmeta.get("model") or llm_out.get("model_name")
