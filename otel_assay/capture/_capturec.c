@@ -31,19 +31,32 @@ static PyObject *attr_or_none(PyObject *o, PyObject *name) {
 }
 
 /* whether a message type declares tool_calls, as read from `declares` in this call: a
- * history holds a few types, and a lookup by a (type, name) tuple costs a tuple per message */
+ * history holds a few types, and a lookup by a (type, name) tuple costs a tuple per message.
+ * `declares` (langchain._DECLARES) only ever gains entries, each True or False, written once
+ * by _optional; what was read is forgotten when its size changes all the same (code that
+ * edits it meanwhile). The types are held here, so that a freed type's address, taken by
+ * another type, cannot be mistaken for it */
 #define TYPES_SEEN 8
 typedef struct {
     PyTypeObject *type[TYPES_SEEN];
     int declared[TYPES_SEEN];
     int n;
+    Py_ssize_t size; /* len(declares) when read: another size, and what was read may be stale */
 } Seen;
+
+static void forget(Seen *seen) {
+    for (int i = 0; i < seen->n; i++)
+        Py_DECREF(seen->type[i]);
+    seen->n = 0;
+}
 
 /* langchain._optional(m, "tool_calls") (a new reference): `declares` is its cache,
  * (type, name) -> whether the type declares the name; a type not in it goes to `optional`
  * itself, which fills it */
 static PyObject *tool_calls_of(PyObject *m, PyObject *declares, PyObject *optional, Seen *seen) {
     int yes = -1;
+    if (PyDict_GET_SIZE(declares) != seen->size)
+        forget(seen);
     for (int i = 0; i < seen->n; i++)
         if (seen->type[i] == Py_TYPE(m))
             yes = seen->declared[i];
@@ -58,13 +71,15 @@ static PyObject *tool_calls_of(PyObject *m, PyObject *declares, PyObject *option
                 return NULL;
             return PyObject_CallFunctionObjArgs(optional, m, S_tool_calls, NULL);
         }
+        if (declared == Py_None) /* as _optional reads it: not asked yet */
+            return PyObject_CallFunctionObjArgs(optional, m, S_tool_calls, NULL);
         yes = PyObject_IsTrue(declared);
         if (yes < 0)
             return NULL;
-        /* kept for this call only: the types stay alive, being the types of messages in it */
         if (seen->n < TYPES_SEEN) {
-            seen->type[seen->n] = Py_TYPE(m);
+            seen->type[seen->n] = (PyTypeObject *)Py_NewRef(Py_TYPE(m));
             seen->declared[seen->n++] = yes;
+            seen->size = PyDict_GET_SIZE(declares);
         }
     }
     if (yes)
@@ -97,11 +112,30 @@ static PyObject *text_of(PyObject *m, PyObject *cache, PyObject *declares, PyObj
     PyObject *hit = PyDict_GetItemWithError(cache, id); /* borrowed */
     if (!hit && PyErr_Occurred())
         goto done;
-    /* the cache holds (message, content, tool_calls, text) tuples made by new_json */
-    if (hit && PyTuple_CheckExact(hit) && PyTuple_GET_SIZE(hit) == 4 && PyTuple_GET_ITEM(hit, 0) == m &&
-        PyTuple_GET_ITEM(hit, 1) == content && PyTuple_GET_ITEM(hit, 2) == calls) {
-        text = Py_NewRef(PyTuple_GET_ITEM(hit, 3));
-    } else {
+    if (hit && PyTuple_CheckExact(hit) && PyTuple_GET_SIZE(hit) == 4) {
+        /* what new_json stores: (message, content, tool_calls, text) */
+        if (PyTuple_GET_ITEM(hit, 0) == m && PyTuple_GET_ITEM(hit, 1) == content && PyTuple_GET_ITEM(hit, 2) == calls)
+            text = Py_NewRef(PyTuple_GET_ITEM(hit, 3));
+    } else if (hit && hit != Py_None) {
+        /* anything else, read as the Python loop reads it: hit[0] is m and hit[1] is ... */
+        Py_INCREF(hit); /* indexing runs Python code, which may drop the entry */
+        int same = 1;
+        for (int i = 0; same == 1 && i <= 3; i++) {
+            PyObject *index = PyLong_FromLong(i), *item = index ? PyObject_GetItem(hit, index) : NULL;
+            Py_XDECREF(index);
+            if (!item)
+                same = -1;
+            else if (i < 3)
+                same = item == (i == 0 ? m : i == 1 ? content : calls);
+            else
+                text = Py_NewRef(item);
+            Py_XDECREF(item);
+        }
+        Py_DECREF(hit);
+        if (same < 0)
+            goto done;
+    }
+    if (!text) {
         PyObject *args[4] = {m, content, calls, make};
         text = PyObject_Vectorcall(new_json, args, 4, NULL);
     }
@@ -117,18 +151,20 @@ PyDoc_STRVAR(history_json_doc,
              "'[' + ', '.join(texts) + ']' where each message m's text is cache[id(m)][3] when that\n"
              "entry was made from m with its current content and tool_calls (the same objects),\n"
              "else new_json(m, content, tool_calls, make). tool_calls is read as optional(m,\n"
-             "'tool_calls') reads it, through its cache declares.");
+             "'tool_calls') reads it, through its cache declares. NotImplemented when cache or\n"
+             "declares is not a dict (a subclass): the caller runs its own loop.");
 
 static PyObject *history_json(PyObject *self, PyObject *args) {
     PyObject *messages, *cache, *declares, *optional, *new_json, *make;
-    if (!PyArg_ParseTuple(args, "OO!O!OOO:history_json", &messages, &PyDict_Type, &cache, &PyDict_Type, &declares,
-                          &optional, &new_json, &make))
+    if (!PyArg_ParseTuple(args, "OOOOOO:history_json", &messages, &cache, &declares, &optional, &new_json, &make))
         return NULL;
+    if (!PyDict_CheckExact(cache) || !PyDict_CheckExact(declares)) /* their methods may be overridden */
+        Py_RETURN_NOTIMPLEMENTED;
     PyObject *it = PyObject_GetIter(messages);
     if (!it)
         return NULL;
     PyObject *texts = PyList_New(0), *m, *joined = NULL, *out = NULL;
-    Seen seen = {.n = 0};
+    Seen seen = {.n = 0, .size = -1};
     if (!texts)
         goto done;
     while ((m = PyIter_Next(it))) {
@@ -152,6 +188,7 @@ static PyObject *history_json(PyObject *self, PyObject *args) {
         Py_DECREF(opened);
     }
 done:
+    forget(&seen);
     Py_DECREF(it);
     Py_XDECREF(texts);
     Py_XDECREF(joined);
@@ -160,9 +197,10 @@ done:
 
 PyDoc_STRVAR(clean_plain_doc,
              "clean_plain(attrs) -> dict | None\n\n"
-             "_spans.clean(attrs) when attrs is a dict whose values are all None, str, int, bool, float\n"
-             "or lists or tuples of str (those exact types): None values dropped, a float that is not\n"
-             "finite as its repr, a tuple as a list. None for any other attrs: the caller cleans them.");
+             "_spans.clean(attrs) when attrs is a dict with str keys whose values are all None, str,\n"
+             "int, bool, float or lists or tuples of str (those exact types): None values dropped, a\n"
+             "float that is not finite as its repr, a tuple as a list. None for any other attrs: the\n"
+             "caller cleans them.");
 
 static PyObject *clean_plain(PyObject *self, PyObject *attrs) {
     if (!PyDict_CheckExact(attrs))
@@ -173,6 +211,8 @@ static PyObject *clean_plain(PyObject *self, PyObject *attrs) {
         return NULL;
     while (PyDict_Next(attrs, &pos, &k, &v)) {
         PyObject *keep = NULL;
+        if (!PyUnicode_CheckExact(k)) /* its hash or == could run Python code that changes attrs */
+            goto other;
         if (v == Py_None)
             continue;
         if (PyUnicode_CheckExact(v) || PyLong_CheckExact(v) || PyBool_Check(v)) {

@@ -341,7 +341,9 @@ class AssayCallbackHandler(_Base):
         # over the whole history, run on every chat call, cost as much as the rest of a step's
         # capture in Python; _capturec runs it in C, calling the same functions on a miss
         if _history_json is not None:
-            return _history_json(messages, self._json_cache, _DECLARES, _optional, self._new_json, _message_text)
+            out = _history_json(messages, self._json_cache, _DECLARES, _optional, self._new_json, _message_text)
+            if out is not NotImplemented:
+                return out
         cache, texts = self._json_cache, []
         for m in messages:
             content, calls = getattr(m, "content", None), _optional(m, "tool_calls")

@@ -279,3 +279,117 @@ def test_to_json_takes_the_c_encoder_only_where_it_is_encode(monkeypatch):
     assert _spans._encoder() == _spans._ENCODER.encode
     monkeypatch.setattr(_spans, "_C_MAKE_ENCODER", None)
     assert _spans._encoder() == _spans._ENCODER.encode
+
+
+def test_compiled_history_join_reads_odd_caches_as_the_python_loop_does():
+    """Entries and caches no handler of ours makes (a subclass may), and a _DECLARES edited
+    while the history is read: the compiled loop still does what the Python loop does."""
+    pytest.importorskip("langchain_core")
+    try:
+        from otel_assay.capture._capturec import history_json
+    except ImportError:
+        pytest.skip("the _capturec extension is not built")
+    import collections
+
+    from langchain_core.messages import HumanMessage
+
+    from otel_assay.capture import langchain
+    from otel_assay.capture.langchain import AssayCallbackHandler
+
+    class Tuple(tuple):
+        pass
+
+    class Cache(dict):
+        def get(self, k, d=None):
+            return ("not", "a", "hit", "x")
+
+    class Msg(HumanMessage):
+        @property
+        def content_probe(self):
+            return self.content
+
+    def run(loop, build):
+        saved_declares = dict(langchain._DECLARES)
+        langchain._history_json = loop
+        try:
+            h, msgs = build()
+            try:
+                out = h._messages_json(msgs)
+            except BaseException as e:  # noqa: BLE001 - compared, not handled
+                out = (type(e).__name__, str(e))
+            index = {id(m): i for i, m in enumerate(msgs)}
+            cache = sorted((index[k], v[1:] if isinstance(v, tuple) else v) for k, v in h._json_cache.items()
+                           if k in index) if isinstance(h._json_cache, dict) else None
+            return out, repr(cache)
+        finally:
+            langchain._history_json = history_json
+            langchain._DECLARES.clear()
+            langchain._DECLARES.update(saved_declares)
+
+    def entry(make):
+        def build():
+            h, m = AssayCallbackHandler(), HumanMessage("hi")
+            h._json_cache[id(m)] = make(m)
+            return h, [m]
+        return build
+
+    def cache(kind):
+        def build():
+            h = AssayCallbackHandler()
+            h._json_cache = kind()
+            return h, [HumanMessage("hi")]
+        return build
+
+    def declared_none():
+        langchain._DECLARES[(HumanMessage, "tool_calls")] = None  # read as "not asked yet"
+        m = HumanMessage("hi", tool_calls=[{"name": "n", "id": "i", "args": {}}])
+        return AssayCallbackHandler(), [m]
+
+    def declares_edited():
+        class Shifty(HumanMessage):
+            pass
+
+        class Editor(HumanMessage):
+            @property
+            def content(self):  # noqa: F811 - shadows the field on purpose
+                Shifty.tool_calls = [{"name": "attr", "id": "a", "args": {}}]
+                langchain._DECLARES.pop((Shifty, "tool_calls"), None)
+                return self.__dict__["content"]
+
+        first = Shifty("one", tool_calls=[{"name": "extra", "id": "e", "args": {}}])
+        return AssayCallbackHandler(), [first, Editor("edit"), Shifty("two")]
+
+    builds = {"list": entry(lambda m: [m, m.content, None, '"CACHED"']),
+              "5-tuple": entry(lambda m: (m, m.content, None, '"CACHED"', 0)),
+              "3-tuple": entry(lambda m: (m, m.content, None)),
+              "tuple subclass": entry(lambda m: Tuple((m, m.content, None, '"CACHED"'))),
+              "None": entry(lambda m: None),
+              "dict subclass": cache(Cache), "UserDict": cache(collections.UserDict),
+              "declared None": declared_none, "declares edited": declares_edited}
+    for name, build in builds.items():
+        assert run(history_json, build) == run(None, build), name
+    assert run(history_json, builds["5-tuple"])[0] == '["CACHED"]'
+    assert run(history_json, builds["3-tuple"])[0] == ("IndexError", "tuple index out of range")
+
+
+def test_compiled_clean_lets_python_read_keys_that_are_not_plain_str():
+    """A key of a str subclass may run code of its own while it is hashed; clean() then
+    reads the dict in Python, which notices the dict changing as it is read."""
+    from otel_assay.capture import _spans
+
+    if _spans._clean_plain is None:
+        pytest.skip("the _capturec extension is not built")
+
+    armed = []
+
+    class Key(str):
+        def __hash__(self):
+            if armed:
+                attrs.pop("b", None)
+            return str.__hash__(self)
+
+    attrs = {Key("k"): "v", "b": "y", "c": "z"}
+    armed.append(True)
+    assert _spans._clean_plain(attrs) is None
+    with pytest.raises(RuntimeError, match="changed size during iteration"):
+        _spans.clean(attrs)
