@@ -55,11 +55,32 @@ def pure_python() -> bool:
     return os.environ.get("OTEL_ASSAY_PURE_PYTHON", "") in ("1", "true")
 
 
+_CONTENT_VAR = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+# os.environ keeps its values in a dict of its own (encoded), in which every change through
+# os.environ replaces the value: a value object seen before means the same setting. Reading
+# os.environ.get takes four Python calls, on every model and tool call. (Checked against the
+# os.environ of the time: code may replace os.environ itself.)
+_ENV = os.environ
+_ENV_DATA = getattr(_ENV, "_data", None)
+_ENV_KEY = _ENV.encodekey(_CONTENT_VAR) if isinstance(_ENV_DATA, dict) else None
+_content_seen: tuple[Any, bool] = (object(), True)  # (value object in _ENV_DATA, what it means)
+
+
 def capture_content() -> bool:
     """Message content (prompts, tool arguments/results, outputs) is on unless
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=NO_CONTENT`` (or false/0)."""
-    v = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "").strip().lower()
-    return v not in {"no_content", "false", "0", "no", "off"}
+    global _content_seen
+    known = _ENV_KEY is not None and os.environ is _ENV
+    if known:
+        raw = _ENV_DATA.get(_ENV_KEY)
+        seen = _content_seen
+        if raw is seen[0]:
+            return seen[1]
+    v = os.environ.get(_CONTENT_VAR, "").strip().lower()
+    on = v not in {"no_content", "false", "0", "no", "off"}
+    if known:
+        _content_seen = (raw, on)
+    return on
 
 
 # ---------------------------------------------------------------- run id / trial registry

@@ -655,8 +655,8 @@ class AssayCallbackHandler(_Base):
         content = _runtime.capture_content()  # for the result too, as for a model call (_llm_start)
         if content:
             attrs[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = args_json(inputs if inputs is not None else input_str)
-        span = start_span(f"execute_tool {name}", attrs, parent=self._parent(parent_run_id))
         parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        span = start_span(f"execute_tool {name}", attrs, parent=parent_run.parent if parent_run is not None else None)
         run = _Run(span, span, kind="tool", root=parent_run.root if parent_run is not None else None)
         run.call_id = kw.get("tool_call_id")
         run.content = content
@@ -672,12 +672,14 @@ class AssayCallbackHandler(_Base):
             return
         _detach(r)
         span = r.span
-        output = _tool_message_of_command(output, r.call_id)
+        if type(output).__name__ == "Command":
+            output = _tool_message_of_command(output, r.call_id)
         content = getattr(output, "content", output)
         if getattr(output, "tool_call_id", None) and not r.call_id:  # no call id at the start
             span.set_attribute(semconv.GEN_AI_TOOL_CALL_ID, output.tool_call_id)
         if r.content:
-            span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, result_text(content))
+            span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT,
+                               content if type(content) is str else result_text(content))
         if getattr(output, "status", None) == "error":
             fail(span, type_name="ToolError", message=result_text(content))
         else:

@@ -67,3 +67,24 @@ def test_clean_copies_lists_and_keeps_the_input():
     out = _spans.clean(attrs)
     assert out == {"l": ["a"], "t": ["b"]} and out["l"] is not attrs["l"]
     assert attrs == {"l": ["a"], "t": ("b",)}
+
+
+def test_capture_content_follows_every_change_of_the_environment(monkeypatch):
+    """capture_content() remembers what the variable's current value means; every change
+    made through os.environ (set, set again, the same text anew, delete) is seen at once."""
+    import os
+
+    from otel_assay.capture import _runtime
+
+    var = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+    monkeypatch.delenv(var, raising=False)
+    assert _runtime.capture_content() and _runtime.capture_content()
+    for value, on in (("NO_CONTENT", False), ("no_content", False), ("true", True), (" off ", False),
+                      ("off", False), ("", True), ("0", False), ("1", True)):
+        os.environ[var] = value
+        assert _runtime.capture_content() is on, value
+        assert _runtime.capture_content() is on, value  # remembered
+    del os.environ[var]
+    assert _runtime.capture_content() is True
+    os.environ[var] = "false"
+    assert _runtime.capture_content() is False
