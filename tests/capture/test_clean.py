@@ -71,9 +71,8 @@ def test_clean_copies_lists_and_keeps_the_input():
 
 def test_capture_content_follows_every_change_of_the_environment(monkeypatch):
     """capture_content() remembers what the variable's current value means; every change
-    made through os.environ (set, set again, the same text anew, delete) is seen at once."""
-    import os
-
+    made through os.environ (set, set again, the same text anew, delete) is seen at once.
+    (monkeypatch.setenv / delenv change os.environ, and undo every change afterwards.)"""
     from otel_assay.capture import _runtime
 
     var = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -81,10 +80,10 @@ def test_capture_content_follows_every_change_of_the_environment(monkeypatch):
     assert _runtime.capture_content() and _runtime.capture_content()
     for value, on in (("NO_CONTENT", False), ("no_content", False), ("true", True), (" off ", False),
                       ("off", False), ("", True), ("0", False), ("1", True)):
-        os.environ[var] = value
+        monkeypatch.setenv(var, value)
         assert _runtime.capture_content() is on, value
         assert _runtime.capture_content() is on, value  # remembered
-    del os.environ[var]
+    monkeypatch.delenv(var)
     assert _runtime.capture_content() is True
-    os.environ[var] = "false"
+    monkeypatch.setenv(var, "false")
     assert _runtime.capture_content() is False
