@@ -46,6 +46,10 @@ CACHED_VIEWS = ["steps", "trials"]
 # the parts already built, and the tables and views cached beside them).
 STEPS_BYTES_PER_SPAN = 1000
 
+# Size of one cached `steps` row as DuckDB holds it uncompressed (about 20 text columns),
+# measured on the bench lake: 10M spans gave 1.78 GB in memory and 0.6-0.75 GB spilled.
+CACHED_STEP_BYTES = 320
+
 PRICES_ENV = "OTEL_ASSAY_PRICES"
 _DT_DIR_RE = re.compile(r"^dt=\d{4}-\d{2}-\d{2}$")
 
@@ -168,6 +172,8 @@ class Engine:
         self.con.create_function("canonical_json", canonical_json_arrow, ["VARCHAR"], "VARCHAR",
                                  type="arrow", side_effects=False)
         self.materialized: set[str] = set()
+        self._cached_tables: dict[str, str] = {}  # view -> the table materialize() computed it into
+        self._cache_attached = False  # the compressed in-memory database of _cache
         self.steps_parts = 0  # how many parts materialize() built `steps` in (0: not built yet)
         for view, sql in query_files().items():
             try:
@@ -284,7 +290,7 @@ class Engine:
         selector such as ``run=r1`` or ``outcome=pass`` would still be aggregated over every
         trial of the selected trials' scenario and version."""
         self.materialize(["trials"])
-        self.con.execute(f"CREATE OR REPLACE VIEW trials AS SELECT * FROM _cached_trials "
+        self.con.execute(f"CREATE OR REPLACE VIEW trials AS SELECT * FROM {self.cached_table('trials')} "
                          f"SEMI JOIN {table} USING (trace_id)").fetchall()
 
     @contextlib.contextmanager
@@ -298,21 +304,51 @@ class Engine:
         if table is None or "steps" not in self.materialized:
             yield
             return
-        self.con.execute(f"CREATE OR REPLACE VIEW steps AS SELECT * FROM _cached_steps SEMI JOIN {table} USING (trace_id)")
+        cached = self.cached_table("steps")
+        self.con.execute(f"CREATE OR REPLACE VIEW steps AS SELECT * FROM {cached} SEMI JOIN {table} USING (trace_id)")
         try:
             yield
         finally:
-            self.con.execute("CREATE OR REPLACE VIEW steps AS SELECT * FROM _cached_steps")
+            self.con.execute(f"CREATE OR REPLACE VIEW steps AS SELECT * FROM {cached}")
+
+    def cached_table(self, view: str) -> str:
+        """The table that materialize() computed ``view`` into."""
+        return self._cached_tables[view]
 
     def _cache(self, view: str, query: str, params: Sequence[Any] = (),
-               more: Sequence[tuple[str, Sequence[Any]]] = ()) -> None:
+               more: Sequence[tuple[str, Sequence[Any]]] = (), compress: bool = False) -> None:
         """``view`` into a table: the rows of ``query``, then of each of ``more``. The view
         reads the table only once every query has run: one that fails (out of memory) or is
-        interrupted leaves the view computing from the lake, not reading part of its rows."""
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE _cached_{view} AS {query}", list(params)).fetchall()
+        interrupted leaves the view computing from the lake, not reading part of its rows.
+
+        ``compress``: for a table that would take a good part of the memory limit. A
+        temporary table is held uncompressed, and past the limit it spills to disk, where
+        every later query reads it back (10M spans: 2.4 GB of `steps`, a third of it
+        spilled). An in-memory database attached with COMPRESS compresses what a CHECKPOINT
+        writes: the same rows took 380 MB, and reading them is cheaper than reading spilled
+        blocks. The checkpoint costs about 0.7 s per million rows, more than it saves on a
+        table that fits in memory, so small tables stay temporary tables."""
+        if compress:
+            if not self._cache_attached:
+                self.con.execute("ATTACH ':memory:' AS _assay_cache (COMPRESS)")
+                self._cache_attached = True
+            table = f"_assay_cache._cached_{view}"
+            self.con.execute(f"DROP TABLE IF EXISTS temp._cached_{view}")
+        else:
+            table = f"temp._cached_{view}"
+            if self._cache_attached:
+                self.con.execute(f"DROP TABLE IF EXISTS _assay_cache._cached_{view}")
+        create = "CREATE OR REPLACE TABLE" if compress else "CREATE OR REPLACE TEMP TABLE"
+        self.con.execute(f"{create} {table} AS {query}", list(params)).fetchall()
+        if compress:
+            # each part is compressed as soon as it is in: only one part is ever held raw
+            self.con.execute("CHECKPOINT _assay_cache")
         for q, p in more:
-            self.con.execute(f"INSERT INTO _cached_{view} {q}", list(p)).fetchall()
-        self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _cached_{view}").fetchall()
+            self.con.execute(f"INSERT INTO {table} {q}", list(p)).fetchall()
+            if compress:
+                self.con.execute("CHECKPOINT _assay_cache")
+        self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {table}").fetchall()
+        self._cached_tables[view] = table
         self.materialized.add(view)
 
     def _materialize_steps(self) -> None:
@@ -327,10 +363,12 @@ class Engine:
         n, n_no_trace = self.rows("SELECT count(*), count(*) FILTER (WHERE trace_id IS NULL) FROM lake_spans")[0]
         limit = _bytes(self.rows("SELECT current_setting('memory_limit')")[0][0])
         parts = -(-n // max(1, limit // 3 // STEPS_BYTES_PER_SPAN))
+        # every span is at most one step: the bound is close, most spans of a lake are steps
+        compress = n * CACHED_STEP_BYTES > limit // 3
         # a span without a trace id belongs to no range; such a lake is done in one go
         if parts <= 1 or n_no_trace:
             self.steps_parts = 1
-            self._cache("steps", "SELECT * FROM steps")
+            self._cache("steps", "SELECT * FROM steps", compress=compress)
             return
         # boundaries from a sample: parts come out about equal, and a range never splits a trial
         sample = sorted(r[0] for r in self.rows(
@@ -338,7 +376,8 @@ class Engine:
         bounds = [None, *sorted({sample[len(sample) * i // parts] for i in range(1, parts)}), None]
         self.steps_parts = len(bounds) - 1
         part = "SELECT * FROM steps_between(?, ?)"
-        self._cache("steps", part, bounds[:2], [(part, [lo, hi]) for lo, hi in zip(bounds[1:-1], bounds[2:])])
+        self._cache("steps", part, bounds[:2], [(part, [lo, hi]) for lo, hi in zip(bounds[1:-1], bounds[2:])],
+                    compress=compress)
 
     def lock_down(self) -> None:
         """Forbid file access beyond the bound lake files, for running a user's SQL.

@@ -147,12 +147,17 @@ def test_double_instrumentation_counts_once(tmp_path, open_engine):
         sid(2), "call_1", '{"a":2,"b":3}', "calc")
 
 
-def test_steps_built_in_parts_equal_steps_in_one_go(tmp_path, open_engine, monkeypatch):
-    """On a large lake Engine.materialize builds `steps` per trace-id range; the parts must
-    add up to exactly the view's rows: every dialect, duplicates, orphans, a cycle."""
-    from pathlib import Path
-
+def _compress_cache(monkeypatch, compressed: bool) -> None:
+    """Make Engine.materialize hold `steps` compressed (as on a lake too large for memory)
+    or as a temporary table (as on a small one), whatever the lake's size."""
     from otel_assay.analyze import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "CACHED_STEP_BYTES", 1 << 50 if compressed else 0)
+
+
+def _mixed_lake(tmp_path):
+    """Every recorded dialect, duplicates, orphans, a cycle."""
+    from pathlib import Path
 
     from .lakes import write_otlp_json
 
@@ -163,15 +168,26 @@ def test_steps_built_in_parts_equal_steps_in_one_go(tmp_path, open_engine, monke
              span(41, 3, 4, "execute_tool t", 3, 4, TOOL), span(41, 4, 3, "execute_tool t", 5, 6, TOOL)]  # cycle
     write_lake(tmp_path, edge, token="a")
     write_lake(tmp_path, edge[:5], token="b")                                          # duplicate span ids
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_steps_built_in_parts_equal_steps_in_one_go(tmp_path, open_engine, monkeypatch, compressed):
+    """On a large lake Engine.materialize builds `steps` per trace-id range; the parts must
+    add up to exactly the view's rows: every dialect, duplicates, orphans, a cycle."""
+    from otel_assay.analyze import engine as engine_mod
+
+    _mixed_lake(tmp_path)
     columns = "trace_id, span_id, step_parent_id, depth, seq, step_kind, agent_name, tool_name, tool_args, model, " \
               "input_tokens, cost_usd, output_text"
     whole = rows(open_engine(tmp_path), f"SELECT {columns} FROM steps ORDER BY trace_id, seq")
 
+    _compress_cache(monkeypatch, compressed)
     eng = open_engine(tmp_path)
     limit = engine_mod._bytes(eng.rows("SELECT current_setting('memory_limit')")[0][0])
     monkeypatch.setattr(engine_mod, "STEPS_BYTES_PER_SPAN", limit // 3 // 7)   # 7 spans per part
     eng.materialize()
     assert eng.steps_parts > 10
+    assert eng.cached_table("steps").startswith("_assay_cache." if compressed else "temp.")
     parts = rows(eng, f"SELECT {columns} FROM steps ORDER BY trace_id, seq")
     assert len(whole) > 80 and parts == whole
 
@@ -186,7 +202,8 @@ def test_steps_built_in_parts_equal_steps_in_one_go(tmp_path, open_engine, monke
     assert any(r["cost_usd"] for r in whole)
 
 
-def test_steps_interrupted_between_parts_are_built_afresh(tmp_path, open_engine, monkeypatch):
+@pytest.mark.parametrize("compressed", [False, True])
+def test_steps_interrupted_between_parts_are_built_afresh(tmp_path, open_engine, monkeypatch, compressed):
     """Ctrl-C (or a part that runs out of memory) while `steps` is built in parts: `steps`
     must not be left reading the parts built so far, and the next materialize builds it
     whole. It used to switch the view to the table after the first part."""
@@ -201,6 +218,7 @@ def test_steps_interrupted_between_parts_are_built_afresh(tmp_path, open_engine,
         spans.append(span(t, 1, None, "invoke_agent a", 0, 100, AGENT))
         spans += [span(t, k, 1, "execute_tool t", k, k + 1, TOOL) for k in range(2, 12)]
     write_lake(tmp_path, spans)
+    _compress_cache(monkeypatch, compressed)
     eng = open_engine(tmp_path)
     limit = engine_mod._bytes(eng.rows("SELECT current_setting('memory_limit')")[0][0])
     monkeypatch.setattr(engine_mod, "STEPS_BYTES_PER_SPAN", limit // 3 // 30)   # 30 spans per part
@@ -218,13 +236,42 @@ def test_steps_interrupted_between_parts_are_built_afresh(tmp_path, open_engine,
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
     assert interrupted(e.value), e.value
-    built = eng.rows("SELECT count(*) FROM _cached_steps")[0][0]
+    built = eng.rows(f"SELECT count(*) FROM {'_assay_cache' if compressed else 'temp'}._cached_steps")[0][0]
     assert 0 < built < len(spans), "the interrupt came before the first part or after the last: resize the lake"
     assert "steps" not in eng.materialized
     assert eng.rows("SELECT count(*) FROM steps")[0][0] == len(spans)
     eng.materialize(["steps"])
     assert eng.steps_parts > 10
     assert eng.rows("SELECT count(*), count(DISTINCT span_id || trace_id) FROM steps")[0] == (len(spans), len(spans))
+
+
+def test_compressed_cache_answers_as_the_temporary_table(tmp_path, open_engine, monkeypatch):
+    """`steps` held compressed (a lake too large for memory) must answer every view and
+    every restriction to selected trials exactly as the temporary table does."""
+    from otel_assay.analyze.coverage import coverage_sets
+
+    _mixed_lake(tmp_path)
+    answers = {}
+    for compressed in (False, True):
+        _compress_cache(monkeypatch, compressed)
+        eng = open_engine(tmp_path)
+        eng.materialize()
+        assert eng.cached_table("steps").startswith("_assay_cache." if compressed else "temp.")
+        eng.con.execute("CREATE TEMP TABLE chosen AS SELECT trace_id FROM trials ORDER BY trace_id LIMIT 20")
+        every = coverage_sets(eng)
+        chosen = coverage_sets(eng, "chosen")
+        eng.restrict_trials("chosen")
+        answers[compressed] = (
+            rows(eng, "SELECT * EXCLUDE (tool_args) FROM steps ORDER BY trace_id, seq"),
+            rows(eng, "SELECT * FROM trials ORDER BY trace_id"),
+            rows(eng, "SELECT * FROM fingerprints ORDER BY trace_id"),
+            rows(eng, "SELECT * FROM pass_rates ORDER BY scenario, version"),
+            every, chosen)
+        eng.close()
+    plain, packed = answers[False], answers[True]
+    assert len(plain[0]) > 80 and len(plain[1]) == 20 and plain[4].n_trials > 20 and plain[5].n_trials == 20
+    assert plain[4] != plain[5]
+    assert packed == plain
 
 
 def test_spans_without_a_trace_id_make_no_trial(tmp_path, open_engine):
