@@ -293,6 +293,10 @@ def sql(lake, query, fmt):
 
     only = "only read-only queries (SELECT, WITH, DESCRIBE, ...) are allowed"
     try:
+        query.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError("the query is not valid UTF-8 text (check the shell's locale or the file it came from)") from None
+    try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as e:
         if not looks_like_select(query):

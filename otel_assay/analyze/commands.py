@@ -227,11 +227,13 @@ def label(lake, file):
     except LabelError as e:
         raise UsageError(str(e)) from None
     try:
+        # the lake is opened (and its files checked) before anything is written: a lake that
+        # cannot be read gets no label file it could not use either
+        missing = unmatched_keys(lake, table)
         path = write_labels(lake, table)
     except LakeError as e:
         raise DataError(str(e)) from None
     click.echo(f"labelled {table.num_rows} key(s): {path}")
-    missing = unmatched_keys(lake, table)
     if missing:
         # not an error: conversation and session labels also apply to traces recorded later
         click.echo(f"warning: {missing} of {table.num_rows} key(s) match no trace in {lake} yet; check the "

@@ -97,7 +97,35 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
         else:
             raise LakeError(f"{src} does not exist; give a lake directory, a Parquet file or a glob")
     files["spans"] = _without_replaced(files["spans"])
+    unreadable = [p for paths in files.values() for p in paths if not _utf8(str(p))]
+    if unreadable:
+        # DuckDB takes file names as UTF-8 text: a name with other bytes cannot even be named
+        more = f" (and {len(unreadable) - 3} more)" if len(unreadable) > 3 else ""
+        raise LakeError("file names that are not valid UTF-8 cannot be read: " +
+                        ", ".join(repr(str(p)) for p in unreadable[:3]) + more +
+                        "; rename them (or the directory above them) to UTF-8 names and run again")
     return files
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` is valid UTF-8 (a name or argument with undecodable bytes reaches
+    Python as lone surrogates, which DuckDB cannot take)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unreadable_parquet(path: Path) -> str | None:
+    """Why ``path`` (a label file) is not a readable Parquet file, or None."""
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(path)
+    except (OSError, pa.ArrowException) as e:
+        return f"not a readable Parquet file ({str(e).splitlines()[0][:200]})"
+    return None
 
 
 def _has_files(directory: Path) -> bool:
@@ -196,6 +224,10 @@ class Engine:
                 else:
                     layouts.add(tuple((f.name, f.type) for f in schema))
             self._uniform[table] = len(layouts) <= 1
+        for p in self.files.get("labels", []):
+            problem = _unreadable_parquet(p)
+            if problem:
+                bad.append(f"{p}: {problem}")
         if bad:
             more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
             sources = [p for paths in self.files.values() for p in paths]

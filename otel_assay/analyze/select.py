@@ -56,6 +56,11 @@ class Selection:
     def parse(cls, selectors: Iterable[str]) -> "Selection":
         pairs: list[list[str]] = []
         for sel in selectors:
+            try:
+                sel.encode("utf-8")
+            except UnicodeEncodeError:
+                raise SelectorError(f"selector {sel!r} is not valid UTF-8 text; give the value as the lake "
+                                    "stores it (UTF-8)") from None
             current = None  # the pair a part without '=' continues
             for raw in sel.split(","):
                 part = raw.strip()

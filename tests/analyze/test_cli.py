@@ -496,3 +496,36 @@ def test_ctrl_c_during_a_query_exits_130_without_a_traceback(lake, capsys):
         signal.signal(signal.SIGINT, previous)
     assert code == 130, (code, err[-500:])
     assert "Traceback" not in err and "internal error" not in err, err
+
+
+def test_text_that_is_not_utf8_is_a_one_line_error(capsys, lake, tmp_path):
+    """Bytes that are not UTF-8 reach Python as lone surrogates (a path, a selector, a query
+    typed in another locale); DuckDB cannot take them. They used to give a traceback (a lake
+    path, a query) or blame the lake (a selector)."""
+    import os
+    import shutil
+
+    odd = tmp_path / os.fsdecode(b"l\xffake")
+    shutil.copytree(lake, odd)
+    for command in (["trials", str(odd)], ["steps", str(odd)], ["sql", str(odd), "SELECT 1"]):
+        code, out, err = run(capsys, *command)
+        assert code == 4 and "not valid UTF-8" in err and "Traceback" not in err and "internal error" not in err, \
+            (command, err)
+        assert "rename" in err
+    code, out, err = run(capsys, "trials", str(lake), "--select", "version=v1" + os.fsdecode(b"\xff\xfe"))
+    assert code == 3 and "not valid UTF-8" in err and "lake" not in err.split("UTF-8")[0], err
+    code, out, err = run(capsys, "sql", str(lake), "select '" + os.fsdecode(b"\xff") + "'")
+    assert code == 3 and "not valid UTF-8" in err and "Traceback" not in err, err
+
+
+def test_an_unreadable_label_file_is_named_and_nothing_is_written(capsys, lake, tmp_path):
+    f = tmp_path / "labels.csv"
+    f.write_text(f"trace_id,scenario,version,outcome\n{tid(1)},relabelled,v7,fail\n")
+    assert run(capsys, "label", str(lake), "--file", str(f))[0] == 0
+    (broken,) = (lake / "labels").glob("*.parquet")
+    broken.write_bytes(broken.read_bytes()[:20])
+    for command in (["trials", str(lake)], ["sql", str(lake), "SELECT 1"], ["label", str(lake), "--file", str(f)]):
+        code, out, err = run(capsys, *command)
+        assert code == 4 and "unreadable files in the lake" in err and broken.name in err, (command, err)
+        assert "compact" not in err  # compact does not look at label files: the hint must not send users there
+    assert list((lake / "labels").glob("*.parquet")) == [broken]  # the failed label command wrote nothing
