@@ -17,7 +17,7 @@ import click
 
 from . import __version__
 from .clitypes import FiniteFloatRange
-from .errors import EXIT_DATA, EXIT_USAGE, DataError, UsageError, interrupted
+from .errors import EXIT_DATA, EXIT_USAGE, DataError, UsageError, interrupted, is_utf8
 
 
 def default_lake() -> str:
@@ -292,10 +292,8 @@ def sql(lake, query, fmt):
     from .report.output import write_table
 
     only = "only read-only queries (SELECT, WITH, DESCRIBE, ...) are allowed"
-    try:
-        query.encode("utf-8")
-    except UnicodeEncodeError:
-        raise UsageError("the query is not valid UTF-8 text (check the shell's locale or the file it came from)") from None
+    if not is_utf8(query):
+        raise UsageError("the query is not valid UTF-8 text (check the shell's locale or the file it came from)")
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as e:

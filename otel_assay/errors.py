@@ -23,6 +23,17 @@ class DataError(click.ClickException):
     exit_code = EXIT_DATA
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` is valid UTF-8. A path or argument with bytes that are not reaches
+    Python as lone surrogates, which DuckDB cannot take: it raised deep inside a query,
+    reported as a traceback or as a broken lake."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def interrupted(e: BaseException) -> bool:
     """Whether ``e`` is Ctrl-C: DuckDB stops a query on SIGINT and raises
     ``RuntimeError('Query interrupted')`` instead of KeyboardInterrupt (and

@@ -18,9 +18,10 @@ from typing import Any, Mapping, Sequence
 import duckdb
 import pyarrow as pa
 
-from ..collect.lake import Lake, LakeError, duckdb_connect, inspect_lake_file, missing_columns_sql, sql_list
+from ..collect.lake import (Lake, LakeError, duckdb_connect, inspect_lake_file, missing_columns_sql, parquet_schema,
+                             sql_list)
 from ..collect.schema import TABLES
-from ..errors import UsageError
+from ..errors import UsageError, is_utf8
 from .canonical import canonical_json_arrow
 from .labels import LABELS_SCHEMA, label_files
 
@@ -97,7 +98,7 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
         else:
             raise LakeError(f"{src} does not exist; give a lake directory, a Parquet file or a glob")
     files["spans"] = _without_replaced(files["spans"])
-    unreadable = [p for paths in files.values() for p in paths if not _utf8(str(p))]
+    unreadable = [p for paths in files.values() for p in paths if not is_utf8(str(p))]
     if unreadable:
         # DuckDB takes file names as UTF-8 text: a name with other bytes cannot even be named
         more = f" (and {len(unreadable) - 3} more)" if len(unreadable) > 3 else ""
@@ -105,27 +106,6 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
                         ", ".join(repr(str(p)) for p in unreadable[:3]) + more +
                         "; rename them (or the directory above them) to UTF-8 names and run again")
     return files
-
-
-def _utf8(text: str) -> bool:
-    """Whether ``text`` is valid UTF-8 (a name or argument with undecodable bytes reaches
-    Python as lone surrogates, which DuckDB cannot take)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _unreadable_parquet(path: Path) -> str | None:
-    """Why ``path`` (a label file) is not a readable Parquet file, or None."""
-    import pyarrow.parquet as pq
-
-    try:
-        pq.read_metadata(path)
-    except (OSError, pa.ArrowException) as e:
-        return f"not a readable Parquet file ({str(e).splitlines()[0][:200]})"
-    return None
 
 
 def _has_files(directory: Path) -> bool:
@@ -225,7 +205,7 @@ class Engine:
                     layouts.add(tuple((f.name, f.type) for f in schema))
             self._uniform[table] = len(layouts) <= 1
         for p in self.files.get("labels", []):
-            problem = _unreadable_parquet(p)
+            problem = parquet_schema(p)[1]
             if problem:
                 bad.append(f"{p}: {problem}")
         if bad:
@@ -360,24 +340,18 @@ class Engine:
         writes: the same rows took 380 MB, and reading them is cheaper than reading spilled
         blocks. The checkpoint costs about 0.7 s per million rows, more than it saves on a
         table that fits in memory, so small tables stay temporary tables."""
-        if compress:
-            if not self._cache_attached:
-                self.con.execute("ATTACH ':memory:' AS _assay_cache (COMPRESS)")
-                self._cache_attached = True
-            table = f"_assay_cache._cached_{view}"
-            self.con.execute(f"DROP TABLE IF EXISTS temp._cached_{view}")
-        else:
-            table = f"temp._cached_{view}"
-            if self._cache_attached:
-                self.con.execute(f"DROP TABLE IF EXISTS _assay_cache._cached_{view}")
-        create = "CREATE OR REPLACE TABLE" if compress else "CREATE OR REPLACE TEMP TABLE"
-        self.con.execute(f"{create} {table} AS {query}", list(params)).fetchall()
-        if compress:
-            # each part is compressed as soon as it is in: only one part is ever held raw
-            self.con.execute("CHECKPOINT _assay_cache")
-        for q, p in more:
-            self.con.execute(f"INSERT INTO {table} {q}", list(p)).fetchall()
-            if compress:
+        if compress and not self._cache_attached:
+            self.con.execute("ATTACH ':memory:' AS _assay_cache (COMPRESS)")
+            self._cache_attached = True
+        table = f"_assay_cache._cached_{view}" if compress else f"temp._cached_{view}"
+        other = f"temp._cached_{view}" if compress else f"_assay_cache._cached_{view}"
+        if self._cache_attached:  # the other kind, left by an earlier build under another memory limit
+            self.con.execute(f"DROP TABLE IF EXISTS {other}")
+        statements = [(f"CREATE OR REPLACE {'' if compress else 'TEMP '}TABLE {table} AS {query}", params),
+                      *((f"INSERT INTO {table} {q}", p) for q, p in more)]
+        for statement, p in statements:
+            self.con.execute(statement, list(p)).fetchall()
+            if compress:  # each part is compressed as soon as it is in: one part is ever held raw
                 self.con.execute("CHECKPOINT _assay_cache")
         self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {table}").fetchall()
         self._cached_tables[view] = table

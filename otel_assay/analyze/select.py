@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..errors import is_utf8
 from ..report.output import printable
 
 # selector key -> SQL predicate over the trials view (one parameter)
@@ -56,11 +57,9 @@ class Selection:
     def parse(cls, selectors: Iterable[str]) -> "Selection":
         pairs: list[list[str]] = []
         for sel in selectors:
-            try:
-                sel.encode("utf-8")
-            except UnicodeEncodeError:
+            if not is_utf8(sel):
                 raise SelectorError(f"selector {sel!r} is not valid UTF-8 text; give the value as the lake "
-                                    "stores it (UTF-8)") from None
+                                    "stores it (UTF-8)")
             current = None  # the pair a part without '=' continues
             for raw in sel.split(","):
                 part = raw.strip()

@@ -697,13 +697,20 @@ def check_lake_file(path: Path, table: str = "spans") -> str | None:
     return inspect_lake_file(path, table)[1]
 
 
+def parquet_schema(path: Path) -> tuple[pa.Schema | None, str | None]:
+    """The Parquet schema of ``path``, or None and why it cannot be read."""
+    try:
+        return pq.read_schema(path), None
+    except (OSError, pa.ArrowException) as e:
+        return None, f"not a readable Parquet file ({str(e).splitlines()[0][:200]})"
+
+
 def inspect_lake_file(path: Path, table: str = "spans") -> tuple[pa.Schema | None, str | None]:
     """The Parquet schema of ``path`` (None if unreadable), and why it cannot be read as a
     lake file of ``table`` (None if it can)."""
-    try:
-        schema = pq.read_schema(path)
-    except (OSError, pa.ArrowException) as e:
-        return None, f"not a readable Parquet file ({str(e).splitlines()[0][:200]})"
+    schema, problem = parquet_schema(path)
+    if problem:
+        return None, problem
     missing = REQUIRED_COLUMNS[table] - set(schema.names)
     if missing:
         return schema, f"not an otel-assay {table} file (missing columns: {', '.join(sorted(missing))})"
