@@ -7,6 +7,11 @@ pair under a sub-agent (so depth varies), 30 tools, 4 models, errors on 2 % of t
 
     python bench/bench_views.py                       # 10M spans in 500k trials
     python bench/bench_views.py --trials 5000         # small run
+    python bench/bench_views.py --step-files          # with step files (as after `otel-assay compact`)
+
+With --step-files the lake's files get their step files first (analyze/stepfiles.py; timed
+once as step_files_s, the cost compaction pays), and the analysis reads them instead of
+computing `steps`. Without it every step is computed from the spans.
 
 The floor is one `GROUP BY trace_id` scan of the same files (count, min start, max end,
 sum tokens): the least any per-trial analysis must do.
@@ -164,6 +169,7 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None, help="lake directory (default /tmp/otel-assay-bench-<trials>)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--memory-limit", default="3GB")
+    ap.add_argument("--step-files", action="store_true", help="write the lake's step files, then read them")
     args = ap.parse_args()
     lake = args.dir or Path(f"/tmp/otel-assay-bench-{args.trials}x{args.spans_per_trial}")
     gen_s = None
@@ -174,8 +180,20 @@ def main() -> None:
 
     from otel_assay.analyze.coverage import coverage_sets
     from otel_assay.analyze.engine import Engine
+    from otel_assay.analyze.stepfiles import write_step_files
 
-    with Engine(lake, threads=args.threads, memory_limit=args.memory_limit) as eng:
+    step_files_s = None
+    if args.step_files:
+        t = time.perf_counter()
+        write_step_files(lake, threads=args.threads, memory_limit=args.memory_limit)
+        step_files_s = round(time.perf_counter() - t, 2)
+
+    t = time.perf_counter()
+    # opening checks the step files and finds the trials split across files: part of the total
+    with Engine(lake, threads=args.threads, memory_limit=args.memory_limit, step_files=args.step_files) as eng:
+        open_s = time.perf_counter() - t
+        stored = len(eng.step_files)
+        split = eng.rows("SELECT count(*) FROM _split_traces")[0][0]
         t = time.perf_counter()
         eng.query("SELECT count(*) AS n FROM (SELECT trace_id, count(*), min(start_time_unix_nano), "
                           "max(start_time_unix_nano + duration_ns), sum(input_tokens) FROM spans GROUP BY trace_id)")
@@ -202,12 +220,13 @@ def main() -> None:
         t = time.perf_counter()
         sets = coverage_sets(eng)
         timings["coverage_sets"] = time.perf_counter() - t
-        total = time.perf_counter() - t0
+        total = time.perf_counter() - t0 + open_s
 
     print(json.dumps({
         "bench": "views", "spans": n_spans, "memory_limit": args.memory_limit, "trials": trials.num_rows, "fingerprints": fps.num_rows,
         "distinct_paths": len(sets.path_counts), "threads": args.threads, "steps_parts": eng.steps_parts, "generate_s": gen_s,
-        "total_s": round(total, 2), **{f"{k}_s": round(v, 2) for k, v in timings.items()},
+        "step_files": stored, "split_trials": split, "step_files_s": step_files_s,
+        "total_s": round(total, 2), "open_s": round(open_s, 2), **{f"{k}_s": round(v, 2) for k, v in timings.items()},
         "floor_group_by_s": round(floor_s, 2), "ratio_to_floor": round(total / floor_s, 1),
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }))

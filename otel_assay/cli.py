@@ -229,8 +229,13 @@ def import_(paths, lake_dir):
               help="Merge a partition's files into files of about this size (on disk).")
 @click.option("--grace-seconds", type=FiniteFloatRange(min=0), default=60, show_default=True,
               help="Keep replaced files this long so readers that listed them can finish.")
-def compact(lake_dir, target_mib, grace_seconds):
-    """Merge the small files of each partition, dropping duplicate spans.
+@click.option("--no-step-files", "step_files", flag_value=False, default=True,
+              help="Do not write step files (the default writes one per span file that lacks one).")
+def compact(lake_dir, target_mib, grace_seconds, step_files):
+    """Merge the small files of each partition, dropping duplicate spans, and store each
+    file's steps beside it (LAKE/steps/), so that analyses read them instead of computing
+    them again: the costly part of every analysis of a large lake. Deleting LAKE/steps only
+    makes analyses slower; a step file that does not match its span file is not read.
 
     Safe while a collector writes and readers read: a reader sees either the old files or
     the merged one, never both. Unreadable files are left alone and reported (exit 4). One
@@ -251,8 +256,20 @@ def compact(lake_dir, target_mib, grace_seconds):
         raise DataError(str(e)) from None
     click.echo(f"compacted {r.files_in} files into {r.files_out} ({r.rows_in} rows in, {r.rows_out} out, "
                f"{r.rows_in - r.rows_out} duplicates dropped); deleted {r.deleted_files} replaced files")
-    if r.skipped:
-        for s in r.skipped:
+    unreadable = list(r.skipped)
+    if step_files:
+        from .analyze.stepfiles import write_step_files
+
+        try:
+            sr = write_step_files(lake_dir)
+        except LakeBusy as e:
+            raise UsageError(str(e)) from None
+        click.echo(f"step files: {len(sr.written)} written, {sr.kept} up to date, {sr.removed} removed"
+                   + (f", {len(sr.no_trace_id)} span files left without (spans without a trace id)"
+                      if sr.no_trace_id else ""))
+        unreadable += [s for s in sr.skipped if s not in unreadable]
+    if unreadable:
+        for s in unreadable:
             click.echo(f"  skipped {s}", err=True)
         raise DataError("unreadable files were left in place; move them out of the lake")
 

@@ -41,3 +41,14 @@ FROM (VALUES
     (NULL, 'gemini-1.5-flash',   0.075,  0.30, 'Google'),
     (NULL, 'gemini-1.5-pro',     1.25,   5.00, 'Google')
 ) AS t(provider, model, input_usd_per_mtok, output_usd_per_mtok, vendor);
+
+-- model_price(priced_model, provider): the prices of the row that matches a model
+-- (lower-cased, response model first) by the rule above, as a struct; NULL fields when
+-- no row matches. Shared by steps.sql and stored_steps.sql, so both price alike.
+CREATE OR REPLACE MACRO model_price(priced_model, provider_name) AS (
+    SELECT {'input_usd_per_mtok': arg_max(p.input_usd_per_mtok, (p.provider IS NOT NULL, length(p.model))),
+            'output_usd_per_mtok': arg_max(p.output_usd_per_mtok, (p.provider IS NOT NULL, length(p.model)))}
+    FROM model_prices p
+    WHERE (priced_model = lower(p.model) OR starts_with(priced_model, lower(p.model) || '-'))
+      AND (p.provider IS NULL OR lower(p.provider) = provider_name)
+);

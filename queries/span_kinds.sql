@@ -22,6 +22,8 @@
 -- span_row is the span's position in the lake files (file and row number, bound by the
 -- engine): a row id that is the same on every scan, which `steps` joins on. That is why
 -- this view reads lake_spans, the files as bound, rather than the `spans` view.
+-- span_file is the file alone (an index into the engine's file list): steps.sql leaves
+-- out the files whose steps a step file holds by it, so DuckDB does not read them.
 CREATE OR REPLACE VIEW span_kinds AS
 WITH marked AS (
     SELECT
@@ -113,6 +115,7 @@ kinded AS (
 )
 SELECT
     span_row,
+    span_file,
     trace_id,
     span_id,
     parent_span_id,

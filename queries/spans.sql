@@ -6,6 +6,6 @@
 -- removes any that slipped through — so this view does not pay for a dedupe scan.
 CREATE OR REPLACE VIEW spans AS
 SELECT
-    * EXCLUDE (dt, span_row),
+    * EXCLUDE (dt, span_row, span_file),
     start_time_unix_nano + duration_ns AS end_time_unix_nano
 FROM lake_spans;

@@ -42,6 +42,10 @@
 -- (NULL: unbounded); on a large lake Engine.materialize builds `steps` in such parts, so
 -- that the in-memory work above stays bounded.
 --
+-- A trial whose steps a step file already holds (written by `otel-assay compact`, checked
+-- by the engine: analyze/stepfiles.py) is not computed here: `steps` reads those rows
+-- from stored_steps instead, and steps_between leaves the trial's spans out.
+--
 -- respond is derived (instrumentation.md §7.2): the last llm step of a trial becomes
 -- respond when it did not ask for tools (known from its output messages or finish
 -- reasons; when the span does not say, when no tool step follows it) and did not fail (a
@@ -62,6 +66,8 @@ base AS MATERIALIZED (
             WHEN 'langsmith' THEN 5 ELSE 6 END AS priority
     FROM span_kinds
     WHERE (lo IS NULL OR trace_id >= lo) AND (hi IS NULL OR trace_id < hi)
+      -- not the trials whose steps a step file holds (stored_steps.sql; bound by the engine)
+      AND steps_from_spans(span_file, trace_id)
 ),
 -- rule (1): only the (normally no) span ids that occur twice go through a window
 repeated AS (SELECT tk, sk FROM base GROUP BY tk, sk HAVING count(*) > 1),
@@ -256,19 +262,13 @@ canonical_args AS (
 ),
 -- one price per distinct model, so the prefix match runs over a handful of rows
 priced_models AS (
-    SELECT m.priced_model, m.provider,
-        arg_max(p.input_usd_per_mtok, (p.provider IS NOT NULL, length(p.model))) AS input_usd_per_mtok,
-        arg_max(p.output_usd_per_mtok, (p.provider IS NOT NULL, length(p.model))) AS output_usd_per_mtok
-    FROM (SELECT lower(coalesce(response_model, model)) AS priced_model, provider FROM base WHERE step_kind = 'llm'
+    SELECT priced_model, provider, price.input_usd_per_mtok, price.output_usd_per_mtok
+    FROM (SELECT priced_model, provider, model_price(priced_model, provider) AS price FROM (SELECT lower(coalesce(response_model, model)) AS priced_model, provider FROM base WHERE step_kind = 'llm'
           UNION
           -- the model a kept step took from the duplicate it replaced
           SELECT lower(coalesce(b.response_model, d.response_model, b.model, d.model)), coalesce(b.provider, d.provider)
           FROM merged m JOIN base b ON b.rid = m.rid JOIN donors d ON d.cluster_key = m.cluster_key
-          WHERE b.step_kind = 'llm') m
-    JOIN model_prices p
-      ON (m.priced_model = lower(p.model) OR starts_with(m.priced_model, lower(p.model) || '-'))
-     AND (p.provider IS NULL OR lower(p.provider) = m.provider)
-    GROUP BY ALL
+          WHERE b.step_kind = 'llm'))
 )
 SELECT
     o.trace_id,
@@ -310,4 +310,7 @@ LEFT JOIN priced_models pm
  AND pm.provider IS NOT DISTINCT FROM o.provider
 LEFT JOIN canonical_args ca ON ca.raw = o.tool_args_raw;
 
-CREATE OR REPLACE VIEW steps AS SELECT * FROM steps_between(NULL, NULL);
+CREATE OR REPLACE VIEW steps AS
+SELECT * FROM steps_between(NULL, NULL)
+UNION ALL
+SELECT * FROM stored_steps;

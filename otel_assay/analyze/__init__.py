@@ -5,6 +5,8 @@ Views, in creation order (each file in queries/ documents its columns and rules)
 - ``spans``, ``span_events``, ``span_links``: the lake tables;
 - ``model_prices``: the price table (shipped; replaced by ``--prices`` / OTEL_ASSAY_PRICES);
 - ``span_kinds``: every span mapped onto the canonical step fields, all dialects;
+- ``stored_steps``: the steps that step files hold (:mod:`.stepfiles`), read instead of
+  computed for the trials wholly inside one stored span file;
 - ``steps``: one row per agent step (dedupe, nearest-step parentage, depth, seq, respond,
   cost);
 - ``trial_labels``, ``trials``, ``pass_rates``: one row per trial; error classes,
@@ -19,5 +21,6 @@ Python modules: :mod:`.engine` (binding, ``materialize``), :mod:`.canonical` (ca
 JSON for tool arguments, a DuckDB function), :mod:`.labels`, :mod:`.select` (trial
 selectors), :mod:`.fingerprint` (the matrix over a tool vocabulary), :mod:`.coverage`
 (sets, schema boundaries, the report via :mod:`otel_assay.stats.coverage`),
-:mod:`.commands` (the CLI).
+:mod:`.commands` (the CLI), :mod:`.stepfiles` (each lake file's steps, stored by
+``compact``).
 """

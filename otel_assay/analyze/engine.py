@@ -24,12 +24,13 @@ from ..collect.schema import TABLES
 from ..errors import UsageError, is_utf8
 from .canonical import canonical_json_arrow
 from .labels import LABELS_SCHEMA, label_files
+from .stepfiles import STEPS_SCHEMA, StepFile, checked_step_file, price_table_hash
 
 # Views are created in this order (a view may use the ones before it); any other
 # queries/*.sql file follows in name order.
 VIEW_ORDER = [
     "spans", "span_events", "span_links",
-    "model_prices", "span_kinds", "steps",
+    "model_prices", "span_kinds", "stored_steps", "steps",
     "trial_labels", "trials", "pass_rates",
     "fingerprint_tools", "fingerprints",
     "decision_paths", "step_states", "abstract_states",
@@ -157,8 +158,10 @@ class Engine:
     """
 
     def __init__(self, source, *, threads: int | None = None, memory_limit: str | None = None,
-                 prices: str | os.PathLike | None = None):
-        self._options = {"threads": threads, "memory_limit": memory_limit, "prices": prices}
+                 prices: str | os.PathLike | None = None, step_files: bool = True):
+        """``step_files=False``: compute every step from the spans, reading no step file
+        (:mod:`.stepfiles`)."""
+        self._options = {"threads": threads, "memory_limit": memory_limit, "prices": prices, "step_files": step_files}
         # an Engine as the source: the same files (see locked_copy), already checked
         copy = isinstance(source, Engine)
         self.files = source.files if copy else resolve_sources(source)
@@ -177,6 +180,10 @@ class Engine:
         for table, schema in TABLES.items():
             self._bind_table(table, schema)
         self._bind_labels()
+        # span file index -> its step file, for the span files whose steps are stored
+        self.step_files: dict[int, StepFile] = (dict(source.step_files) if copy else
+                                            self._find_step_files() if step_files else {})
+        self._bind_step_files()
         self.con.create_function("canonical_json", canonical_json_arrow, ["VARCHAR"], "VARCHAR",
                                  type="arrow", side_effects=False)
         self.materialized: set[str] = set()
@@ -190,6 +197,11 @@ class Engine:
                 raise RuntimeError(f"queries/{view}.sql failed to bind: {e}") from e
             if view == "model_prices":
                 self._bind_prices(prices if prices is not None else os.environ.get(PRICES_ENV) or None)
+                if self.step_files:
+                    # the stored costs stand when they were computed with these very prices
+                    current = price_table_hash(self.con)
+                    repriced = any(f.prices != current for f in self.step_files.values())
+                    self.con.execute(f"CREATE OR REPLACE MACRO stored_costs_repriced() AS {str(repriced).lower()}")
 
     def _check_files(self) -> None:
         bad = []
@@ -225,7 +237,10 @@ class Engine:
         # span_row: where the span sits in the lake files; a row id that every scan of the
         # same engine agrees on, so `steps` can join its narrow work back to the wide rows
         # without numbering them first (a single-threaded window over the whole lake)
-        row = ", (file_index::BIGINT << 40) | file_row_number AS span_row" if table == "spans" else ""
+        # span_file: which file (an index into self.files), for leaving out the spans whose
+        # steps a step file holds: a filter on it skips those files unread
+        row = (", (file_index::BIGINT << 40) | file_row_number AS span_row, file_index::INTEGER AS span_file"
+               if table == "spans" else "")
         if paths:
             # dt comes from the partition directories; a file outside one (a bare Parquet file,
             # alone or matched by a glob with the lake's files) has none, and DuckDB refuses
@@ -246,6 +261,7 @@ class Engine:
             empty = schema.empty_table().append_column("dt", pa.array([], pa.date32()))
             if row:
                 empty = empty.append_column("span_row", pa.array([], pa.int64()))
+                empty = empty.append_column("span_file", pa.array([], pa.int32()))
             self.con.register(f"_{name}_empty", empty)
             self.con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _{name}_empty")
 
@@ -260,6 +276,38 @@ class Engine:
             self.con.register("_lake_labels_empty", LABELS_SCHEMA.empty_table().append_column(
                 "filename", pa.array([], pa.string())))
             self.con.execute("CREATE OR REPLACE VIEW lake_labels AS SELECT * FROM _lake_labels_empty")
+
+    def _find_step_files(self) -> dict[int, StepFile]:
+        found = {}
+        for i, p in enumerate(self.files["spans"]):
+            step_file = checked_step_file(p)
+            if step_file is not None and is_utf8(str(step_file.path)):
+                found[i] = step_file
+        return found
+
+    def _bind_step_files(self) -> None:
+        """``lake_step_files`` (the stored steps, queries/stored_steps.sql), ``_split_traces``
+        (trials with spans in a stored file and in another file: computed from their spans)
+        and ``steps_from_spans(span_file, trace_id)``, which steps.sql asks of each span.
+
+        The stored files are listed as constants in the macro: DuckDB then skips their
+        spans without reading them (a filter through a subquery reads every file)."""
+        if not self.step_files:
+            self.con.register("_lake_step_files_empty", STEPS_SCHEMA.empty_table())
+            self.con.execute("CREATE OR REPLACE VIEW lake_step_files AS SELECT * FROM _lake_step_files_empty")
+            self.con.execute("CREATE OR REPLACE TEMP TABLE _split_traces (trace_id VARCHAR)")
+            self.con.execute("CREATE OR REPLACE MACRO steps_from_spans(file, trace) AS true")
+            self.con.execute("CREATE OR REPLACE MACRO stored_costs_repriced() AS false")
+            return
+        stored = ", ".join(str(i) for i in sorted(self.step_files))
+        self.con.execute(f"CREATE OR REPLACE VIEW lake_step_files AS SELECT * FROM read_parquet("
+                         f"{sql_list([self.step_files[i].path for i in sorted(self.step_files)])}, hive_partitioning = false)")
+        self.con.execute(
+            "CREATE OR REPLACE TEMP TABLE _split_traces AS SELECT trace_id FROM lake_spans GROUP BY trace_id "
+            f"HAVING min(span_file) <> max(span_file) AND bool_or(span_file IN ({stored}))")
+        split = self.rows("SELECT count(*) FROM _split_traces")[0][0]
+        self.con.execute(f"CREATE OR REPLACE MACRO steps_from_spans(file, trace) AS file NOT IN ({stored})"
+                         + (" OR trace IN (SELECT trace_id FROM _split_traces)" if split else ""))
 
     def _bind_prices(self, path: str | os.PathLike | None) -> None:
         """Replace the shipped price table by a user's CSV (same columns as model_prices)."""
@@ -328,7 +376,8 @@ class Engine:
         return self._cached_tables[view]
 
     def _cache(self, view: str, query: str, params: Sequence[Any] = (),
-               more: Sequence[tuple[str, Sequence[Any]]] = (), compress: bool = False) -> None:
+               more: Sequence[tuple[str, Sequence[Any]]] = (), compress: bool = False,
+               plus: str | None = None) -> None:
         """``view`` into a table: the rows of ``query``, then of each of ``more``. The view
         reads the table only once every query has run: one that fails (out of memory) or is
         interrupted leaves the view computing from the lake, not reading part of its rows.
@@ -339,7 +388,9 @@ class Engine:
         spilled). An in-memory database attached with COMPRESS compresses what a CHECKPOINT
         writes: the same rows took 380 MB, and reading them is cheaper than reading spilled
         blocks. The checkpoint costs about 0.7 s per million rows, more than it saves on a
-        table that fits in memory, so small tables stay temporary tables."""
+        table that fits in memory, so small tables stay temporary tables.
+
+        ``plus``: a view whose rows the view also holds, read as they are (stored steps)."""
         if compress and not self._cache_attached:
             self.con.execute("ATTACH ':memory:' AS _assay_cache (COMPRESS)")
             self._cache_attached = True
@@ -353,6 +404,10 @@ class Engine:
             self.con.execute(statement, list(p)).fetchall()
             if compress:  # each part is compressed as soon as it is in: one part is ever held raw
                 self.con.execute("CHECKPOINT _assay_cache")
+        if plus:
+            self.con.execute(f"CREATE OR REPLACE TEMP VIEW _cached_{view}_all AS "
+                             f"SELECT * FROM {table} UNION ALL SELECT * FROM {plus}")
+            table = f"_cached_{view}_all"
         self.con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {table}").fetchall()
         self._cached_tables[view] = table
         self.materialized.add(view)
@@ -366,24 +421,31 @@ class Engine:
         each cover every trace id are filtered whole by every part (about 7 % more time per
         extra part, measured on a 1M-span lake of 16 interleaved files).
         """
-        n, n_no_trace = self.rows("SELECT count(*), count(*) FILTER (WHERE trace_id IS NULL) FROM lake_spans")[0]
+        # only the spans whose steps no step file holds are computed (and cached)
+        n, n_no_trace = self.rows("SELECT count(*), count(*) FILTER (WHERE trace_id IS NULL) FROM lake_spans "
+                                  "WHERE steps_from_spans(span_file, trace_id)")[0]
         limit = _bytes(self.rows("SELECT current_setting('memory_limit')")[0][0])
         parts = -(-n // max(1, limit // 3 // STEPS_BYTES_PER_SPAN))
         # every span is at most one step: the bound is close, most spans of a lake are steps
         compress = n * CACHED_STEP_BYTES > limit // 3
         # a span without a trace id belongs to no range; such a lake is done in one go
+        # stored steps are read from their files by every query: reading them is cheaper than
+        # copying them into the cache (10M steps: 14 s for trials, fingerprints and coverage
+        # read from the files; 19 s with a copy in a temporary table)
+        stored = "stored_steps" if self.step_files else None
         if parts <= 1 or n_no_trace:
             self.steps_parts = 1
-            self._cache("steps", "SELECT * FROM steps", compress=compress)
+            self._cache("steps", "SELECT * FROM steps_between(NULL, NULL)", compress=compress, plus=stored)
             return
         # boundaries from a sample: parts come out about equal, and a range never splits a trial
         sample = sorted(r[0] for r in self.rows(
-            "SELECT trace_id FROM lake_spans USING SAMPLE reservoir(20000 ROWS) REPEATABLE (7)"))
+            "SELECT trace_id FROM (SELECT trace_id FROM lake_spans WHERE steps_from_spans(span_file, trace_id)) "
+            "USING SAMPLE reservoir(20000 ROWS) REPEATABLE (7)"))
         bounds = [None, *sorted({sample[len(sample) * i // parts] for i in range(1, parts)}), None]
         self.steps_parts = len(bounds) - 1
         part = "SELECT * FROM steps_between(?, ?)"
         self._cache("steps", part, bounds[:2], [(part, [lo, hi]) for lo, hi in zip(bounds[1:-1], bounds[2:])],
-                    compress=compress)
+                    compress=compress, plus=stored)
 
     def lock_down(self) -> None:
         """Forbid file access beyond the bound lake files, for running a user's SQL.
@@ -393,7 +455,8 @@ class Engine:
         """
         # the files themselves, not their directories: a directory is a prefix, so a lake given
         # as ~/spans.parquet would open every file under ~/ to the query
-        paths = sorted({str(p) for paths in self.files.values() for p in paths})
+        paths = sorted({str(p) for paths in [*self.files.values(), [f.path for f in self.step_files.values()]]
+                        for p in paths})
         if paths:
             self.con.execute("SET allowed_paths = ?", [paths])
         self.con.execute("SET enable_external_access = false")

@@ -488,13 +488,15 @@ class Lake:
             raise LakeError(f"{self.root} is not a span lake (no spans/ directory); point --dir at the "
                             "directory that `otel-assay collect --dir` or OTEL_ASSAY_DIR names")
         self.ensure_writable()
-        lock = self._lock_compaction()
+        lock = self.compaction_lock()
         try:
             return self._compact(target_bytes, grace_seconds, progress)
         finally:
             lock.close()  # releases the lock
 
-    def _lock_compaction(self):
+    def compaction_lock(self):
+        """Hold the lake's compaction lock until the returned file is closed (LakeBusy if
+        another process holds it): one process at a time rewrites the lake's files."""
         self.compaction_dir.mkdir(exist_ok=True)
         return exclusive_lock(self.compaction_dir / "LOCK", LakeBusy(
             f"another otel-assay compact is running on {self.root}; let it finish "

@@ -1,0 +1,220 @@
+"""Step files: a lake file's ``steps``, computed once and stored beside it.
+
+``steps`` is the costly part of every analysis: a dedupe and a tree walk over every span
+(10M spans: about 35 s on 2 cores, against about 14 s for trials, fingerprints and coverage
+after it). A lake's span files never change once written: files are written whole under
+new names, and compaction writes a new file and deletes the old ones. So a file's steps
+can be computed once, when it is compacted, and read afterwards: the way Tempo computes a
+trace's tree columns at compaction (reference/storage.md §1.1).
+
+Layout: ``LAKE/steps/dt=D/NAME`` holds the steps of ``LAKE/spans/dt=D/NAME``. Its Parquet
+metadata (``STEP_FILE_KEY``) records what it was computed from: the span file's name, size
+and a hash of its footer, and ``definition()``, a hash of everything that defines
+``steps`` (its SQL, canonical JSON, DuckDB's version). The engine reads a step file only
+when all of these match, and only for the trials that lie wholly inside its span file
+among the files it reads. A trial with spans in another file (a trace across a ``dt=``
+boundary, spans that arrived after compaction, a span stored twice) is computed from its
+spans, as without step files. Costs are priced again from the engine's price table.
+
+So a step file changes how fast an analysis is, never what it says; deleting
+``LAKE/steps`` is always safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import NamedTuple
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..collect.lake import _DT_RE, Lake, LakeError, check_lake_file, sql_list
+
+STEP_FILE_KEY = b"otel_assay.steps"
+STEPS_DIR = "steps"
+
+# The columns of `steps` (queries/steps.sql documents them), as a step file stores them.
+STEPS_SCHEMA = pa.schema([
+    ("trace_id", pa.string()), ("span_id", pa.string()), ("step_parent_id", pa.string()),
+    ("depth", pa.int32()), ("seq", pa.int64()), ("step_kind", pa.string()), ("llm_call", pa.bool_()),
+    ("source_convention", pa.string()), ("scope_name", pa.string()), ("name", pa.string()),
+    ("agent_name", pa.string()), ("tool_name", pa.string()), ("tool_call_id", pa.string()),
+    ("tool_args", pa.string()), ("model", pa.string()), ("response_model", pa.string()),
+    ("provider", pa.string()), ("input_tokens", pa.int64()), ("output_tokens", pa.int64()),
+    ("cost_usd", pa.float64()), ("cost_source", pa.string()), ("status", pa.string()),
+    ("error_type", pa.string()), ("start_time_unix_nano", pa.int64()), ("duration_ns", pa.int64()),
+    ("finish_reasons", pa.string()), ("requested_tools", pa.bool_()), ("output_text", pa.string()),
+])
+
+
+@lru_cache(maxsize=1)
+def definition() -> str:
+    """A hash of what ``steps`` is computed by: a step file written under another one is
+    not read (an upgrade that changes a rule recomputes every trial)."""
+    import duckdb
+
+    h = hashlib.sha256(b"otel-assay step file 1\n")
+    queries = resources.files("otel_assay") / "queries"
+    for name in ("span_kinds.sql", "steps.sql", "model_prices.sql"):  # model_prices: the pricing rule
+        h.update((queries / name).read_bytes())
+    h.update((resources.files("otel_assay.analyze") / "canonical.py").read_bytes())
+    h.update(STEPS_SCHEMA.to_string().encode())
+    h.update(duckdb.__version__.encode())  # hash() orders ties in seq
+    return h.hexdigest()
+
+
+def step_file_for(span_file: Path) -> Path | None:
+    """Where the step file of a lake span file is (``LAKE/steps/dt=D/NAME``); None for a
+    file that is not in a lake's ``spans/dt=D/``."""
+    if not (_DT_RE.match(span_file.parent.name) and span_file.parent.parent.name == "spans"):
+        return None
+    return span_file.parent.parent.parent / STEPS_DIR / span_file.parent.name / span_file.name
+
+
+def _stamp(span_file: Path) -> dict:
+    """What identifies a span file's content: name, size and its Parquet footer (row group
+    offsets and statistics: two different files practically never share one)."""
+    with open(span_file, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        f.seek(max(0, size - 8))
+        tail = f.read(8)
+        footer_len = int.from_bytes(tail[:4], "little") if len(tail) == 8 and tail[4:] == b"PAR1" else 0
+        f.seek(max(0, size - 8 - footer_len))
+        footer = f.read(footer_len + 8)
+    return {"source": span_file.name, "size": size, "footer_sha256": hashlib.sha256(footer).hexdigest(),
+            "definition": definition()}
+
+
+class StepFile(NamedTuple):
+    path: Path
+    prices: str  # price_table_hash() of the prices its costs were computed with
+
+
+def checked_step_file(span_file: Path) -> StepFile | None:
+    """The step file of ``span_file`` if there is one computed from this very file under
+    the current definition, else None (a missing, stale, foreign or unreadable step file
+    is not an error: the steps are then computed from the spans)."""
+    path = step_file_for(Path(span_file))
+    if path is None or not path.is_file():
+        return None
+    try:
+        meta = pq.read_metadata(path)
+        recorded = json.loads((meta.metadata or {}).get(STEP_FILE_KEY, b"null"))
+        stamp = _stamp(Path(span_file))
+        # names and types (DuckDB marks the columns it knows hold no NULL as not nullable)
+        columns = [(f.name, f.type) for f in meta.schema.to_arrow_schema()]
+        if (not isinstance(recorded, dict) or {k: recorded.get(k) for k in stamp} != stamp
+                or not isinstance(recorded.get("prices"), str) or columns != [(f.name, f.type) for f in STEPS_SCHEMA]):
+            return None
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    return StepFile(path, recorded["prices"])
+
+
+def price_table_hash(con) -> str:
+    """A hash of the rows of ``model_prices`` as bound on ``con`` (its `vendor` column aside):
+    stored costs computed with other prices are priced again when read."""
+    return con.execute(
+        "SELECT md5(coalesce(string_agg(concat_ws(chr(31), coalesce(provider, chr(0)), model, "
+        "input_usd_per_mtok::VARCHAR, output_usd_per_mtok::VARCHAR), chr(30) ORDER BY ALL), '')) "
+        "FROM model_prices").fetchall()[0][0]
+
+
+def write_step_file(span_file: Path, *, threads: int | None = None, memory_limit: str | None = None) -> Path:
+    """Compute the steps of ``span_file``'s trials and store them as its step file
+    (written to a temporary name, then renamed: a reader never sees half a file)."""
+    from .engine import Engine
+
+    span_file = Path(span_file)
+    path = step_file_for(span_file)
+    if path is None:
+        raise ValueError(f"{span_file} is not a lake span file (LAKE/spans/dt=YYYY-MM-DD/NAME.parquet)")
+    stamp = _stamp(span_file)  # before reading: a file replaced meanwhile gets a stamp that does not match it
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with Engine([span_file], threads=threads, memory_limit=memory_limit, step_files=False) as eng:
+        eng.materialize(["steps"])
+        meta = json.dumps({**stamp, "prices": price_table_hash(eng.con)}).replace("'", "''")
+        try:
+            # sorted by trial: a step file of one trace-id range reads only its row groups
+            eng.con.execute(
+                f"COPY (SELECT * FROM steps ORDER BY trace_id, seq) TO {sql_list([tmp])[1:-1]} "
+                f"(FORMAT parquet, COMPRESSION zstd, KV_METADATA {{'{STEP_FILE_KEY.decode()}': '{meta}'}})")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path
+
+
+@dataclass
+class StepFilesResult:
+    written: list[Path] = field(default_factory=list)
+    kept: int = 0
+    removed: int = 0  # step files whose span file is gone
+    no_trace_id: list[Path] = field(default_factory=list)  # span files with spans without a trace id
+    skipped: list[str] = field(default_factory=list)  # unreadable span files, and why
+
+
+def write_step_files(lake_dir, *, threads: int | None = None, memory_limit: str | None = None,
+                     progress=None) -> StepFilesResult:
+    """Give every live span file of the lake a current step file (``otel-assay compact``
+    runs this after merging). Files that already have one are kept; step files whose span
+    file is gone are deleted. Holds the lake's compaction lock (:class:`LakeBusy`)."""
+    lake = Lake(lake_dir)
+    result = StepFilesResult()
+    lock = lake.compaction_lock()
+    try:
+        live = lake.live_files("spans")
+        for span_file in live:
+            if checked_step_file(span_file):
+                result.kept += 1
+                continue
+            problem = check_lake_file(span_file)
+            if problem:
+                result.skipped.append(f"{span_file}: {problem}")
+                continue
+            if not _has_trace_ids(span_file):
+                # a span without a trace id is no trial's: it cannot be told apart from
+                # another file's, so such a file is always computed from its spans
+                result.no_trace_id.append(span_file)
+                continue
+            try:
+                result.written.append(write_step_file(span_file, threads=threads, memory_limit=memory_limit))
+            except (duckdb.Error, LakeError) as e:  # a footer that reads over data that does not
+                result.skipped.append(f"{span_file}: {str(e).splitlines()[0]}")
+                continue
+            if progress:
+                progress(span_file)
+        for p in (lake.root / STEPS_DIR).glob("dt=*/*"):
+            if p.name.startswith(".") and p.name.endswith(".tmp"):  # a write that died (we hold the lock)
+                p.unlink(missing_ok=True)
+            elif p.suffix == ".parquet" and not (lake.root / "spans" / p.parent.name / p.name).exists():
+                p.unlink(missing_ok=True)
+                result.removed += 1
+    finally:
+        lock.close()
+    return result
+
+
+def _has_trace_ids(span_file: Path) -> bool:
+    col = pq.ParquetFile(span_file).schema_arrow.get_field_index("trace_id")
+    if col < 0:
+        return False
+    meta = pq.read_metadata(span_file)
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(col).statistics
+        if stats is None or not stats.has_null_count or stats.null_count:
+            return False
+    return True
+
+
+__all__ = ["STEPS_SCHEMA", "StepFile", "StepFilesResult", "price_table_hash", "checked_step_file", "definition", "step_file_for",
+           "write_step_file", "write_step_files"]
