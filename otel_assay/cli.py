@@ -267,6 +267,15 @@ def compact(lake_dir, target_mib, grace_seconds, step_files):
         click.echo(f"step files: {len(sr.written)} written, {sr.kept} up to date, {sr.removed} removed"
                    + (f", {len(sr.no_trace_id)} span files left without (spans without a trace id)"
                       if sr.no_trace_id else ""))
+        for p in sr.damaged:
+            click.echo(f"  rewrote damaged step file {p}", err=True)
+        if sr.failed:
+            # a cache: the lake is whole, analyses compute these files' steps from their spans
+            for f in sr.failed:
+                click.echo(f"  could not write step file {f}", err=True)
+            click.echo(f"warning: {len(sr.failed)} step files not written; analyses compute those steps from the "
+                       "spans (slower, same results). Fix the cause (memory: OTEL_ASSAY_MEMORY_LIMIT; "
+                       "permissions of LAKE/steps) and run compact again", err=True)
         unreadable += [s for s in sr.skipped if s not in unreadable]
     if unreadable:
         for s in unreadable:

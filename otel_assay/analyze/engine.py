@@ -24,7 +24,7 @@ from ..collect.schema import TABLES
 from ..errors import UsageError, is_utf8
 from .canonical import canonical_json_arrow
 from .labels import LABELS_SCHEMA, label_files
-from .stepfiles import STEPS_SCHEMA, StepFile, checked_step_file, price_table_hash
+from .stepfiles import STEPS_DIR, STEPS_SCHEMA, StepFile, checked_step_file, price_table_hash
 
 # Views are created in this order (a view may use the ones before it); any other
 # queries/*.sql file follows in name order.
@@ -95,7 +95,8 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
             matched = sorted(Path(m) for m in _glob.glob(str(src), recursive=True))
             if not matched:
                 raise LakeError(f"no files match {src}")
-            files["spans"].extend(m for m in matched if m.is_file())
+            # a glob over the whole lake (LAKE/*/dt=*/*.parquet) also matches the step files
+            files["spans"].extend(m for m in matched if m.is_file() and not _in_steps_dir(m))
         else:
             raise LakeError(f"{src} does not exist; give a lake directory, a Parquet file or a glob")
     files["spans"] = _without_replaced(files["spans"])
@@ -107,6 +108,10 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
                         ", ".join(repr(str(p)) for p in unreadable[:3]) + more +
                         "; rename them (or the directory above them) to UTF-8 names and run again")
     return files
+
+
+def _in_steps_dir(path: Path) -> bool:
+    return bool(_DT_DIR_RE.match(path.parent.name)) and path.parent.parent.name == STEPS_DIR
 
 
 def _has_files(directory: Path) -> bool:

@@ -7,7 +7,9 @@ new names, and compaction writes a new file and deletes the old ones. So a file'
 can be computed once, when it is compacted, and read afterwards: the way Tempo computes a
 trace's tree columns at compaction (reference/storage.md §1.1).
 
-Layout: ``LAKE/steps/dt=D/NAME`` holds the steps of ``LAKE/spans/dt=D/NAME``. Its Parquet
+Layout: ``LAKE/steps/dt=D/STEM.DEF.parquet`` holds the steps of ``LAKE/spans/dt=D/STEM.parquet``
+(DEF: the start of ``definition()``, so that two versions of otel-assay on one lake never
+write the same step file while the other reads it). Its Parquet
 metadata (``STEP_FILE_KEY``) records what it was computed from: the span file's name, size
 and a hash of its footer, and ``definition()``, a hash of everything that defines
 ``steps`` (its SQL, canonical JSON, DuckDB's version). The engine reads a step file only
@@ -22,6 +24,7 @@ So a step file changes how fast an analysis is, never what it says; deleting
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -35,9 +38,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..collect.lake import _DT_RE, Lake, LakeError, check_lake_file, sql_list
+from ..collect.lake import _DT_RE, STEP_FILE_KEY, Lake, LakeError, check_lake_file, sql_list
 
-STEP_FILE_KEY = b"otel_assay.steps"
 STEPS_DIR = "steps"
 
 # The columns of `steps` (queries/steps.sql documents them), as a step file stores them.
@@ -71,11 +73,12 @@ def definition() -> str:
 
 
 def step_file_for(span_file: Path) -> Path | None:
-    """Where the step file of a lake span file is (``LAKE/steps/dt=D/NAME``); None for a
-    file that is not in a lake's ``spans/dt=D/``."""
+    """Where the step file of a lake span file is (``LAKE/steps/dt=D/STEM.DEF.parquet``);
+    None for a file that is not in a lake's ``spans/dt=D/``."""
     if not (_DT_RE.match(span_file.parent.name) and span_file.parent.parent.name == "spans"):
         return None
-    return span_file.parent.parent.parent / STEPS_DIR / span_file.parent.name / span_file.name
+    return (span_file.parent.parent.parent / STEPS_DIR / span_file.parent.name /
+            f"{span_file.stem}.{definition()[:16]}.parquet")
 
 
 def _stamp(span_file: Path) -> dict:
@@ -114,7 +117,7 @@ def checked_step_file(span_file: Path) -> StepFile | None:
         if (not isinstance(recorded, dict) or {k: recorded.get(k) for k in stamp} != stamp
                 or not isinstance(recorded.get("prices"), str) or columns != [(f.name, f.type) for f in STEPS_SCHEMA]):
             return None
-    except (OSError, ValueError, pa.ArrowException):
+    except Exception:  # whatever is wrong with it (deeply nested JSON, a directory): not used
         return None
     return StepFile(path, recorded["prices"])
 
@@ -122,10 +125,12 @@ def checked_step_file(span_file: Path) -> StepFile | None:
 def price_table_hash(con) -> str:
     """A hash of the rows of ``model_prices`` as bound on ``con`` (its `vendor` column aside):
     stored costs computed with other prices are priced again when read."""
+    # JSON: a missing value stays in the text as null (a separator join would drop it, and
+    # `,gpt-4o,,10` and `,gpt-4o,10,` would hash alike)
     return con.execute(
-        "SELECT md5(coalesce(string_agg(concat_ws(chr(31), coalesce(provider, chr(0)), model, "
-        "input_usd_per_mtok::VARCHAR, output_usd_per_mtok::VARCHAR), chr(30) ORDER BY ALL), '')) "
-        "FROM model_prices").fetchall()[0][0]
+        "SELECT md5(coalesce(string_agg(j, chr(30) ORDER BY j), '')) FROM (SELECT to_json({"
+        "'provider': provider, 'model': model, 'input': input_usd_per_mtok, 'output': output_usd_per_mtok})::VARCHAR "
+        "AS j FROM model_prices)").fetchall()[0][0]
 
 
 def write_step_file(span_file: Path, *, threads: int | None = None, memory_limit: str | None = None) -> Path:
@@ -150,7 +155,8 @@ def write_step_file(span_file: Path, *, threads: int | None = None, memory_limit
                 f"(FORMAT parquet, COMPRESSION zstd, KV_METADATA {{'{STEP_FILE_KEY.decode()}': '{meta}'}})")
             os.replace(tmp, path)
         finally:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # not to hide why the write failed
+                tmp.unlink(missing_ok=True)
     return path
 
 
@@ -158,25 +164,32 @@ def write_step_file(span_file: Path, *, threads: int | None = None, memory_limit
 class StepFilesResult:
     written: list[Path] = field(default_factory=list)
     kept: int = 0
-    removed: int = 0  # step files whose span file is gone
+    removed: int = 0  # step files of span files that are gone, or of another definition
+    damaged: list[Path] = field(default_factory=list)  # step files that did not read back: rewritten
     no_trace_id: list[Path] = field(default_factory=list)  # span files with spans without a trace id
     skipped: list[str] = field(default_factory=list)  # unreadable span files, and why
+    failed: list[str] = field(default_factory=list)  # step files that could not be written, and why
 
 
 def write_step_files(lake_dir, *, threads: int | None = None, memory_limit: str | None = None,
                      progress=None) -> StepFilesResult:
     """Give every live span file of the lake a current step file (``otel-assay compact``
-    runs this after merging). Files that already have one are kept; step files whose span
-    file is gone are deleted. Holds the lake's compaction lock (:class:`LakeBusy`)."""
+    runs this after merging). A step file that is current and reads back whole is kept;
+    step files of span files that are gone, or of another definition, are deleted. A step
+    file that cannot be written is reported (``failed``): it is a cache, its span file's
+    steps are then computed when read. Holds the lake's compaction lock (:class:`LakeBusy`)."""
     lake = Lake(lake_dir)
     result = StepFilesResult()
     lock = lake.compaction_lock()
     try:
         live = lake.live_files("spans")
         for span_file in live:
-            if checked_step_file(span_file):
+            current = checked_step_file(span_file)
+            if current and _reads_back(current.path):
                 result.kept += 1
                 continue
+            if current:
+                result.damaged.append(current.path)
             problem = check_lake_file(span_file)
             if problem:
                 result.skipped.append(f"{span_file}: {problem}")
@@ -188,20 +201,43 @@ def write_step_files(lake_dir, *, threads: int | None = None, memory_limit: str 
                 continue
             try:
                 result.written.append(write_step_file(span_file, threads=threads, memory_limit=memory_limit))
-            except (duckdb.Error, LakeError) as e:  # a footer that reads over data that does not
-                result.skipped.append(f"{span_file}: {str(e).splitlines()[0]}")
+            except (duckdb.Error, LakeError, OSError) as e:
+                reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+                result.failed.append(f"{step_file_for(span_file)}: {reason}")
                 continue
             if progress:
                 progress(span_file)
+        keep = {step_file_for(p) for p in _all_span_files(lake)}
         for p in (lake.root / STEPS_DIR).glob("dt=*/*"):
             if p.name.startswith(".") and p.name.endswith(".tmp"):  # a write that died (we hold the lock)
-                p.unlink(missing_ok=True)
-            elif p.suffix == ".parquet" and not (lake.root / "spans" / p.parent.name / p.name).exists():
-                p.unlink(missing_ok=True)
-                result.removed += 1
+                with contextlib.suppress(OSError):
+                    p.unlink(missing_ok=True)
+            elif p.suffix == ".parquet" and p not in keep and p.is_file():
+                with contextlib.suppress(OSError):
+                    p.unlink(missing_ok=True)
+                    result.removed += 1
     finally:
         lock.close()
     return result
+
+
+def _all_span_files(lake: Lake) -> list[Path]:
+    """Every span file on disk, replaced ones too: a reader that listed a replaced file
+    before its merge may still read it (and its step file) during the grace period."""
+    tdir = lake.table_dir("spans")
+    return sorted(tdir.glob("dt=*/*.parquet")) if tdir.is_dir() else []
+
+
+def _reads_back(path: Path) -> bool:
+    """Whether every page of a step file decompresses (a footer that reads says nothing of
+    the pages: a damaged one would fail every analysis until it is rewritten)."""
+    try:
+        f = pq.ParquetFile(path)
+        for i in range(f.num_row_groups):
+            f.read_row_group(i)
+    except Exception:
+        return False
+    return True
 
 
 def _has_trace_ids(span_file: Path) -> bool:
@@ -216,5 +252,5 @@ def _has_trace_ids(span_file: Path) -> bool:
     return True
 
 
-__all__ = ["STEPS_SCHEMA", "StepFile", "StepFilesResult", "price_table_hash", "checked_step_file", "definition", "step_file_for",
+__all__ = ["STEPS_DIR", "STEPS_SCHEMA", "StepFile", "StepFilesResult", "price_table_hash", "checked_step_file", "definition", "step_file_for",
            "write_step_file", "write_step_files"]

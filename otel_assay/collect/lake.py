@@ -60,6 +60,9 @@ FILE_ROWS = 1 << 19
 _PARALLEL_ROWS = 1 << 16  # measured: below a few 10k rows a thread pool costs more than it saves
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _DT_RE = re.compile(r"^dt=\d{4}-\d{2}-\d{2}$")
+# The Parquet metadata key of a step file (LAKE/steps/: analyze/stepfiles.py): such a file
+# has a span file's id and time columns, and must never be read as one
+STEP_FILE_KEY = b"otel_assay.steps"
 
 
 class LakeError(Exception):
@@ -713,6 +716,9 @@ def inspect_lake_file(path: Path, table: str = "spans") -> tuple[pa.Schema | Non
     schema, problem = parquet_schema(path)
     if problem:
         return None, problem
+    if STEP_FILE_KEY in (schema.metadata or {}):
+        return schema, ("a step file (a span file's stored steps, LAKE/steps/), not a spans file; "
+                        "give the lake directory or the files under LAKE/spans")
     missing = REQUIRED_COLUMNS[table] - set(schema.names)
     if missing:
         return schema, f"not an otel-assay {table} file (missing columns: {', '.join(sorted(missing))})"

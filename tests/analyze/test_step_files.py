@@ -213,9 +213,95 @@ def test_step_files_skip_what_they_cannot_store(tmp_path, capsys):
     pq.write_table(no_trace, pdir / "part-notrace.parquet")
     (pdir / "part-corrupt.parquet").write_bytes(b"PAR1" + os.urandom(64) + b"PAR1")
     result = write_step_files(lake)
-    assert [p.name for p in result.written] == [good.name]
+    assert result.written == [step_file_for(good)]
     assert [p.name for p in result.no_trace_id] == ["part-notrace.parquet"]
     assert len(result.skipped) == 1 and "part-corrupt.parquet" in result.skipped[0]
     code, out, err = run(capsys, "compact", "--dir", str(lake), "--target-mib", "1")
     assert code == 4
     assert "part-corrupt.parquet" in err and "1 span files left without (spans without a trace id)" in out
+
+
+def test_step_files_are_never_read_as_spans(tmp_path, capsys, open_engine):
+    """A step file has a span file's id and time columns: a glob over the whole lake skips
+    it, and one given as the lake is refused (exit 4) instead of read as spans."""
+    lake = tmp_path / "lake"
+    write_lake(lake, [span(t, 1, None, "invoke_agent a", 0, 10, AGENT) for t in range(1, 6)] +
+               [span(t, 2, 1, "execute_tool t", 1, 2, TOOL) for t in range(1, 6)])
+    glob = str(lake / "*" / "dt=*" / "*.parquet")
+    before = answers(open_engine(glob), chosen=False)
+    write_step_files(lake)
+    (step_file,) = stored_files(lake)
+    assert answers(open_engine(glob), chosen=False) == before
+    assert answers(open_engine(glob, step_files=False), chosen=False) == before
+    code, out, err = run(capsys, "trials", str(step_file))
+    assert code == 4 and "a step file" in err and "Traceback" not in err
+    copied = tmp_path / "copy.parquet"  # a copy outside the lake is known by its metadata
+    copied.write_bytes(step_file.read_bytes())
+    code, out, err = run(capsys, "steps", str(copied))
+    assert code == 4 and "a step file" in err
+
+
+def test_damaged_step_files_are_not_read_and_compact_rewrites_them(tmp_path, capsys, open_engine):
+    lake = tmp_path / "lake"
+    write_lake(lake, [span(t, 1, None, "invoke_agent a", 0, 10, AGENT) for t in range(1, 40)] +
+               [span(t, 2, 1, "execute_tool t", 1, 2, {**TOOL, "gen_ai.tool.call.arguments": '{"q": %d}' % t})
+                for t in range(1, 40)])
+    computed = answers(open_engine(lake, step_files=False))
+    write_step_files(lake)
+    (step_file,) = stored_files(lake)
+    good = step_file.read_bytes()
+
+    # metadata too deeply nested for a JSON parser: not read, no traceback
+    table = pq.read_table(step_file)
+    meta = {b"otel_assay.steps": b"[" * 200_000 + b"]" * 200_000}
+    pq.write_table(table.replace_schema_metadata(meta), step_file)
+    assert open_engine(lake).step_files == {}
+    code, out, err = run(capsys, "steps", str(lake), "--format", "json")
+    assert code == 0, err
+
+    # data pages damaged under an intact footer: compact finds it and writes it again
+    damaged = bytearray(good)
+    damaged[100:400] = bytes(300)
+    step_file.write_bytes(bytes(damaged))
+    code, out, err = run(capsys, "compact", "--dir", str(lake))
+    assert code == 0, err
+    assert f"rewrote damaged step file {step_file}" in err and "step files: 1 written" in out
+    assert answers(open_engine(lake)) == computed
+
+    # a step file of another definition (another otel-assay version) is removed
+    other = step_file.with_name(step_file.name.split(".")[0] + ".0123456789abcdef.parquet")
+    other.write_bytes(good)
+    code, out, _ = run(capsys, "compact", "--dir", str(lake))
+    assert code == 0 and "0 written, 1 up to date, 1 removed" in out and not other.exists()
+
+
+def test_step_files_that_cannot_be_written_are_a_warning(tmp_path, capsys, monkeypatch, open_engine):
+    """Compaction has done its work and step files are a cache: a step file that cannot be
+    written (out of memory, no directory) is named with what to do, exit 0, and the span
+    file is not called unreadable."""
+    lake = tmp_path / "lake"
+    write_lake(lake, [span(t, 1, None, "invoke_agent a", 0, 10, AGENT) for t in range(1, 6)])
+    (lake / "steps").write_text("not a directory")
+    code, out, err = run(capsys, "compact", "--dir", str(lake))
+    assert code == 0, err
+    assert "could not write step file" in err and "1 step files not written" in err
+    assert "unreadable" not in err and "Traceback" not in err
+    assert open_engine(lake).rows("SELECT count(*) FROM steps")[0][0] == 5
+
+    (lake / "steps").unlink()
+    monkeypatch.setenv("OTEL_ASSAY_MEMORY_LIMIT", "1MB")
+    code, out, err = run(capsys, "compact", "--dir", str(lake))
+    assert code == 0 and "could not write step file" in err and "OTEL_ASSAY_MEMORY_LIMIT" in err
+    assert stored_files(lake) == []
+
+
+def test_price_tables_that_differ_only_in_a_missing_value_are_told_apart(tmp_path, open_engine):
+    from otel_assay.analyze.stepfiles import price_table_hash
+
+    write_lake(tmp_path / "lake", [span(1, 1, None, "invoke_agent a", 0, 10, AGENT)])
+    hashes = []
+    for row in (",gpt-4o,,10", ",gpt-4o,10,"):
+        prices = tmp_path / f"p{len(hashes)}.csv"
+        prices.write_text("provider,model,input_usd_per_mtok,output_usd_per_mtok\n" + row + "\n")
+        hashes.append(price_table_hash(open_engine(tmp_path / "lake", prices=prices).con))
+    assert hashes[0] != hashes[1]
