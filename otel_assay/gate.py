@@ -629,7 +629,8 @@ def _versions(eng) -> list[tuple[str, int]]:
     return [(v, n) for v, n, _, _ in rows]
 
 
-def _default_selectors(eng, baseline, candidate, separate_baseline: bool) -> tuple[str | None, str | None]:
+def _default_selectors(eng, baseline, candidate, separate_baseline: bool,
+                       lake_name: str) -> tuple[str | None, str | None]:
     """With no selectors: the two versions of the lake, oldest first, are baseline and candidate."""
     if separate_baseline or (baseline and candidate):
         return baseline, candidate
@@ -652,6 +653,9 @@ def _default_selectors(eng, baseline, candidate, separate_baseline: bool) -> tup
             return baseline, other[baseline]
         if candidate in other:
             return other[candidate], candidate
+    given = baseline or candidate
+    if given:  # one that matches no trial is the thing to say (exit 4, naming what the lake has)
+        _select(eng, given, "_given_trials", lake_name)
     raise UsageError(f"say which trials to compare with --baseline SEL and --candidate SEL (for example "
                      f"--baseline version=v1 --candidate version=v2); the lake's versions: {listing}")
 
@@ -1298,7 +1302,7 @@ def _run(eng_b, eng_c, cfg, baseline, candidate, separate, lake_c, lake_b, mode,
     if separate:
         _check_has_trials(eng_b, lake_b)
     if not alone:
-        baseline, candidate = _default_selectors(eng_c, baseline, candidate, separate)
+        baseline, candidate = _default_selectors(eng_c, baseline, candidate, separate, lake_c)
     n_c = _select(eng_c, candidate, "candidate_trials", lake_c)
     n_b = None if alone else _select(eng_b, baseline, "baseline_trials", lake_b)
     if alone:

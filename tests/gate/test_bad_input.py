@@ -173,6 +173,14 @@ def test_selector_matching_nothing_lists_what_is_there(small_lake):
            "no trials match version=v9", "v1 (10)", "v2 (10)")
 
 
+@pytest.mark.parametrize("flag", ["--baseline", "--candidate"])
+def test_a_lone_selector_matching_nothing_lists_what_is_there(small_lake, tmp_path, flag):
+    # the other arm cannot be inferred either, but the selector that matches nothing is the mistake
+    _check(cli("gate", small_lake, flag, "version=v9"), 4, "no trials match version=v9", "v1 (10)", "v2 (10)")
+    lake = write_trials(tmp_path / "lake", [{"scenario": "s", "version": v, "outcome": "pass"} for v in "abc"])
+    _check(cli("gate", lake, flag, "version=a"), 3, "--baseline", "a (1 trials)")
+
+
 def test_corrupt_parquet(small_lake, tmp_path):
     import shutil
 
