@@ -261,14 +261,14 @@ def compact(lake_dir, target_mib, grace_seconds, step_files):
         from .analyze.stepfiles import write_step_files
 
         try:
-            sr = write_step_files(lake_dir)
+            sr = write_step_files(lake_dir, grace_seconds=grace_seconds)
         except LakeBusy as e:
             raise UsageError(str(e)) from None
         click.echo(f"step files: {len(sr.written)} written, {sr.kept} up to date, {sr.removed} removed"
                    + (f", {len(sr.no_trace_id)} span files left without (spans without a trace id)"
                       if sr.no_trace_id else ""))
         for p in sr.damaged:
-            click.echo(f"  rewrote damaged step file {p}", err=True)
+            click.echo(f"  removed damaged step file {p}", err=True)
         if sr.failed:
             # a cache: the lake is whole, analyses compute these files' steps from their spans
             for f in sr.failed:

@@ -26,6 +26,8 @@ def _parse(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         pass
+    except RecursionError:  # nested deeper than the parser goes: hostile, kept as text
+        return text
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):

@@ -18,8 +18,8 @@ from typing import Any, Mapping, Sequence
 import duckdb
 import pyarrow as pa
 
-from ..collect.lake import (Lake, LakeError, duckdb_connect, inspect_lake_file, missing_columns_sql, parquet_schema,
-                             sql_list)
+from ..collect.lake import (STEP_FILE_KEY, Lake, LakeError, duckdb_connect, inspect_lake_file, missing_columns_sql,
+                             parquet_schema, sql_list)
 from ..collect.schema import TABLES
 from ..errors import UsageError, is_utf8
 from .canonical import canonical_json_arrow
@@ -96,7 +96,11 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
             if not matched:
                 raise LakeError(f"no files match {src}")
             # a glob over the whole lake (LAKE/*/dt=*/*.parquet) also matches the step files
-            files["spans"].extend(m for m in matched if m.is_file() and not _in_steps_dir(m))
+            spans = [m for m in matched if m.is_file() and not _is_step_file(m)]
+            if matched and not spans and all(_is_step_file(m) for m in matched):
+                raise LakeError(f"{src} matches only step files (LAKE/steps/, stored steps, not spans); "
+                                "give the lake directory or its span files (LAKE/spans/...)")
+            files["spans"].extend(spans)
         else:
             raise LakeError(f"{src} does not exist; give a lake directory, a Parquet file or a glob")
     files["spans"] = _without_replaced(files["spans"])
@@ -110,8 +114,13 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
     return files
 
 
-def _in_steps_dir(path: Path) -> bool:
-    return bool(_DT_DIR_RE.match(path.parent.name)) and path.parent.parent.name == STEPS_DIR
+def _is_step_file(path: Path) -> bool:
+    """A step file of a lake (stored steps): in a steps/dt=D directory, and saying so in its
+    metadata (a span file that happens to sit in such a directory is read)."""
+    if not (_DT_DIR_RE.match(path.parent.name) and path.parent.parent.name == STEPS_DIR):
+        return False
+    schema = parquet_schema(path)[0]
+    return schema is not None and STEP_FILE_KEY in (schema.metadata or {})
 
 
 def _has_files(directory: Path) -> bool:
@@ -164,8 +173,9 @@ class Engine:
 
     def __init__(self, source, *, threads: int | None = None, memory_limit: str | None = None,
                  prices: str | os.PathLike | None = None, step_files: bool = True):
-        """``step_files=False``: compute every step from the spans, reading no step file
-        (:mod:`.stepfiles`)."""
+        """``prices``: a price table CSV (None: OTEL_ASSAY_PRICES if set; False: the shipped
+        table whatever the environment says). ``step_files=False``: compute every step from
+        the spans, reading no step file (:mod:`.stepfiles`)."""
         self._options = {"threads": threads, "memory_limit": memory_limit, "prices": prices, "step_files": step_files}
         # an Engine as the source: the same files (see locked_copy), already checked
         copy = isinstance(source, Engine)
@@ -201,7 +211,8 @@ class Engine:
             except duckdb.Error as e:
                 raise RuntimeError(f"queries/{view}.sql failed to bind: {e}") from e
             if view == "model_prices":
-                self._bind_prices(prices if prices is not None else os.environ.get(PRICES_ENV) or None)
+                self._bind_prices(None if prices is False else
+                                  prices if prices is not None else os.environ.get(PRICES_ENV) or None)
                 if self.step_files:
                     # the stored costs stand when they were computed with these very prices
                     current = price_table_hash(self.con)

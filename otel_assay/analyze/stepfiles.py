@@ -7,19 +7,24 @@ new names, and compaction writes a new file and deletes the old ones. So a file'
 can be computed once, when it is compacted, and read afterwards: the way Tempo computes a
 trace's tree columns at compaction (reference/storage.md §1.1).
 
-Layout: ``LAKE/steps/dt=D/STEM.DEF.parquet`` holds the steps of ``LAKE/spans/dt=D/STEM.parquet``
-(DEF: the start of ``definition()``, so that two versions of otel-assay on one lake never
-write the same step file while the other reads it). Its Parquet
-metadata (``STEP_FILE_KEY``) records what it was computed from: the span file's name, size
-and a hash of its footer, and ``definition()``, a hash of everything that defines
-``steps`` (its SQL, canonical JSON, DuckDB's version). The engine reads a step file only
-when all of these match, and only for the trials that lie wholly inside its span file
-among the files it reads. A trial with spans in another file (a trace across a ``dt=``
-boundary, spans that arrived after compaction, a span stored twice) is computed from its
-spans, as without step files. Costs are priced again from the engine's price table.
+Layout: ``LAKE/steps/dt=D/STEM.DEF.SUM.parquet`` holds the steps of
+``LAKE/spans/dt=D/STEM.parquet``. DEF is the start of ``definition()``, a hash of everything
+that defines ``steps`` (its SQL, canonical JSON, DuckDB's version): two versions of
+otel-assay on one lake keep apart files. SUM is the start of the step file's own SHA-256:
+the engine hashes the file before reading it (0.1 s for the 85 MB of 10M steps), so a
+damaged step file is never read, not even one whose damage a Parquet reader would not
+notice (a flipped digit). The file's Parquet metadata (``STEP_FILE_KEY``) records the span
+file it was computed from (name, size, a hash of its footer) and the price table's hash.
 
-So a step file changes how fast an analysis is, never what it says; deleting
-``LAKE/steps`` is always safe.
+The engine reads a step file only when all of these match, and only for the trials that
+lie wholly inside its span file among the files it reads. A trial with spans in another
+file (a trace across a ``dt=`` boundary, spans that arrived after compaction, a span
+stored twice) is computed from its spans, as without step files. Costs are priced again
+when the engine's price table is another.
+
+So a step file changes how fast an analysis is, never what it says. Deleting
+``LAKE/steps`` while no analysis runs changes nothing but speed; an analysis reads the
+step files it checked at open, as it reads the span files it listed.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import contextlib
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -72,13 +78,46 @@ def definition() -> str:
     return h.hexdigest()
 
 
-def step_file_for(span_file: Path) -> Path | None:
-    """Where the step file of a lake span file is (``LAKE/steps/dt=D/STEM.DEF.parquet``);
-    None for a file that is not in a lake's ``spans/dt=D/``."""
+def steps_dir_for(span_file: Path) -> Path | None:
+    """The directory of a lake span file's step files (``LAKE/steps/dt=D``); None for a
+    file that is not in a lake's ``spans/dt=D/``."""
     if not (_DT_RE.match(span_file.parent.name) and span_file.parent.parent.name == "spans"):
         return None
-    return (span_file.parent.parent.parent / STEPS_DIR / span_file.parent.name /
-            f"{span_file.stem}.{definition()[:16]}.parquet")
+    return span_file.parent.parent.parent / STEPS_DIR / span_file.parent.name
+
+
+def _parts(step_name: str) -> tuple[str, str, str] | None:
+    """(STEM, DEF, SUM) of a step file name ``STEM.DEF.SUM.parquet``."""
+    if not step_name.endswith(".parquet") or step_name.startswith("."):
+        return None
+    parts = step_name[:-len(".parquet")].rsplit(".", 2)
+    if len(parts) != 3 or not all(len(x) == 16 and set(x) <= _HEX for x in parts[1:]):
+        return None
+    return parts[0], parts[1], parts[2]
+
+
+_HEX = set("0123456789abcdef")
+
+
+def _candidates(span_file: Path) -> list[Path]:
+    """The step files of the current definition named after ``span_file``."""
+    sdir = steps_dir_for(span_file)
+    if sdir is None:
+        return []
+    try:
+        names = os.listdir(sdir)
+    except OSError:
+        return []
+    return sorted(sdir / n for n in names
+                  if (p := _parts(n)) and p[0] == span_file.stem and p[1] == definition()[:16])
+
+
+def _file_sum(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()[:16]
 
 
 def _stamp(span_file: Path) -> dict:
@@ -103,15 +142,23 @@ class StepFile(NamedTuple):
 
 def checked_step_file(span_file: Path) -> StepFile | None:
     """The step file of ``span_file`` if there is one computed from this very file under
-    the current definition, else None (a missing, stale, foreign or unreadable step file
-    is not an error: the steps are then computed from the spans)."""
-    path = step_file_for(Path(span_file))
-    if path is None or not path.is_file():
-        return None
+    the current definition and undamaged, else None (a missing, stale, foreign or damaged
+    step file is not an error: the steps are then computed from the spans)."""
+    span_file = Path(span_file)
+    for path in _candidates(span_file):
+        step_file = _checked(span_file, path)
+        if step_file:
+            return step_file
+    return None
+
+
+def _checked(span_file: Path, path: Path) -> StepFile | None:
     try:
+        if _file_sum(path) != _parts(path.name)[2]:
+            return None
         meta = pq.read_metadata(path)
         recorded = json.loads((meta.metadata or {}).get(STEP_FILE_KEY, b"null"))
-        stamp = _stamp(Path(span_file))
+        stamp = _stamp(span_file)
         # names and types (DuckDB marks the columns it knows hold no NULL as not nullable)
         columns = [(f.name, f.type) for f in meta.schema.to_arrow_schema()]
         if (not isinstance(recorded, dict) or {k: recorded.get(k) for k in stamp} != stamp
@@ -139,13 +186,15 @@ def write_step_file(span_file: Path, *, threads: int | None = None, memory_limit
     from .engine import Engine
 
     span_file = Path(span_file)
-    path = step_file_for(span_file)
-    if path is None:
+    sdir = steps_dir_for(span_file)
+    if sdir is None:
         raise ValueError(f"{span_file} is not a lake span file (LAKE/spans/dt=YYYY-MM-DD/NAME.parquet)")
     stamp = _stamp(span_file)  # before reading: a file replaced meanwhile gets a stamp that does not match it
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with Engine([span_file], threads=threads, memory_limit=memory_limit, step_files=False) as eng:
+    sdir.mkdir(parents=True, exist_ok=True)
+    tmp = sdir / f".{span_file.stem}.{definition()[:16]}.tmp"
+    # the shipped prices, whatever OTEL_ASSAY_PRICES says: stored costs are priced again when
+    # read under another table, and a user's table has no say in what compaction writes
+    with Engine([span_file], threads=threads, memory_limit=memory_limit, step_files=False, prices=False) as eng:
         eng.materialize(["steps"])
         meta = json.dumps({**stamp, "prices": price_table_hash(eng.con)}).replace("'", "''")
         try:
@@ -153,6 +202,7 @@ def write_step_file(span_file: Path, *, threads: int | None = None, memory_limit
             eng.con.execute(
                 f"COPY (SELECT * FROM steps ORDER BY trace_id, seq) TO {sql_list([tmp])[1:-1]} "
                 f"(FORMAT parquet, COMPRESSION zstd, KV_METADATA {{'{STEP_FILE_KEY.decode()}': '{meta}'}})")
+            path = sdir / f"{span_file.stem}.{definition()[:16]}.{_file_sum(tmp)}.parquet"
             os.replace(tmp, path)
         finally:
             with contextlib.suppress(OSError):  # not to hide why the write failed
@@ -165,31 +215,36 @@ class StepFilesResult:
     written: list[Path] = field(default_factory=list)
     kept: int = 0
     removed: int = 0  # step files of span files that are gone, or of another definition
-    damaged: list[Path] = field(default_factory=list)  # step files that did not read back: rewritten
+    damaged: list[Path] = field(default_factory=list)  # damaged or stale step files: deleted
     no_trace_id: list[Path] = field(default_factory=list)  # span files with spans without a trace id
     skipped: list[str] = field(default_factory=list)  # unreadable span files, and why
     failed: list[str] = field(default_factory=list)  # step files that could not be written, and why
 
 
 def write_step_files(lake_dir, *, threads: int | None = None, memory_limit: str | None = None,
-                     progress=None) -> StepFilesResult:
+                     grace_seconds: float = 60.0, progress=None) -> StepFilesResult:
     """Give every live span file of the lake a current step file (``otel-assay compact``
-    runs this after merging). A step file that is current and reads back whole is kept;
-    step files of span files that are gone, or of another definition, are deleted. A step
-    file that cannot be written is reported (``failed``): it is a cache, its span file's
-    steps are then computed when read. Holds the lake's compaction lock (:class:`LakeBusy`)."""
+    runs this after merging). A current, undamaged step file is kept; a damaged or stale
+    one (no engine reads it) is deleted and written again; those of span files that are
+    gone are deleted. Those of another definition (another otel-assay version, whose
+    analyses may be reading them) are deleted ``grace_seconds`` after a run first finds
+    them. A step file that cannot be written is reported (``failed``): it is a cache, and
+    its span file's steps are then computed when read. Holds the lake's compaction lock
+    (:class:`LakeBusy`)."""
     lake = Lake(lake_dir)
     result = StepFilesResult()
     lock = lake.compaction_lock()
     try:
-        live = lake.live_files("spans")
-        for span_file in live:
+        for span_file in lake.live_files("spans"):
             current = checked_step_file(span_file)
-            if current and _reads_back(current.path):
+            for other in _candidates(span_file):  # damaged, or of a span file replaced under its name
+                if other != (current and current.path):
+                    result.damaged.append(other)
+                    with contextlib.suppress(OSError):
+                        other.unlink()
+            if current:
                 result.kept += 1
                 continue
-            if current:
-                result.damaged.append(current.path)
             problem = check_lake_file(span_file)
             if problem:
                 result.skipped.append(f"{span_file}: {problem}")
@@ -203,41 +258,62 @@ def write_step_files(lake_dir, *, threads: int | None = None, memory_limit: str 
                 result.written.append(write_step_file(span_file, threads=threads, memory_limit=memory_limit))
             except (duckdb.Error, LakeError, OSError) as e:
                 reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-                result.failed.append(f"{step_file_for(span_file)}: {reason}")
+                result.failed.append(f"{steps_dir_for(span_file)}/{span_file.stem}.*: {reason}")
                 continue
             if progress:
                 progress(span_file)
-        keep = {step_file_for(p) for p in _all_span_files(lake)}
-        for p in (lake.root / STEPS_DIR).glob("dt=*/*"):
-            if p.name.startswith(".") and p.name.endswith(".tmp"):  # a write that died (we hold the lock)
-                with contextlib.suppress(OSError):
-                    p.unlink(missing_ok=True)
-            elif p.suffix == ".parquet" and p not in keep and p.is_file():
-                with contextlib.suppress(OSError):
-                    p.unlink(missing_ok=True)
-                    result.removed += 1
+        result.removed = _remove_unused(lake, grace_seconds)
     finally:
         lock.close()
     return result
 
 
-def _all_span_files(lake: Lake) -> list[Path]:
-    """Every span file on disk, replaced ones too: a reader that listed a replaced file
-    before its merge may still read it (and its step file) during the grace period."""
-    tdir = lake.table_dir("spans")
-    return sorted(tdir.glob("dt=*/*.parquet")) if tdir.is_dir() else []
-
-
-def _reads_back(path: Path) -> bool:
-    """Whether every page of a step file decompresses (a footer that reads says nothing of
-    the pages: a damaged one would fail every analysis until it is rewritten)."""
+def _remove_unused(lake: Lake, grace_seconds: float) -> int:
+    """Delete the step files no reader of this definition needs: those of span files gone
+    from the disk (deleted after compaction's own grace period), at once; those of another
+    definition once ``grace_seconds`` have passed since a run first found them (the first
+    finding is kept in ``LAKE/steps/other-definitions.json``); leftovers of dead writes."""
+    sroot = lake.root / STEPS_DIR
+    if not sroot.is_dir():
+        return 0
+    spans = lake.table_dir("spans")
+    seen_path = sroot / "other-definitions.json"
     try:
-        f = pq.ParquetFile(path)
-        for i in range(f.num_row_groups):
-            f.read_row_group(i)
-    except Exception:
-        return False
-    return True
+        seen = json.loads(seen_path.read_text())
+        seen = seen if isinstance(seen, dict) else {}
+    except (OSError, ValueError, RecursionError):
+        seen = {}
+    now, removed, still = time.time(), 0, {}
+    for p in sorted(sroot.glob("dt=*/*")):
+        if p.name.startswith(".") and p.name.endswith(".tmp"):  # a write that died (we hold the lock)
+            with contextlib.suppress(OSError):
+                p.unlink()
+            continue
+        parts = _parts(p.name)
+        if parts is None or not p.is_file():
+            continue  # not ours: left alone
+        stem, def16, _ = parts
+        gone = not (spans / p.parent.name / f"{stem}.parquet").exists()
+        key = f"{p.parent.name}/{p.name}"
+        if def16 != definition()[:16] and not gone:
+            first = seen.get(key)
+            first = first if isinstance(first, (int, float)) else now
+            if now - first < grace_seconds:
+                still[key] = first
+                continue
+        elif not gone:
+            continue
+        try:
+            p.unlink()
+            removed += 1
+        except OSError:
+            pass
+    with contextlib.suppress(OSError):
+        if still:
+            seen_path.write_text(json.dumps(still))
+        else:
+            seen_path.unlink(missing_ok=True)
+    return removed
 
 
 def _has_trace_ids(span_file: Path) -> bool:
@@ -252,5 +328,5 @@ def _has_trace_ids(span_file: Path) -> bool:
     return True
 
 
-__all__ = ["STEPS_DIR", "STEPS_SCHEMA", "StepFile", "StepFilesResult", "price_table_hash", "checked_step_file", "definition", "step_file_for",
-           "write_step_file", "write_step_files"]
+__all__ = ["STEPS_DIR", "STEPS_SCHEMA", "StepFile", "StepFilesResult", "checked_step_file", "definition",
+           "price_table_hash", "steps_dir_for", "write_step_file", "write_step_files"]

@@ -450,10 +450,11 @@ class Lake:
         for p in sorted(self.compaction_dir.glob("*.json")):
             try:
                 rec = json.loads(p.read_text())
+            except (OSError, ValueError, RecursionError):
+                continue
+            if isinstance(rec, dict):  # a record of another shape is not ours: ignored like a damaged one
                 rec["_path"] = p
                 out.append(rec)
-            except (OSError, ValueError):
-                continue
         return out
 
     def live_files(self, table: str = "spans") -> list[Path]:
@@ -706,7 +707,7 @@ def parquet_schema(path: Path) -> tuple[pa.Schema | None, str | None]:
     """The Parquet schema of ``path``, or None and why it cannot be read."""
     try:
         return pq.read_schema(path), None
-    except (OSError, pa.ArrowException) as e:
+    except (OSError, pa.ArrowException, UnicodeError) as e:  # UnicodeError: a name that is not UTF-8
         return None, f"not a readable Parquet file ({str(e).splitlines()[0][:200]})"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from otel_assay.analyze.canonical import canonical_json
@@ -38,3 +40,9 @@ def test_integral_floats_are_the_integers_they_equal():
     assert canonical_json('{"n": 1.0, "m": [2.0, -0.0]}') == canonical_json("{'n': 1, 'm': [2, 0]}") == '{"m":[2,0],"n":1}'
     assert canonical_json('{"x": 1.5}') == '{"x":1.5}'
     assert canonical_json('{"big": 1e300}') == '{"big":1e+300}'  # beyond exact integers it stays a float
+
+
+def test_arguments_nested_past_the_parsers_depth_stay_text():
+    # a hostile tool argument must not stop the analysis of every trial (RecursionError)
+    for raw in ("[" * 100_000 + "]" * 100_000, '{"a": ' * 5_000 + "1" + "}" * 5_000):
+        assert canonical_json(raw) == json.dumps(raw, ensure_ascii=False)

@@ -13,7 +13,7 @@ import pytest
 
 from otel_assay.analyze import stepfiles
 from otel_assay.analyze.coverage import coverage_sets
-from otel_assay.analyze.stepfiles import STEPS_SCHEMA, step_file_for, write_step_files
+from otel_assay.analyze.stepfiles import STEPS_SCHEMA, _file_sum, write_step_files
 from otel_assay.cli import main
 from otel_assay.collect.lake import Lake
 
@@ -40,6 +40,15 @@ def answers(eng, chosen: bool = True):
 
 def stored_files(lake: Path) -> list[Path]:
     return sorted((lake / "steps").glob("dt=*/*.parquet"))
+
+
+def named_by_its_sum(path: Path) -> Path:
+    """Rename a step file to the checksum of what it now holds, so that only the checks of
+    its content (metadata, columns) can tell it is wrong."""
+    stem, definition, _ = path.name[:-len(".parquet")].rsplit(".", 2)
+    new = path.with_name(f"{stem}.{definition}.{_file_sum(path)}.parquet")
+    path.rename(new)
+    return new
 
 
 @pytest.mark.parametrize("compressed", [False, True])
@@ -88,7 +97,7 @@ def test_a_step_file_that_does_not_match_its_span_file_is_not_read(tmp_path, ope
     monkeypatch.undo()
 
     # the span file replaced by other content under the same name
-    step_file = step_file_for(span_file)
+    (step_file,) = stored_files(tmp_path)
     saved = span_file.read_bytes()
     table = pq.read_table(span_file)
     pq.write_table(table.slice(0, 7), span_file)
@@ -98,18 +107,36 @@ def test_a_step_file_that_does_not_match_its_span_file_is_not_read(tmp_path, ope
     span_file.write_bytes(saved)
     assert len(open_engine(tmp_path).step_files) == 1
 
-    # a corrupt, an empty and a foreign step file: read as none, no error
+    # one byte changed in a string (a Parquet reader would read it without complaint), and
+    # step files that are corrupt, empty, of foreign columns or with metadata too deeply
+    # nested for a JSON parser, each named by its own checksum: read as none, no error
     good = step_file.read_bytes()
     meta = pq.read_metadata(step_file).metadata
-    for content in (b"PAR1 not parquet PAR1", b"", None):
-        if content is None:  # a Parquet file with the right metadata but other columns
+    flipped = bytearray(good)
+    at = flipped.find(b"0000000000000001")
+    assert at > 0
+    flipped[at] = ord("9")
+    nested = pq.read_table(step_file).replace_schema_metadata({b"otel_assay.steps": b"[" * 200_000 + b"]" * 200_000})
+    for content in (bytes(flipped), b"PAR1 not parquet PAR1", b"", "foreign", "nested"):
+        # a changed digit only the checksum can tell: renamed to its sum it would be read
+        for p in stored_files(tmp_path):
+            p.unlink()
+        if content == "foreign":
             pq.write_table(pa.table({"trace_id": ["x"]}).replace_schema_metadata(meta), step_file)
+        elif content == "nested":
+            pq.write_table(nested, step_file)
         else:
             step_file.write_bytes(content)
-        eng = open_engine(tmp_path)
-        assert eng.step_files == {}
-        assert answers(eng) == computed
+        for renamed in (False,) if content == bytes(flipped) else (False, True):
+            eng = open_engine(tmp_path)
+            assert eng.step_files == {}
+            assert answers(eng) == computed
+            if not renamed:
+                named_by_its_sum(step_file)
+    for p in stored_files(tmp_path):
+        p.unlink()
     step_file.write_bytes(good)
+    assert len(open_engine(tmp_path).step_files) == 1
     assert answers(open_engine(tmp_path)) == computed
 
 
@@ -180,7 +207,8 @@ def test_compact_writes_step_files_and_sql_reads_them(tmp_path, capsys, open_eng
     assert code == 0, err
     assert "compacted 3 files into 1" in out and "step files: 1 written, 0 up to date" in out
     (merged,) = Lake(lake).live_files("spans")
-    assert stored_files(lake) == [step_file_for(merged)]
+    (stored,) = stored_files(lake)
+    assert stored.name.startswith(merged.stem + ".") and stored.parent.name == merged.parent.name
     eng = open_engine(lake)
     assert len(eng.step_files) == 1
     # a second run finds them current; the user's SQL (a locked-down engine) reads them
@@ -213,7 +241,7 @@ def test_step_files_skip_what_they_cannot_store(tmp_path, capsys):
     pq.write_table(no_trace, pdir / "part-notrace.parquet")
     (pdir / "part-corrupt.parquet").write_bytes(b"PAR1" + os.urandom(64) + b"PAR1")
     result = write_step_files(lake)
-    assert result.written == [step_file_for(good)]
+    assert [p.name.split(".")[0] for p in result.written] == [good.stem]
     assert [p.name for p in result.no_trace_id] == ["part-notrace.parquet"]
     assert len(result.skipped) == 1 and "part-corrupt.parquet" in result.skipped[0]
     code, out, err = run(capsys, "compact", "--dir", str(lake), "--target-mib", "1")
@@ -239,6 +267,8 @@ def test_step_files_are_never_read_as_spans(tmp_path, capsys, open_engine):
     copied.write_bytes(step_file.read_bytes())
     code, out, err = run(capsys, "steps", str(copied))
     assert code == 4 and "a step file" in err
+    code, out, err = run(capsys, "steps", str(lake / "steps" / "*" / "*.parquet"))  # a glob of step files only
+    assert code == 4 and "matches only step files" in err
 
 
 def test_damaged_step_files_are_not_read_and_compact_rewrites_them(tmp_path, capsys, open_engine):
@@ -251,28 +281,44 @@ def test_damaged_step_files_are_not_read_and_compact_rewrites_them(tmp_path, cap
     (step_file,) = stored_files(lake)
     good = step_file.read_bytes()
 
-    # metadata too deeply nested for a JSON parser: not read, no traceback
-    table = pq.read_table(step_file)
-    meta = {b"otel_assay.steps": b"[" * 200_000 + b"]" * 200_000}
-    pq.write_table(table.replace_schema_metadata(meta), step_file)
-    assert open_engine(lake).step_files == {}
-    code, out, err = run(capsys, "steps", str(lake), "--format", "json")
-    assert code == 0, err
-
-    # data pages damaged under an intact footer: compact finds it and writes it again
+    # data pages damaged under an intact footer: not read (the analysis computes from the
+    # spans), and compact deletes it and writes it again
     damaged = bytearray(good)
     damaged[100:400] = bytes(300)
     step_file.write_bytes(bytes(damaged))
+    code, out, err = run(capsys, "steps", str(lake), "--format", "json")
+    assert code == 0, err
+    assert answers(open_engine(lake)) == computed
     code, out, err = run(capsys, "compact", "--dir", str(lake))
     assert code == 0, err
-    assert f"rewrote damaged step file {step_file}" in err and "step files: 1 written" in out
+    assert f"removed damaged step file {step_file}" in err and "step files: 1 written" in out
+    assert len(stored_files(lake)) == 1 and len(open_engine(lake).step_files) == 1
     assert answers(open_engine(lake)) == computed
 
-    # a step file of another definition (another otel-assay version) is removed
-    other = step_file.with_name(step_file.name.split(".")[0] + ".0123456789abcdef.parquet")
-    other.write_bytes(good)
+    # a step file of another definition (another otel-assay version, whose analyses may be
+    # reading it) is removed only a grace period after a compaction first finds it
+    (current,) = stored_files(lake)
+    other = current.with_name(current.name.split(".")[0] + ".0123456789abcdef." + current.name.split(".")[2] + ".parquet")
+    other.write_bytes(current.read_bytes())
     code, out, _ = run(capsys, "compact", "--dir", str(lake))
+    assert code == 0 and "0 written, 1 up to date, 0 removed" in out and other.exists()
+    code, out, _ = run(capsys, "compact", "--dir", str(lake), "--grace-seconds", "0")
     assert code == 0 and "0 written, 1 up to date, 1 removed" in out and not other.exists()
+    assert stored_files(lake) == [current]
+
+
+def test_compaction_writes_step_files_with_the_shipped_prices(tmp_path, capsys, monkeypatch, open_engine):
+    """A user's price table (OTEL_ASSAY_PRICES) has no say in what compaction stores, and a
+    missing one does not stop it: stored costs are priced again when read."""
+    lake = tmp_path / "lake"
+    write_lake(lake, [span(1, 1, None, "invoke_agent a", 0, 10, AGENT), span(1, 2, 1, "chat", 1, 2, CHAT)])
+    monkeypatch.setenv("OTEL_ASSAY_PRICES", str(tmp_path / "missing.csv"))
+    code, out, err = run(capsys, "compact", "--dir", str(lake))
+    assert code == 0 and "1 written" in out, err
+    monkeypatch.delenv("OTEL_ASSAY_PRICES")
+    eng = open_engine(lake)
+    assert len(eng.step_files) == 1 and eng.rows("SELECT stored_costs_repriced()")[0][0] is False
+    assert eng.rows("SELECT cost_usd FROM steps WHERE llm_call")[0][0] == pytest.approx(1000 / 1e6 * 2.5 + 100 / 1e6 * 10)
 
 
 def test_step_files_that_cannot_be_written_are_a_warning(tmp_path, capsys, monkeypatch, open_engine):

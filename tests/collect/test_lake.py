@@ -522,3 +522,28 @@ def test_compaction_keeps_events_that_share_a_name_and_time_and_drops_only_copie
     assert sorted(dict(a)["index"] for a in ev.column("attributes").to_pylist()) == ["0", "1", "2"]
     ln = pa.concat_tables([pq.read_table(f) for f in Lake(lake).live_files("span_links")])
     assert sorted(dict(a)["n"] for a in ln.column("attributes").to_pylist()) == ["0", "1"]
+
+
+@pytest.mark.parametrize("record", [b"[" * 200_000 + b"]" * 200_000, b"[]", b'"a string"'])
+def test_a_compaction_record_of_another_shape_is_ignored(tmp_path, record):
+    """A record in _compaction/ that is not a compaction's (nested past a JSON parser's
+    depth, a list, a string) is skipped like a damaged one, not a traceback in every command."""
+    lake = tmp_path / "lake"
+    _write_files(lake, 2, 10)
+    (lake / "_compaction").mkdir(exist_ok=True)
+    (lake / "_compaction" / "x.json").write_bytes(record)
+    for args in (["sql", lake, "SELECT count(*) AS n FROM spans", "--format", "csv"],
+                 ["compact", "--dir", lake, "--grace-seconds", "0"]):
+        r = run_cli(*args)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr)
+    assert _count(lake) == (20, 20)
+
+
+def test_a_span_file_whose_name_is_not_utf8_is_named_by_compaction(tmp_path):
+    lake = tmp_path / "lake"
+    _write_files(lake, 2, 10)
+    first = sorted((lake / "spans").rglob("*.parquet"))[0]
+    odd = os.path.join(os.fsencode(first.parent), b"part-\xff.parquet")
+    os.rename(first, odd)
+    r = run_cli("compact", "--dir", lake, "--grace-seconds", "0")
+    assert r.returncode == 4 and "Traceback" not in r.stderr and "part-" in r.stderr, r.stderr
