@@ -193,7 +193,7 @@ def main() -> None:
     with Engine(lake, threads=args.threads, memory_limit=args.memory_limit, step_files=args.step_files) as eng:
         open_s = time.perf_counter() - t
         stored = len(eng.step_files)
-        split = eng.rows("SELECT count(*) FROM _split_traces")[0][0]
+        split = eng.rows("SELECT count(*) FROM _split_trials")[0][0]
         t = time.perf_counter()
         eng.query("SELECT count(*) AS n FROM (SELECT trace_id, count(*), min(start_time_unix_nano), "
                           "max(start_time_unix_nano + duration_ns), sum(input_tokens) FROM spans GROUP BY trace_id)")

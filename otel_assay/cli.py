@@ -234,8 +234,9 @@ def import_(paths, lake_dir):
 def compact(lake_dir, target_mib, grace_seconds, step_files):
     """Merge the small files of each partition, dropping duplicate spans, and store each
     file's steps beside it (LAKE/steps/), so that analyses read them instead of computing
-    them again: the costly part of every analysis of a large lake. Deleting LAKE/steps only
-    makes analyses slower; a step file that does not match its span file is not read.
+    them again: the costly part of every analysis of a large lake. Deleting LAKE/steps while
+    no analysis runs only makes analyses slower; a step file that does not match its span
+    file, or is damaged, is not read.
 
     Safe while a collector writes and readers read: a reader sees either the old files or
     the merged one, never both. Unreadable files are left alone and reported (exit 4). One

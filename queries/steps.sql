@@ -263,7 +263,8 @@ canonical_args AS (
 -- one price per distinct model, so the prefix match runs over a handful of rows
 priced_models AS (
     SELECT priced_model, provider, price.input_usd_per_mtok, price.output_usd_per_mtok
-    FROM (SELECT priced_model, provider, model_price(priced_model, provider) AS price FROM (SELECT lower(coalesce(response_model, model)) AS priced_model, provider FROM base WHERE step_kind = 'llm'
+    FROM (SELECT priced_model, provider, model_price(priced_model, provider) AS price
+          FROM (SELECT lower(coalesce(response_model, model)) AS priced_model, provider FROM base WHERE step_kind = 'llm'
           UNION
           -- the model a kept step took from the duplicate it replaced
           SELECT lower(coalesce(b.response_model, d.response_model, b.model, d.model)), coalesce(b.provider, d.provider)

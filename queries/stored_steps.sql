@@ -2,10 +2,11 @@
 --
 -- A step file (analyze/stepfiles.py) is one lake file's steps, computed when
 -- `otel-assay compact` wrote the file. The engine binds lake_step_files to the step files
--- it checked: computed from that very span file, by the current definition of `steps`.
+-- it checked: undamaged (their own checksum), computed from that very span file, by the
+-- current definition of `steps`.
 -- `steps` reads these rows instead of computing them again (10M spans: about 35 s).
 --
--- Left out: the trials in _split_traces, which also have spans in another file the
+-- Left out: the trials in _split_trials, which also have spans in another file the
 -- engine reads (a trace across a dt= boundary, spans that came after compaction). Their
 -- steps need every span, so steps_between computes them from the spans.
 --
@@ -14,7 +15,7 @@
 -- costs a scan of every stored step per query); a cost from an attribute stays as it was.
 CREATE OR REPLACE VIEW stored_steps AS
 WITH kept AS (
-    SELECT * FROM lake_step_files ANTI JOIN _split_traces USING (trace_id)
+    SELECT * FROM lake_step_files ANTI JOIN _split_trials USING (trace_id)
 ),
 priced_models AS (
     SELECT priced_model, provider, model_price(priced_model, provider) AS price

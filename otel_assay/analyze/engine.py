@@ -96,8 +96,10 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
             if not matched:
                 raise LakeError(f"no files match {src}")
             # a glob over the whole lake (LAKE/*/dt=*/*.parquet) also matches the step files
-            spans = [m for m in matched if m.is_file() and not _is_step_file(m)]
-            if matched and not spans and all(_is_step_file(m) for m in matched):
+            files_matched = [m for m in matched if m.is_file()]
+            stored = {m for m in files_matched if _is_step_file(m)}
+            spans = [m for m in files_matched if m not in stored]
+            if stored and not spans:
                 raise LakeError(f"{src} matches only step files (LAKE/steps/, stored steps, not spans); "
                                 "give the lake directory or its span files (LAKE/spans/...)")
             files["spans"].extend(spans)
@@ -297,12 +299,12 @@ class Engine:
         found = {}
         for i, p in enumerate(self.files["spans"]):
             step_file = checked_step_file(p)
-            if step_file is not None and is_utf8(str(step_file.path)):
+            if step_file is not None:
                 found[i] = step_file
         return found
 
     def _bind_step_files(self) -> None:
-        """``lake_step_files`` (the stored steps, queries/stored_steps.sql), ``_split_traces``
+        """``lake_step_files`` (the stored steps, queries/stored_steps.sql), ``_split_trials``
         (trials with spans in a stored file and in another file: computed from their spans)
         and ``steps_from_spans(span_file, trace_id)``, which steps.sql asks of each span.
 
@@ -311,7 +313,7 @@ class Engine:
         if not self.step_files:
             self.con.register("_lake_step_files_empty", STEPS_SCHEMA.empty_table())
             self.con.execute("CREATE OR REPLACE VIEW lake_step_files AS SELECT * FROM _lake_step_files_empty")
-            self.con.execute("CREATE OR REPLACE TEMP TABLE _split_traces (trace_id VARCHAR)")
+            self.con.execute("CREATE OR REPLACE TEMP TABLE _split_trials (trace_id VARCHAR)")
             self.con.execute("CREATE OR REPLACE MACRO steps_from_spans(file, trace) AS true")
             self.con.execute("CREATE OR REPLACE MACRO stored_costs_repriced() AS false")
             return
@@ -319,11 +321,11 @@ class Engine:
         self.con.execute(f"CREATE OR REPLACE VIEW lake_step_files AS SELECT * FROM read_parquet("
                          f"{sql_list([self.step_files[i].path for i in sorted(self.step_files)])}, hive_partitioning = false)")
         self.con.execute(
-            "CREATE OR REPLACE TEMP TABLE _split_traces AS SELECT trace_id FROM lake_spans GROUP BY trace_id "
+            "CREATE OR REPLACE TEMP TABLE _split_trials AS SELECT trace_id FROM lake_spans GROUP BY trace_id "
             f"HAVING min(span_file) <> max(span_file) AND bool_or(span_file IN ({stored}))")
-        split = self.rows("SELECT count(*) FROM _split_traces")[0][0]
+        split = self.rows("SELECT count(*) FROM _split_trials")[0][0]
         self.con.execute(f"CREATE OR REPLACE MACRO steps_from_spans(file, trace) AS file NOT IN ({stored})"
-                         + (" OR trace IN (SELECT trace_id FROM _split_traces)" if split else ""))
+                         + (" OR trace IN (SELECT trace_id FROM _split_trials)" if split else ""))
 
     def _bind_prices(self, path: str | os.PathLike | None) -> None:
         """Replace the shipped price table by a user's CSV (same columns as model_prices)."""
@@ -444,11 +446,11 @@ class Engine:
         parts = -(-n // max(1, limit // 3 // STEPS_BYTES_PER_SPAN))
         # every span is at most one step: the bound is close, most spans of a lake are steps
         compress = n * CACHED_STEP_BYTES > limit // 3
-        # a span without a trace id belongs to no range; such a lake is done in one go
         # stored steps are read from their files by every query: reading them is cheaper than
         # copying them into the cache (10M steps: 14 s for trials, fingerprints and coverage
         # read from the files; 19 s with a copy in a temporary table)
         stored = "stored_steps" if self.step_files else None
+        # a span without a trace id belongs to no range; such a lake is done in one go
         if parts <= 1 or n_no_trace:
             self.steps_parts = 1
             self._cache("steps", "SELECT * FROM steps_between(NULL, NULL)", compress=compress, plus=stored)

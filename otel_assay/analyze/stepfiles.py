@@ -66,8 +66,6 @@ STEPS_SCHEMA = pa.schema([
 def definition() -> str:
     """A hash of what ``steps`` is computed by: a step file written under another one is
     not read (an upgrade that changes a rule recomputes every trial)."""
-    import duckdb
-
     h = hashlib.sha256(b"otel-assay step file 1\n")
     queries = resources.files("otel_assay") / "queries"
     for name in ("span_kinds.sql", "steps.sql", "model_prices.sql"):  # model_prices: the pricing rule
@@ -78,12 +76,20 @@ def definition() -> str:
     return h.hexdigest()
 
 
+def _tag() -> str:
+    """DEF of a step file's name: the start of definition()."""
+    return definition()[:16]
+
+
 def steps_dir_for(span_file: Path) -> Path | None:
     """The directory of a lake span file's step files (``LAKE/steps/dt=D``); None for a
     file that is not in a lake's ``spans/dt=D/``."""
     if not (_DT_RE.match(span_file.parent.name) and span_file.parent.parent.name == "spans"):
         return None
     return span_file.parent.parent.parent / STEPS_DIR / span_file.parent.name
+
+
+_HEX = set("0123456789abcdef")
 
 
 def _parts(step_name: str) -> tuple[str, str, str] | None:
@@ -96,9 +102,6 @@ def _parts(step_name: str) -> tuple[str, str, str] | None:
     return parts[0], parts[1], parts[2]
 
 
-_HEX = set("0123456789abcdef")
-
-
 def _candidates(span_file: Path) -> list[Path]:
     """The step files of the current definition named after ``span_file``."""
     sdir = steps_dir_for(span_file)
@@ -109,7 +112,7 @@ def _candidates(span_file: Path) -> list[Path]:
     except OSError:
         return []
     return sorted(sdir / n for n in names
-                  if (p := _parts(n)) and p[0] == span_file.stem and p[1] == definition()[:16])
+                  if (p := _parts(n)) and p[0] == span_file.stem and p[1] == _tag())
 
 
 def _file_sum(path: Path) -> str:
@@ -191,7 +194,7 @@ def write_step_file(span_file: Path, *, threads: int | None = None, memory_limit
         raise ValueError(f"{span_file} is not a lake span file (LAKE/spans/dt=YYYY-MM-DD/NAME.parquet)")
     stamp = _stamp(span_file)  # before reading: a file replaced meanwhile gets a stamp that does not match it
     sdir.mkdir(parents=True, exist_ok=True)
-    tmp = sdir / f".{span_file.stem}.{definition()[:16]}.tmp"
+    tmp = sdir / f".{span_file.stem}.{_tag()}.tmp"
     # the shipped prices, whatever OTEL_ASSAY_PRICES says: stored costs are priced again when
     # read under another table, and a user's table has no say in what compaction writes
     with Engine([span_file], threads=threads, memory_limit=memory_limit, step_files=False, prices=False) as eng:
@@ -202,7 +205,7 @@ def write_step_file(span_file: Path, *, threads: int | None = None, memory_limit
             eng.con.execute(
                 f"COPY (SELECT * FROM steps ORDER BY trace_id, seq) TO {sql_list([tmp])[1:-1]} "
                 f"(FORMAT parquet, COMPRESSION zstd, KV_METADATA {{'{STEP_FILE_KEY.decode()}': '{meta}'}})")
-            path = sdir / f"{span_file.stem}.{definition()[:16]}.{_file_sum(tmp)}.parquet"
+            path = sdir / f"{span_file.stem}.{_tag()}.{_file_sum(tmp)}.parquet"
             os.replace(tmp, path)
         finally:
             with contextlib.suppress(OSError):  # not to hide why the write failed
@@ -232,6 +235,8 @@ def write_step_files(lake_dir, *, threads: int | None = None, memory_limit: str 
     its span file's steps are then computed when read. Holds the lake's compaction lock
     (:class:`LakeBusy`)."""
     lake = Lake(lake_dir)
+    if not lake.table_dir("spans").is_dir():
+        raise LakeError(f"{lake.root} is not a span lake (no spans/ directory)")
     result = StepFilesResult()
     lock = lake.compaction_lock()
     try:
@@ -295,7 +300,7 @@ def _remove_unused(lake: Lake, grace_seconds: float) -> int:
         stem, def16, _ = parts
         gone = not (spans / p.parent.name / f"{stem}.parquet").exists()
         key = f"{p.parent.name}/{p.name}"
-        if def16 != definition()[:16] and not gone:
+        if def16 != _tag() and not gone:
             first = seen.get(key)
             first = first if isinstance(first, (int, float)) else now
             if now - first < grace_seconds:
@@ -317,10 +322,11 @@ def _remove_unused(lake: Lake, grace_seconds: float) -> int:
 
 
 def _has_trace_ids(span_file: Path) -> bool:
-    col = pq.ParquetFile(span_file).schema_arrow.get_field_index("trace_id")
+    f = pq.ParquetFile(span_file)
+    col = f.schema_arrow.get_field_index("trace_id")
     if col < 0:
         return False
-    meta = pq.read_metadata(span_file)
+    meta = f.metadata
     for i in range(meta.num_row_groups):
         stats = meta.row_group(i).column(col).statistics
         if stats is None or not stats.has_null_count or stats.null_count:

@@ -66,7 +66,7 @@ def test_stored_steps_answer_as_steps_computed_from_spans(tmp_path, open_engine,
     assert len(result.written) == len(Lake(tmp_path).live_files("spans")) >= 3 and not result.skipped
     eng = open_engine(tmp_path)
     assert len(eng.step_files) == len(result.written)
-    split = eng.rows("SELECT count(*) FROM _split_traces")[0][0]
+    split = eng.rows("SELECT count(*) FROM _split_trials")[0][0]
     assert split == 5  # traces 1..5 are in files a and b
     # the trials read from step files are not computed again
     from_spans = eng.rows("SELECT count(DISTINCT trace_id) FROM steps_between(NULL, NULL)")[0][0]
@@ -177,7 +177,7 @@ def test_spans_that_arrive_after_the_step_file_join_their_trial(tmp_path, open_e
     write_lake(tmp_path, [span(2, 3, 1, "execute_tool u", 3, 4, {**TOOL, "gen_ai.tool.name": "u"})], token="b")
     eng = open_engine(tmp_path)
     assert len(eng.step_files) == 1
-    assert eng.rows("SELECT count(*) FROM _split_traces")[0][0] == 1
+    assert eng.rows("SELECT count(*) FROM _split_trials")[0][0] == 1
     assert answers(eng) == answers(open_engine(tmp_path, step_files=False))
     assert rows(eng, "SELECT tool_name FROM steps WHERE trace_id = (SELECT trace_id FROM steps WHERE tool_name = 'u') "
                      "ORDER BY seq") == [{"tool_name": None}, {"tool_name": "t"}, {"tool_name": "u"}]
@@ -351,3 +351,13 @@ def test_price_tables_that_differ_only_in_a_missing_value_are_told_apart(tmp_pat
         prices.write_text("provider,model,input_usd_per_mtok,output_usd_per_mtok\n" + row + "\n")
         hashes.append(price_table_hash(open_engine(tmp_path / "lake", prices=prices).con))
     assert hashes[0] != hashes[1]
+
+
+def test_step_files_are_written_only_into_a_lake(tmp_path, capsys):
+    from otel_assay.collect.lake import LakeError
+
+    with pytest.raises(LakeError, match="not a span lake"):
+        write_step_files(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # nothing created in a directory that is not a lake
+    code, _, err = run(capsys, "compact", "--dir", str(tmp_path), "--no-step-files=yes")
+    assert code == 3 and "--no-step-files" in err
