@@ -1,7 +1,8 @@
 /* Capture's two hot loops in C, each a Python function written out step for step, with the
  * Python function kept as the path where this is not built:
  * - clean_plain: _spans.clean, which every adapter's span attributes go through, for the
- *   attributes every span has (None, str, int, bool, float, lists of str);
+ *   attributes every span has (None, str, int, bool, float, lists of str), and sdk_plain,
+ *   the same in the form the SDK stores them (_spans.start_span puts them in the span);
  * - history_json: the LangChain adapter's message-history join
  *   (langchain.AssayCallbackHandler._messages_json).
  *
@@ -202,7 +203,14 @@ PyDoc_STRVAR(clean_plain_doc,
              "float that is not finite as its repr, a tuple as a list. None for any other attrs: the\n"
              "caller cleans them.");
 
-static PyObject *clean_plain(PyObject *self, PyObject *attrs) {
+PyDoc_STRVAR(sdk_plain_doc,
+             "sdk_plain(attrs) -> dict | None\n\n"
+             "clean_plain(attrs) as the SDK's span attributes store it (BoundedAttributes with no\n"
+             "length limit): a list or tuple of str as a tuple. None also for an empty key, which the\n"
+             "SDK drops with a warning: the caller then hands attrs to the SDK.");
+
+/* clean_plain, or with `sdk` sdk_plain */
+static PyObject *plain(PyObject *attrs, int sdk) {
     if (!PyDict_CheckExact(attrs))
         Py_RETURN_NONE;
     PyObject *out = PyDict_New(), *k, *v;
@@ -212,6 +220,8 @@ static PyObject *clean_plain(PyObject *self, PyObject *attrs) {
     while (PyDict_Next(attrs, &pos, &k, &v)) {
         PyObject *keep = NULL;
         if (!PyUnicode_CheckExact(k)) /* its hash or == could run Python code that changes attrs */
+            goto other;
+        if (sdk && PyUnicode_GET_LENGTH(k) == 0)
             goto other;
         if (v == Py_None)
             continue;
@@ -224,7 +234,7 @@ static PyObject *clean_plain(PyObject *self, PyObject *attrs) {
             for (Py_ssize_t i = 0; i < n; i++)
                 if (!PyUnicode_CheckExact(PySequence_Fast_GET_ITEM(v, i)))
                     goto other;
-            keep = PySequence_List(v);
+            keep = sdk ? PySequence_Tuple(v) : PySequence_List(v);
         } else {
             goto other;
         }
@@ -241,8 +251,17 @@ other:
     Py_RETURN_NONE;
 }
 
+static PyObject *clean_plain(PyObject *self, PyObject *attrs) {
+    return plain(attrs, 0);
+}
+
+static PyObject *sdk_plain(PyObject *self, PyObject *attrs) {
+    return plain(attrs, 1);
+}
+
 static PyMethodDef methods[] = {
     {"clean_plain", clean_plain, METH_O, clean_plain_doc},
+    {"sdk_plain", sdk_plain, METH_O, sdk_plain_doc},
     {"history_json", history_json, METH_VARARGS, history_json_doc},
     {NULL, NULL, 0, NULL},
 };

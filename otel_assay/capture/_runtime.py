@@ -28,6 +28,7 @@ import os
 import sys
 import threading
 import uuid
+from threading import get_ident
 from typing import Any
 
 from opentelemetry import baggage as otel_baggage
@@ -132,22 +133,29 @@ def _longest_text(attrs: dict[str, Any]) -> int:
 _SDK_SPANS = {Span, getattr(sdk_trace, "_Span", Span)}
 
 
-def _add_attributes(span: Span, attrs: dict[str, Any], longest: int) -> bool:
+# thread id -> the attributes ``_spans.start_span`` is starting a span with on that thread,
+# for our processor's ``on_start`` to set (see starter). Not a threading.local: a thread's
+# first use of one costs as much as the span (LangGraph runs each tool in a new thread)
+PENDING: dict[int, dict[str, Any]] = {}
+
+
+def _add_attributes(span: Span, attrs: dict[str, Any], longest: int | None) -> bool:
     """``span.set_attributes(attrs)`` for a span the SDK is starting, done directly on its
     attribute dict, where that gives the same attributes: ``set_attributes`` cleans each
     value and takes two locks, a quarter of what the SDK spends on a whole span. False
     (nothing done) when it would not: a span class other than the SDK's own (or an SDK
     whose spans lack these fields), a key already set (the SDK moves it to the end), a
-    value the cleaning may change or would truncate (``longest``, see _longest_text), or no
-    room left (the SDK drops the oldest)."""
-    if longest < 0 or type(span) not in _SDK_SPANS:
+    value the cleaning may change or would truncate (``longest``, see _longest_text; None:
+    values already in the SDK's form, of unknown length), or no room left (the SDK drops the
+    oldest)."""
+    if (longest is not None and longest < 0) or type(span) not in _SDK_SPANS:
         return False
     try:
         bounded = span._attributes
         if type(bounded) is not BoundedAttributes:
             return False
         limit, room = bounded.max_value_len, bounded.maxlen
-        if limit is not None and longest > limit:
+        if limit is not None and (longest is None or longest > limit):
             return False
         # the locks set_attributes takes, in its order: another thread (a processor of its
         # own) may end the span meanwhile
@@ -174,6 +182,10 @@ class AssayAttributesProcessor(SpanProcessor):
         self._ended = itertools.count()  # next() on a C counter is atomic under the GIL
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
+        pending = PENDING.pop(get_ident(), None) if PENDING else None
+        if pending is not None:  # the attributes our start_span started this span with (see starter)
+            if not _add_attributes(span, pending, None):
+                span.set_attributes(pending)
         entry = _ACTIVE_TRACES.get(span.context[0])  # SpanContext is a tuple: (trace_id, span_id, ...)
         if entry is not None:
             attrs, longest = entry
@@ -256,6 +268,7 @@ class Pipeline:
         self.kind = kind  # "parquet" | "otlp"
         self.target = target
         self._tracers: dict[str, trace.Tracer] = {}
+        self._starters: dict[str, tuple[trace.Tracer, Any, Any]] = {}  # see starter()
         self.retired: dict[str, int] = {}  # counters of exporters replaced by use_lake()
 
     def tracer(self, name: str = "otel_assay") -> trace.Tracer:
@@ -401,6 +414,62 @@ def tracer(name: str = "otel_assay") -> trace.Tracer:
     return p.tracer(name) if p is not None else _NOOP_TRACER
 
 
+def starter(name: str = "otel_assay") -> tuple[trace.Tracer, Any, Any]:
+    """``(tracer, processors, first)``: the tracer ``_spans.start_span`` starts spans with,
+    and unless None the SDK's list of its span processors, whose first entry is checked to
+    be ``first`` (our processor) before a span's attributes are handed to its ``on_start``
+    (``PENDING``) instead of to ``start_span``.
+
+    Given to ``start_span``, the SDK cleans each attribute value again (a lock and a dozen
+    checks per value), a third of a whole span's cost; values ``_capturec.sdk_plain`` has
+    put in the SDK's own form can go into the span's attribute dict directly. That gives the
+    same span only where nothing sees the span between its start and that ``on_start``: the
+    sampler is one of the SDK's own, which never read attributes, and our processor is the
+    first the span is handed to, on this thread (checked at every span: processors added
+    later come after it, but code may reorder them)."""
+    p = _PIPELINE
+    if p is not None:
+        s = p._starters.get(name)
+        if s is not None:
+            return s
+    p = pipeline()
+    if p is None:
+        return _NOOP_TRACER, None, None
+    t = p.tracer(name)
+    multi = _takes_pending(t)
+    s = p._starters[name] = (t, multi, p.attrs_processor if multi is not None else None)
+    return s
+
+
+def _attribute_blind(sampler: Any, depth: int = 0) -> bool:
+    """Whether ``sampler`` is one of the SDK's own, which pass attributes through unread (a
+    ParentBased one only with such delegates)."""
+    from opentelemetry.sdk.trace import sampling
+    t = type(sampler)
+    if t in (sampling.StaticSampler, sampling.TraceIdRatioBased, getattr(sampling, "_AlwaysOn", None),
+             getattr(sampling, "_AlwaysOff", None)):
+        return True
+    if depth < 4 and t in (sampling.ParentBased, sampling.ParentBasedTraceIdRatio,
+                           getattr(sampling, "_ParentBasedAlwaysOn", None), getattr(sampling, "_ParentBasedAlwaysOff", None)):
+        delegates = ("_root", "_remote_parent_sampled", "_remote_parent_not_sampled", "_local_parent_sampled",
+                     "_local_parent_not_sampled")
+        return all(hasattr(sampler, d) and _attribute_blind(getattr(sampler, d), depth + 1) for d in delegates)
+    return False
+
+
+def _takes_pending(tracer: Any) -> Any:
+    """The SDK's span processor list of ``tracer`` when its spans may take their attributes
+    from ``PENDING`` (an SDK tracer, a sampler of the SDK's, processors called in order on
+    the starting thread), else None."""
+    if type(tracer) is not sdk_trace.Tracer or not _attribute_blind(getattr(tracer, "sampler", None)):
+        return None
+    multi = getattr(tracer, "span_processor", None)
+    if (type(multi) is not sdk_trace.SynchronousMultiSpanProcessor
+            or type(getattr(multi, "_span_processors", None)) is not tuple):
+        return None
+    return multi
+
+
 # callbacks run when a trial ends, before its root span does (trace_id, exception or None):
 # adapters end the steps of the trial still open (cut off without a callback)
 _TRIAL_END: list = []
@@ -530,6 +599,8 @@ def _after_fork_in_child() -> None:
     if not _RUN_ID_FROM_ENV:
         _RUN_ID = uuid.uuid4().hex
     _LOCK = threading.RLock()  # another thread may have held it at the fork
+    # another thread's span, mid-start at the fork: a thread of the child may get its id
+    PENDING.clear()
     p = _PIPELINE
     if p is None:
         return  # installed by the child itself, which then hooks its exit (see _install)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from threading import get_ident
 from contextvars import ContextVar
 from typing import Any, Iterable, Mapping
 
@@ -17,10 +18,11 @@ from . import _runtime
 
 try:  # capture's compiled helpers (built at install when a compiler is there)
     from ._capturec import clean_plain as _clean_plain
+    from ._capturec import sdk_plain as _sdk_plain
 except ImportError:
-    _clean_plain = None
+    _clean_plain = _sdk_plain = None
 if _runtime.pure_python():
-    _clean_plain = None
+    _clean_plain = _sdk_plain = None
 
 INTERNAL = SpanKind.INTERNAL
 CLIENT = SpanKind.CLIENT
@@ -151,8 +153,22 @@ def start_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL
         ctx = parent
     else:
         ctx = trace.set_span_in_context(parent)
+    tracer, multi, first = _runtime.starter(tracer_name)
+    procs = multi._span_processors if multi is not None else None
+    if procs and procs[0] is first and _sdk_plain is not None:
+        ready = _sdk_plain(attrs)
+        if ready is not None:  # set by our processor's on_start, which the SDK calls first (see starter)
+            hold, me = _runtime.PENDING, get_ident()
+            hold[me] = ready
+            try:
+                span = tracer.start_span(name, context=ctx, kind=kind, start_time=start_time, links=links)
+            finally:
+                left = hold.pop(me, None)
+            if left is not None and span.is_recording():  # not taken (an on_start that failed): not lost
+                span.set_attributes(ready)
+            return span
     cleaned = _clean_plain(attrs) if _clean_plain is not None else None  # clean(), without its call
-    return _runtime.tracer(tracer_name).start_span(
+    return tracer.start_span(
         name, context=ctx, kind=kind, attributes=clean(attrs) if cleaned is None else cleaned,
         start_time=start_time, links=links)
 
