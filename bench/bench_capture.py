@@ -23,7 +23,18 @@ differed by 10-50 % in bare CPU time alone, more than the cost being measured.
 That difference is still noisy (LangGraph's own run varies more than our cost), so the
 cost is also counted directly: per-thread CPU time inside otel-assay's code
 (`attributed_*`), compared with the in-run bare span (`ratio_attributed_vs_bare_span_in_run`,
-the figure the target is about). Prints one JSON line.
+the figure the target is about), both over --attr-turns turns taken in alternation.
+
+Garbage collection is in both: a collection runs in whatever code allocates when a threshold
+is reached, so each side pays for collections in rough proportion to what it allocates. A
+full collection (every object of the process; LangGraph's keep it at 70-80 ms here) comes
+about once per 4,000 steps and lands wherever it lands: one in a measurement of 2,000 steps
+moved the per-step figure by 35 us, and a change to capture that moves an allocation moves
+where collections land (the process is deterministic) without changing how many there are.
+So the figures are also given with the collector's time taken out (`*_excluding_gc`), and
+with each mode charged instead for the collection time its turns add to the process over
+bare turns taken in the same alternation (`gc_added_us_per_step`, `ratio_gc_by_mode`).
+Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -116,6 +127,32 @@ def _cpu(fn, runs: int, after=None) -> float:
     return (time.process_time() - t0) / runs
 
 
+class _GcClock:
+    """Per-thread CPU time spent in garbage collection (gc.callbacks): a timed region
+    subtracts what ran inside it."""
+
+    def __init__(self):
+        import gc
+        import threading
+        self.local = threading.local()
+        self.full = 0  # full (generation 2) collections seen
+        self.total = 0  # ns of collection in every thread
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase, info):
+        loc = self.local
+        if phase == "start":
+            loc.t0 = time.thread_time_ns()
+        elif hasattr(loc, "t0"):
+            dt = time.thread_time_ns() - loc.t0
+            loc.ns = getattr(loc, "ns", 0) + dt
+            self.total += dt
+            self.full += info.get("generation") == 2
+
+    def ns(self) -> int:
+        return getattr(self.local, "ns", 0)
+
+
 class _Attribution:
     """CPU time spent inside otel-assay's own code, counted directly: every callback of our
     LangChain handler (which starts and ends the SDK spans, so span creation and our span
@@ -124,10 +161,12 @@ class _Attribution:
     call only. This is the "adapter + span + export" cost itself, free of the run-to-run
     noise of LangGraph around it; LangChain's callback dispatch is not in it (noop shows that)."""
 
-    def __init__(self):
+    def __init__(self, gc_clock: _GcClock):
         import threading
         self.local = threading.local()
         self.ns = {"handler": 0, "trial": 0, "processors": 0, "export_flush": 0}
+        self.gc_ns = 0  # collections inside those calls (included in ns)
+        self.gc_clock = gc_clock
         self.on = False
         self.lock = threading.Lock()
 
@@ -141,14 +180,17 @@ class _Attribution:
             if not att.on or getattr(att.local, "depth", 0):
                 return orig(*a, **kw)
             att.local.depth = 1
+            g0 = att.gc_clock.ns()
             t0 = time.thread_time_ns()
             try:
                 return orig(*a, **kw)
             finally:
                 dt = time.thread_time_ns() - t0
+                dg = att.gc_clock.ns() - g0
                 att.local.depth = 0
                 with att.lock:
                     att.ns[bucket] += dt
+                    att.gc_ns += dg
         setattr(cls, name, wrapper)
 
     def install(self) -> None:
@@ -189,7 +231,7 @@ def recorded_steps(in_trial) -> dict[str, list]:
     return by_kind
 
 
-def in_run_handler(tracer, by_kind: dict[str, list], timed: bool = True):
+def in_run_handler(tracer, by_kind: dict[str, list], timed: bool = True, gc_clock: _GcClock | None = None):
     """A LangChain callback handler that starts and ends bare SDK spans with the attributes
     our adapter recorded for each step (``by_kind``), at the callbacks where our adapter
     starts and ends its spans: the baseline measured inside the same run. With ``timed`` its
@@ -208,15 +250,19 @@ def in_run_handler(tracer, by_kind: dict[str, list], timed: bool = True):
 
         def __init__(self):
             self.ns = 0
+            self.gc_ns = 0
             self.open: dict = {}
             self.next: dict[str, int] = {}
 
         def _timed(self, fn):
+            g0 = gc_clock.ns() if gc_clock else 0
             t = time.thread_time_ns()
             out = fn()
             dt = time.thread_time_ns() - t
+            dg = gc_clock.ns() - g0 if gc_clock else 0
             with lock:
                 self.ns += dt
+                self.gc_ns += dg
             return out
 
         def _start(self, run_id, kind):
@@ -262,7 +308,7 @@ def in_run_handler(tracer, by_kind: dict[str, list], timed: bool = True):
     return InRun()
 
 
-def measure(runs: int, rounds: int, repeat: int, lake: str) -> dict:
+def measure(runs: int, rounds: int, repeat: int, attr_turns: int, lake: str) -> dict:
     os.environ["OTEL_ASSAY_DIR"] = lake
     import otel_assay
     from langchain_core.callbacks import BaseCallbackHandler
@@ -291,7 +337,8 @@ def measure(runs: int, rounds: int, repeat: int, lake: str) -> dict:
     lc_context.register_configure_hook(ContextVar("bench_noop", default=Noop()), inheritable=True)
     noop_hook = lc_context._configure_hooks.pop()
 
-    in_run = in_run_handler(tracer, by_kind)
+    gc_clock = _GcClock()
+    in_run = in_run_handler(tracer, by_kind, gc_clock=gc_clock)
     lc_context.register_configure_hook(ContextVar("bench_in_run", default=in_run), inheritable=True)
     in_run_hook = lc_context._configure_hooks.pop()
 
@@ -334,23 +381,32 @@ def measure(runs: int, rounds: int, repeat: int, lake: str) -> dict:
     modes = ["bare", "assay", "noop", "span", "in_run"] + (["oi"] if oi else [])
     for mode in modes:  # warm-up: first calls import and compile
         turn(mode)
-    in_run.ns = 0
     samples: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(repeat):
         for mode in modes:
             samples[mode].append(turn(mode))
-    # the direct count, in turns of its own (its wrappers cost a little themselves)
-    att = _Attribution()
+    # the direct count, in turns of its own (its wrappers cost a little themselves), taking
+    # turns with the in-run bare span so that both see the same process
+    att = _Attribution(gc_clock)
     att.install()
-    att.on = True
-    n_attr = max(3, repeat // 3)
-    for _ in range(n_attr):
-        turn("assay")
-    att.on = False
-    per_step = {k: v / 1e9 / (n_attr * runs * steps) for k, v in att.ns.items()}
+    in_run.ns = in_run.gc_ns = 0
+    full = {"bare": 0, "assay": 0, "in_run": 0}
+    gc_ns = dict.fromkeys(full, 0)  # collection time in the process during each mode's turns
+    for _ in range(attr_turns):
+        for mode in full:
+            before, before_ns = gc_clock.full, gc_clock.total
+            att.on = mode == "assay"
+            turn(mode)
+            att.on = False
+            full[mode] += gc_clock.full - before
+            gc_ns[mode] += gc_clock.total - before_ns
+    n = attr_turns * runs * steps
+    per_step = {k: v / 1e9 / n for k, v in att.ns.items()}
     st = otel_assay.capture.stats()
     return {"steps": steps, "median": {m: statistics.median(v) for m, v in samples.items()}, "attributed": per_step,
-            "bare_span_in_run": in_run.ns / 1e9 / (repeat * runs * steps),
+            "attributed_gc": att.gc_ns / 1e9 / n,
+            "bare_span_in_run": in_run.ns / 1e9 / n, "bare_span_in_run_gc": in_run.gc_ns / 1e9 / n,
+            "full_collections": full, "gc_in_turns": {m: v / 1e9 / n for m, v in gc_ns.items()},
             "spans_produced": st["spans_produced"], "spans_written": st.get("spans_written")}
 
 
@@ -359,9 +415,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=20, help="graph runs per turn")
     ap.add_argument("--rounds", type=int, default=10, help="tool rounds per graph run")
     ap.add_argument("--repeat", type=int, default=15, help="turns each mode takes (the median counts)")
+    ap.add_argument("--attr-turns", type=int, default=50,
+                    help="turns of the direct count and of the in-run bare span, taken in alternation")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-capture-") as lake:
-        r = measure(a.runs, a.rounds, a.repeat, lake)
+        r = measure(a.runs, a.rounds, a.repeat, a.attr_turns, lake)
     m, steps = r["median"], r["steps"]
     bare = m["bare"]
     added = (m["assay"] - bare) / steps
@@ -383,12 +441,25 @@ def main() -> None:
         "ratio_beyond_dispatch_vs_bare_span": round((added - noop_added) / span, 2),
     }
     attributed = r["attributed"]
+    total = sum(attributed.values())
     in_run = r["bare_span_in_run"]
-    line.update({"attributed_us_per_step": round(sum(attributed.values()) * 1e6, 2),
+    att_gc, in_run_gc = r["attributed_gc"], r["bare_span_in_run_gc"]
+    line.update({"attributed_us_per_step": round(total * 1e6, 2),
                  "attributed_breakdown_us": {k: round(v * 1e6, 2) for k, v in attributed.items()},
-                 "ratio_attributed_vs_bare_span": round(sum(attributed.values()) / span, 2),
+                 "ratio_attributed_vs_bare_span": round(total / span, 2),
                  "bare_span_in_run_us_per_step": round(in_run * 1e6, 2),
-                 "ratio_attributed_vs_bare_span_in_run": round(sum(attributed.values()) / in_run, 2)})
+                 "ratio_attributed_vs_bare_span_in_run": round(total / in_run, 2),
+                 "attr_turns": a.attr_turns,
+                 "attributed_gc_us_per_step": round(att_gc * 1e6, 2),
+                 "bare_span_in_run_gc_us_per_step": round(in_run_gc * 1e6, 2),
+                 "full_collections": r["full_collections"],
+                 "ratio_attributed_vs_bare_span_in_run_excluding_gc": round((total - att_gc) / (in_run - in_run_gc), 2)})
+    turns_gc = r["gc_in_turns"]
+    gc_added = {m: turns_gc[m] - turns_gc["bare"] for m in ("assay", "in_run")}
+    line.update({"gc_in_turns_us_per_step": {m: round(v * 1e6, 2) for m, v in turns_gc.items()},
+                 "gc_added_us_per_step": {m: round(v * 1e6, 2) for m, v in gc_added.items()},
+                 "ratio_gc_by_mode": round((total - att_gc + gc_added["assay"])
+                                           / (in_run - in_run_gc + gc_added["in_run"]), 2)})
     if "oi" in m:
         oi_added = (m["oi"] - bare) / steps
         line.update({"openinference_run_ms": round(m["oi"] * 1e3, 3),
