@@ -133,10 +133,13 @@ def _longest_text(attrs: dict[str, Any]) -> int:
 _SDK_SPANS = {Span, getattr(sdk_trace, "_Span", Span)}
 
 
-# thread id -> the attributes ``_spans.start_span`` is starting a span with on that thread,
-# for our processor's ``on_start`` to set (see starter). Not a threading.local: a thread's
-# first use of one costs as much as the span (LangGraph runs each tool in a new thread)
-PENDING: dict[int, dict[str, Any]] = {}
+# thread id -> [name, start time, attributes] of the span ``_spans.start_span`` is starting on
+# that thread, for our processor's ``on_start`` to set (see starter): only on the span of that
+# name object and start time, for other spans may start in between (a garbage collector
+# callback, an id generator; another start_span saves and restores the entry), and the
+# attributes are set to None once taken. Not a threading.local: a thread's first use of one
+# costs as much as the span (LangGraph runs each tool in a new thread)
+PENDING: dict[int, list] = {}
 
 
 def _add_attributes(span: Span, attrs: dict[str, Any], longest: int | None) -> bool:
@@ -182,8 +185,10 @@ class AssayAttributesProcessor(SpanProcessor):
         self._ended = itertools.count()  # next() on a C counter is atomic under the GIL
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
-        pending = PENDING.pop(get_ident(), None) if PENDING else None
-        if pending is not None:  # the attributes our start_span started this span with (see starter)
+        mine = PENDING.get(get_ident()) if PENDING else None
+        if (mine is not None and mine[2] is not None and type(span) in _SDK_SPANS and span._name is mine[0]
+                and span._start_time == mine[1]):  # the span our start_span is starting (see starter)
+            pending, mine[2] = mine[2], None
             if not _add_attributes(span, pending, None):
                 span.set_attributes(pending)
         entry = _ACTIVE_TRACES.get(span.context[0])  # SpanContext is a tuple: (trace_id, span_id, ...)

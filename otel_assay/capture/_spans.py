@@ -158,13 +158,19 @@ def start_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL
     if procs and procs[0] is first and _sdk_plain is not None:
         ready = _sdk_plain(attrs)
         if ready is not None:  # set by our processor's on_start, which the SDK calls first (see starter)
+            start = start_time if start_time is not None else time.time_ns()  # the SDK's default
             hold, me = _runtime.PENDING, get_ident()
-            hold[me] = ready
+            mine = [name, start, ready]
+            outer = hold.get(me)  # a span being started around this one (see PENDING)
+            hold[me] = mine
             try:
-                span = tracer.start_span(name, context=ctx, kind=kind, start_time=start_time, links=links)
+                span = tracer.start_span(name, context=ctx, kind=kind, start_time=start, links=links)
             finally:
-                left = hold.pop(me, None)
-            if left is not None and span.is_recording():  # not taken (an on_start that failed): not lost
+                if outer is None:
+                    hold.pop(me, None)
+                else:
+                    hold[me] = outer
+            if mine[2] is not None and span.is_recording():  # not taken (an on_start that failed): not lost
                 span.set_attributes(ready)
             return span
     cleaned = _clean_plain(attrs) if _clean_plain is not None else None  # clean(), without its call

@@ -248,7 +248,7 @@ def test_a_forked_child_starts_with_nothing_pending():
 
     if not hasattr(os, "fork"):
         pytest.skip("no fork here")
-    _runtime.PENDING[12345] = {"stale": 1}
+    _runtime.PENDING[12345] = ["s", 1, {"stale": 1}]
     try:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child reports through its exit code
@@ -257,3 +257,74 @@ def test_a_forked_child_starts_with_nothing_pending():
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         _runtime.PENDING.pop(12345, None)
+
+
+class SpanningIds:
+    """An id generator that starts a span of its own (through the SDK's start_span, or ours)
+    while our span is being started: that span must not take our span's attributes."""
+
+    def __init__(self, ours: bool):
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+        self.ids, self.ours, self.inner, self.busy = RandomIdGenerator(), ours, [], False
+        self.provider = None
+
+    def generate_trace_id(self):
+        return self.ids.generate_trace_id()
+
+    def is_trace_id_random(self):
+        return True
+
+    def generate_span_id(self):
+        if not self.busy:
+            self.busy = True
+            try:
+                if self.ours:
+                    inner = _spans.start_span("id-lookup", {"obj": {"x": 1}, "k": "inner"})
+                else:
+                    inner = self.provider.get_tracer("other").start_span("id-lookup", attributes={"k": "inner"})
+                self.inner.append(inner)
+            finally:
+                self.busy = False
+        return self.ids.generate_span_id()
+
+
+@pytest.mark.parametrize("ours", [False, True])
+def test_a_span_started_while_ours_starts_keeps_its_own_attributes(ours, monkeypatch):
+    ids = SpanningIds(ours)
+    provider = ids.provider = TracerProvider(id_generator=ids)
+    _pipeline(monkeypatch, provider)
+    span = _spans.start_span("chat m", {"gen_ai.request.model": "m", "n": 1})
+    assert dict(span.attributes) == {"gen_ai.request.model": "m", "n": 1}
+    assert len(ids.inner) == 1
+    assert dict(ids.inner[0].attributes) == ({"obj": '{"x": 1}', "k": "inner"} if ours else {"k": "inner"})
+    assert not _runtime.PENDING
+
+
+def test_a_span_started_by_a_collection_keeps_its_own_attributes(monkeypatch):
+    """A garbage collector callback runs inside whatever allocation reaches the threshold,
+    here inside every start."""
+    import gc
+
+    provider = TracerProvider()
+    _pipeline(monkeypatch, provider)
+    other = provider.get_tracer("gc")
+    made = []
+
+    def on_gc(phase, info):
+        if phase == "stop":
+            made.append(other.start_span("collection", attributes={"generation": info["generation"]}))
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(on_gc)
+    gc.set_threshold(1)
+    try:
+        spans = [_spans.start_span(f"step{i}", {"i": i, "model": "m"}) for i in range(100)]
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(on_gc)
+    assert made, "no collection ran"
+    for i, s in enumerate(spans):
+        assert dict(s.attributes) == {"i": i, "model": "m"}
+    for s in made:
+        assert set(s.attributes) == {"generation"}
+    assert not _runtime.PENDING
