@@ -418,6 +418,9 @@ def main() -> None:
     ap.add_argument("--attr-turns", type=int, default=50,
                     help="turns of the direct count and of the in-run bare span, taken in alternation")
     a = ap.parse_args()
+    for flag in ("runs", "rounds", "repeat", "attr_turns"):
+        if getattr(a, flag) < 1:
+            ap.error(f"--{flag.replace('_', '-')} must be at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-capture-") as lake:
         r = measure(a.runs, a.rounds, a.repeat, a.attr_turns, lake)
     m, steps = r["median"], r["steps"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from threading import get_ident
 from contextvars import ContextVar
+from threading import get_ident
 from typing import Any, Iterable, Mapping
 
 from opentelemetry import context as otel_context
@@ -170,7 +170,9 @@ def start_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL
                     hold.pop(me, None)
                 else:
                     hold[me] = outer
-            if mine[2] is not None and span.is_recording():  # not taken (an on_start that failed): not lost
+            if mine[2] is not None and span.is_recording():
+                # not taken: an SDK that stores a span's name or start time otherwise than given
+                # (see on_start). Set late rather than lost
                 span.set_attributes(ready)
             return span
     cleaned = _clean_plain(attrs) if _clean_plain is not None else None  # clean(), without its call

@@ -328,3 +328,14 @@ def test_a_span_started_by_a_collection_keeps_its_own_attributes(monkeypatch):
     for s in made:
         assert set(s.attributes) == {"generation"}
     assert not _runtime.PENDING
+
+
+def test_attributes_not_taken_at_the_start_are_set_after_it(monkeypatch):
+    """An SDK that hands our on_start a span it does not recognise (its name or start time
+    stored otherwise than given): the attributes are set late, not lost."""
+    provider = TracerProvider()
+    _pipeline(monkeypatch, provider)
+    monkeypatch.setattr(_runtime.AssayAttributesProcessor, "on_start", lambda self, span, parent_context=None: None)
+    span = _spans.start_span("s", {"a": 1, "reasons": ["stop"]})
+    assert dict(span.attributes) == {"a": 1, "reasons": ("stop",)}
+    assert not _runtime.PENDING
