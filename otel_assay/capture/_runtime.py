@@ -29,6 +29,7 @@ import sys
 import threading
 import uuid
 from threading import get_ident
+from time import time_ns
 from typing import Any
 
 from opentelemetry import baggage as otel_baggage
@@ -37,6 +38,7 @@ from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.sampling import Decision
 
 from .. import semconv
 
@@ -44,6 +46,7 @@ log = logging.getLogger("otel_assay.capture")
 
 _TRUE = {"1", "true", "yes", "on"}
 _SAMPLED = trace.TraceFlags.SAMPLED
+_RECORD_AND_SAMPLE = Decision.RECORD_AND_SAMPLE
 
 
 def disabled() -> bool:
@@ -175,6 +178,25 @@ def _add_attributes(span: Span, attrs: dict[str, Any], longest: int | None) -> b
         return False
 
 
+def _trial_attributes(trace_id: int, parent_context: otel_context.Context | None) -> tuple[dict[str, Any], int] | None:
+    """The assay.* attributes a span of ``trace_id`` takes (its trial's, or those propagated
+    in the baggage of ``parent_context``, None: the current context) and their
+    ``_longest_text``; None when there are none."""
+    entry = _ACTIVE_TRACES.get(trace_id)
+    if entry is not None:
+        return entry if entry[0] else None
+    bag = otel_baggage.get_all(parent_context)
+    if not bag:
+        return None
+    attrs = {}
+    for key in semconv.ASSAY_PROPAGATED:
+        v = bag.get(key)
+        if v is not None:
+            # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit accepts
+            attrs[key] = int(v) if key == semconv.ASSAY_TRIAL_INDEX and str(v).isdecimal() else v
+    return (attrs, _longest_text(attrs)) if attrs else None
+
+
 # ---------------------------------------------------------------- processors
 class AssayAttributesProcessor(SpanProcessor):
     """Copies the trial's assay.* attributes onto every span that starts inside it,
@@ -191,22 +213,9 @@ class AssayAttributesProcessor(SpanProcessor):
             pending, mine[2] = mine[2], None
             if not _add_attributes(span, pending, None):
                 span.set_attributes(pending)
-        entry = _ACTIVE_TRACES.get(span.context[0])  # SpanContext is a tuple: (trace_id, span_id, ...)
-        if entry is not None:
-            attrs, longest = entry
-        else:
-            bag = otel_baggage.get_all(parent_context)
-            if not bag:
-                return
-            attrs = {}
-            for key in semconv.ASSAY_PROPAGATED:
-                v = bag.get(key)
-                if v is not None:
-                    # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit accepts
-                    attrs[key] = int(v) if key == semconv.ASSAY_TRIAL_INDEX and str(v).isdecimal() else v
-            longest = _longest_text(attrs)
-        if attrs and not _add_attributes(span, attrs, longest):
-            span.set_attributes(attrs)
+        entry = _trial_attributes(span.context[0], parent_context)  # SpanContext is a tuple: (trace_id, ...)
+        if entry is not None and not _add_attributes(span, *entry):
+            span.set_attributes(entry[0])
 
     def on_end(self, span: ReadableSpan) -> None:
         next(self._ended)
@@ -274,6 +283,7 @@ class Pipeline:
         self.target = target
         self._tracers: dict[str, trace.Tracer] = {}
         self._starters: dict[str, tuple[trace.Tracer, Any, Any]] = {}  # see starter()
+        self._recorders: dict[str, Recorder | None] = {}  # see recorder()
         self.retired: dict[str, int] = {}  # counters of exporters replaced by use_lake()
 
     def tracer(self, name: str = "otel_assay") -> trace.Tracer:
@@ -473,6 +483,111 @@ def _takes_pending(tracer: Any) -> Any:
             or type(getattr(multi, "_span_processors", None)) is not tuple):
         return None
     return multi
+
+
+_UNSET = trace.Status(trace.StatusCode.UNSET)
+_SAMPLED_FLAGS = trace.TraceFlags(trace.TraceFlags.SAMPLED)
+_RANDOM = getattr(trace.TraceFlags, "RANDOM_TRACE_ID", 0)
+_SAMPLED_RANDOM_FLAGS = trace.TraceFlags(trace.TraceFlags.SAMPLED | _RANDOM)
+
+
+class Recorder:
+    """Records a span that starts and ends at once (``_spans.record_span``: a model call
+    recorded when it returns) as the ``ReadableSpan`` the SDK would hand our processor,
+    built directly: no SDK span to construct, start and end, which in an agent's run costs
+    three times what the same calls cost in a tight loop (their code is out of the CPU's
+    caches by then) and was half of capture's cost per model call.
+
+    Only where that span goes nowhere else and nothing could tell the difference:
+
+    * our ``DirectExportProcessor`` is the provider's only processor (checked at every span:
+      code may add one later), so no other processor misses the span's start or end;
+    * the tracer is the SDK's, with one of its own samplers (which read no attributes and
+      answer a question the same way twice, see ``_attribute_blind``), no attribute length
+      limit, the SDK's own span metrics off, and the tracer enabled;
+    * the span has a valid parent (a root span's trace id is left to the SDK), the sampler
+      records and samples it and adds no attributes, and its attributes, with the trial's,
+      fit the span's attribute limit without sharing a key (``_add_attributes``' rules).
+
+    ``record`` returns False, having changed nothing, everywhere else: the caller then
+    starts and ends an SDK span. Tests compare the two on every field, over samplers,
+    limits, parents, trial and baggage attributes."""
+
+    __slots__ = ("tracer", "multi", "processor", "maxlen", "enabled", "info", "scope", "no_events", "no_links")
+
+    def __init__(self, tracer: Any, multi: Any, processor: DirectExportProcessor, maxlen: int | None) -> None:
+        from opentelemetry.sdk.util import BoundedList
+        self.tracer, self.multi, self.processor, self.maxlen = tracer, multi, processor, maxlen
+        self.enabled = getattr(tracer, "_is_enabled", None)
+        self.info = getattr(tracer, "instrumentation_info", None)
+        self.scope = getattr(tracer, "_instrumentation_scope", None)
+        # a span's events and links as the SDK gives them (empty BoundedLists): nothing can
+        # add to an ended span's, so every recorded span shares these two
+        self.no_events, self.no_links = BoundedList(0), BoundedList(0)
+
+    @classmethod
+    def of(cls, tracer: Any, pipeline: Pipeline) -> Recorder | None:
+        proc = pipeline.export_processor
+        multi = _takes_pending(tracer)
+        if multi is None or type(proc) is not DirectExportProcessor or pipeline.attrs_processor is not proc:
+            return None
+        limits = getattr(tracer, "_span_limits", None)
+        metrics = getattr(tracer, "_tracer_metrics", None)
+        if (limits is None or limits.max_span_attribute_length is not None
+                or (metrics is not None and type(metrics).__name__ != "NoOpTracerMetrics")
+                or not hasattr(tracer, "_instrumentation_scope") or not hasattr(tracer, "id_generator")):
+            return None
+        return cls(tracer, multi, proc, limits.max_span_attributes)
+
+    def record(self, name: str, ready: dict[str, Any], kind: trace.SpanKind, ctx: otel_context.Context | None,
+               start_time: int) -> bool:
+        """Record the span (``ready``: its attributes in the SDK's stored form, a dict this
+        takes), or return False, having done nothing, where the SDK must."""
+        procs, proc = self.multi._span_processors, self.processor
+        if len(procs) != 1 or procs[0] is not proc or (self.enabled is not None and not self.enabled()):
+            return False
+        parent = trace.get_current_span(ctx).get_span_context()
+        if not isinstance(parent, trace.SpanContext) or not parent.is_valid:
+            return False
+        tracer = self.tracer
+        trace_id = parent[0]
+        result = tracer.sampler.should_sample(ctx, trace_id, name, kind, None, ())
+        if result.decision is not _RECORD_AND_SAMPLE or result.attributes:
+            return False
+        maxlen = self.maxlen
+        extra = _trial_attributes(trace_id, ctx)
+        if extra is not None:
+            attrs, longest = extra
+            if (longest < 0 or not ready.keys().isdisjoint(attrs)
+                    or (maxlen is not None and len(ready) + len(attrs) > maxlen)):
+                return False
+            ready.update(attrs)
+        elif maxlen is not None and len(ready) > maxlen:
+            return False
+        flags = _SAMPLED_RANDOM_FLAGS if _RANDOM and parent[3] & _RANDOM else _SAMPLED_FLAGS
+        context = trace.SpanContext(trace_id, tracer.id_generator.generate_span_id(), False, flags, result.trace_state)
+        bounded = BoundedAttributes(maxlen, None, True, None)
+        bounded._dict = ready
+        proc.on_end(ReadableSpan(
+            name=name, context=context, parent=parent, resource=tracer.resource, attributes=bounded,
+            events=self.no_events, links=self.no_links, kind=kind, instrumentation_info=self.info, status=_UNSET,
+            start_time=start_time, end_time=time_ns(), instrumentation_scope=self.scope))
+        return True
+
+
+def recorder(name: str = "otel_assay") -> Recorder | None:
+    """The ``Recorder`` of the tracer ``name``, or None where spans that start and end at once
+    must be SDK spans (see Recorder)."""
+    p = _PIPELINE
+    if p is not None:
+        r = p._recorders.get(name, False)
+        if r is not False:
+            return r
+    p = pipeline()
+    if p is None:
+        return None
+    r = p._recorders[name] = Recorder.of(p.tracer(name), p)
+    return r
 
 
 # callbacks run when a trial ends, before its root span does (trace_id, exception or None):

@@ -181,6 +181,25 @@ def start_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL
         start_time=start_time, links=links)
 
 
+def record_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL, parent: Any = None,
+                start_time: int | None = None, tracer_name: str = "otel_assay") -> None:
+    """``start_span(...).end()``: a span that starts and ends at once, such as a model call
+    recorded when it returns. Where only our lake would see the span it is recorded without
+    an SDK span (``_runtime.Recorder``: the same span, at a third of the cost)."""
+    if _sdk_plain is not None:
+        rec = _runtime.recorder(tracer_name)
+        if rec is not None:
+            ready = _sdk_plain(attrs)
+            if ready is not None:
+                if parent is None or isinstance(parent, otel_context.Context):
+                    ctx = parent
+                else:
+                    ctx = trace.set_span_in_context(parent)
+                if rec.record(name, ready, kind, ctx, start_time if start_time is not None else time.time_ns()):
+                    return
+    start_span(name, attrs, kind=kind, parent=parent, start_time=start_time, tracer_name=tracer_name).end()
+
+
 def chat_attributes(framework: str, model: Any, provider: Any, tool_defs=None, messages=None) -> dict[str, Any]:
     """The attributes a ``chat {model}`` span starts with. ``tool_defs`` and ``messages``
     are callables returning the GenAI JSON shapes, called only when needed: the tool

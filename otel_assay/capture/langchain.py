@@ -40,7 +40,7 @@ from opentelemetry import trace
 
 from .. import semconv
 from . import _runtime
-from ._spans import (CLIENT, args_json, fail, result_text, start_span, text_parts, to_json, to_json_value,
+from ._spans import (CLIENT, args_json, fail, record_span, result_text, start_span, text_parts, to_json, to_json_value,
                      tool_call_part)
 from .trial import implicit_trial
 
@@ -627,7 +627,7 @@ class AssayCallbackHandler(_Base):
             except Exception:
                 pass
         r.attrs.update(attrs)
-        start_span(name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start).end()
+        record_span(name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start)
 
     def on_llm_error(self, error, *, run_id, **kw):
         r = self._runs.pop(run_id, None)

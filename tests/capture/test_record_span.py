@@ -1,0 +1,276 @@
+"""_spans.record_span: a span that starts and ends at once (a model call recorded when it
+returns) is built as the ReadableSpan the SDK would hand our processor (_runtime.Recorder),
+where only our processor sees spans; everywhere else it is an SDK span, started and ended.
+Each test compares the two on the same provider, parent and attributes: real SDK providers,
+samplers and processors, and the real Parquet exporter for the lake's rows."""
+
+import pyarrow.parquet as pq
+import pytest
+from opentelemetry import baggage, trace
+from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider, sampling
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
+
+from otel_assay import semconv
+from otel_assay.capture import _runtime, _spans
+from otel_assay.collect.exporter import ParquetSpanExporter
+
+pytestmark = pytest.mark.skipif(_spans._sdk_plain is None, reason="capture's compiled helpers are not built")
+
+TRIAL = {semconv.ASSAY_SCENARIO: "refund", semconv.ASSAY_RUN_ID: "r" * 32, semconv.ASSAY_AGENT_VERSION: "v2",
+         semconv.ASSAY_TRIAL_INDEX: 3}
+CHAT = {semconv.GEN_AI_OPERATION_NAME: "chat", semconv.GEN_AI_REQUEST_MODEL: "m-1", semconv.ASSAY_STEP_KIND: "llm",
+        semconv.GEN_AI_USAGE_INPUT_TOKENS: 120, "gen_ai.response.finish_reasons": ["stop"], "none": None,
+        "x": 1.5, "ok": True, semconv.GEN_AI_INPUT_MESSAGES: '[{"role": "user", "parts": []}]'}
+
+
+class _Str(str):
+    pass
+
+
+ATTRS = {
+    "chat": CHAT,
+    "not finite": {"a": float("nan"), "b": 1},
+    "an empty key": {"": "x", "a": 1},
+    "a str subclass": {"a": _Str("sub")},
+    "an object": {"a": object(), "b": 1},
+    "a trial key": {semconv.ASSAY_SCENARIO: "mine", "a": 1},
+    "long text": {"a": "x" * 50},
+    "many": {f"k{i}": i for i in range(6)},
+}
+LIMITS = {"default": SpanLimits(), "length limit": SpanLimits(max_attribute_length=20),
+          "few attributes": SpanLimits(max_span_attributes=8)}
+SAMPLERS = {"always on": sampling.ALWAYS_ON, "always off": sampling.ALWAYS_OFF, "default": sampling.DEFAULT_ON,
+            "parent based off": sampling.ParentBased(sampling.ALWAYS_OFF),
+            "ratio": sampling.TraceIdRatioBased(0.5), "parent based ratio": sampling.ParentBasedTraceIdRatio(0.5)}
+REMOTE_ID = 0x0AF7651916CD43DD8448EB211C80319C
+
+
+def _parent(kind: str, tracer):
+    """(context for record_span, trial trace id or None, span to end after)."""
+    if kind == "local":
+        root = tracer.start_span("root")
+        return trace.set_span_in_context(root), root.get_span_context().trace_id, root
+    if kind == "remote sampled, with trace state":
+        sc = SpanContext(REMOTE_ID, 0xB7AD6B7169203331, True, TraceFlags(TraceFlags.SAMPLED),
+                         TraceState([("vendor", "v1")]))
+    elif kind == "remote not sampled":
+        sc = SpanContext(REMOTE_ID, 0xB7AD6B7169203331, True, TraceFlags(0))
+    elif kind == "remote, random trace id":
+        sc = SpanContext(REMOTE_ID, 0xB7AD6B7169203331, True,
+                         TraceFlags(TraceFlags.SAMPLED | getattr(TraceFlags, "RANDOM_TRACE_ID", 0)))
+    elif kind == "baggage":
+        sc = SpanContext(REMOTE_ID, 0xB7AD6B7169203331, True, TraceFlags(TraceFlags.SAMPLED))
+        ctx = trace.set_span_in_context(NonRecordingSpan(sc))
+        ctx = baggage.set_baggage(semconv.ASSAY_SCENARIO, "from-baggage", ctx)
+        return baggage.set_baggage(semconv.ASSAY_TRIAL_INDEX, "7", ctx), None, None
+    else:  # "none": a root span
+        return otel_context.Context(), None, None
+    return trace.set_span_in_context(NonRecordingSpan(sc)), None, None
+
+
+class Pipe:
+    """Our pipeline (DirectExportProcessor alone on its own provider, as on a provider
+    otel-assay creates) exporting to memory; the global pipeline is swapped for it."""
+
+    def __init__(self, monkeypatch, provider, exporter=None):
+        self.exported = exporter or InMemorySpanExporter()
+        self.proc = _runtime.DirectExportProcessor(self.exported)
+        provider.add_span_processor(self.proc)
+        self.pipe = _runtime.Pipeline(provider, True, self.exported, self.proc, self.proc, "memory", None)
+        monkeypatch.setattr(_runtime, "_PIPELINE", self.pipe)
+        self.sdk_calls = 0
+        tracer = self.pipe.tracer()
+        real = tracer.start_span
+
+        def counted(*a, **kw):
+            self.sdk_calls += 1
+            return real(*a, **kw)
+        tracer.start_span = counted  # an instance attribute: this tracer only
+
+    def twice(self, monkeypatch, name, attrs, ctx, **kw):
+        """record_span as it runs, then with the Recorder turned off (the SDK's span): the two
+        spans exported (None where nothing was) and whether the first took the Recorder."""
+        before, n = self.sdk_calls, len(self.exported.get_finished_spans())
+        _spans.record_span(name, attrs, parent=ctx, **kw)
+        fast = self.sdk_calls == before
+        spans = self.exported.get_finished_spans()
+        first = spans[n] if len(spans) > n else None
+        with monkeypatch.context() as m:
+            m.setattr(_runtime, "recorder", lambda name="otel_assay": None)
+            _spans.record_span(name, attrs, parent=ctx, **kw)
+        spans = self.exported.get_finished_spans()
+        second = spans[n + (first is not None)] if len(spans) > n + (first is not None) else None
+        return first, second, fast
+
+
+def _same(a, b, root=False):
+    """Every field a processor or exporter reads, but the span id and end time (and the
+    trace id of a root span, a new one each)."""
+    assert a.name == b.name and a.kind == b.kind and a.status.status_code == b.status.status_code
+    assert a.status.description == b.status.description
+    assert (a.context.trace_id == b.context.trace_id) != root and a.context.is_remote == b.context.is_remote
+    assert a.context.trace_flags == b.context.trace_flags and a.context.trace_state == b.context.trace_state
+    assert a.context.span_id != b.context.span_id and a.context.is_valid
+    assert a.parent == b.parent
+    assert list(a.attributes.items()) == list(b.attributes.items())
+    assert [type(v) for v in a.attributes.values()] == [type(v) for v in b.attributes.values()]
+    assert a.dropped_attributes == b.dropped_attributes
+    assert a.events == b.events and a.links == b.links
+    assert (a.dropped_events, a.dropped_links) == (b.dropped_events, b.dropped_links)
+    assert a.resource is b.resource and a.instrumentation_scope == b.instrumentation_scope
+    assert a.start_time == b.start_time and a.start_time <= a.end_time and a.end_time <= b.end_time
+    assert a._attributes._immutable and b._attributes._immutable
+
+
+def _kept(attrs):
+    return sum(v is not None for v in attrs.values())
+
+
+PARENTS = ["local", "remote sampled, with trace state", "remote not sampled", "remote, random trace id", "baggage",
+           "none"]
+
+
+@pytest.mark.parametrize("parent", PARENTS)
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+@pytest.mark.parametrize("in_trial", [False, True])
+def test_the_same_span_as_the_sdk_over_samplers_and_parents(parent, sampler, in_trial, monkeypatch):
+    provider = TracerProvider(sampler=SAMPLERS[sampler])
+    pipe = Pipe(monkeypatch, provider)
+    ctx, trace_id, root = _parent(parent, provider.get_tracer("app"))
+    if in_trial and trace_id is not None:
+        _runtime.register_trace(trace_id, TRIAL)
+    try:
+        a, b, fast = pipe.twice(monkeypatch, "chat m-1", CHAT, ctx, kind=SpanKind.CLIENT, start_time=1_000_000_000)
+    finally:
+        if trace_id is not None:
+            _runtime.unregister_trace(trace_id)
+    if parent == "none" and "ratio" in sampler:  # two root spans, two trace ids, two decisions
+        assert not fast
+        return
+    assert (a is None) == (b is None)
+    if a is not None:
+        _same(a, b, root=parent == "none")
+        if in_trial and trace_id is not None:
+            assert a.attributes[semconv.ASSAY_SCENARIO] == "refund"
+    # the Recorder takes every recorded span with a valid parent: the saving cannot go silently
+    assert fast == (a is not None and parent != "none")
+    if root is not None:
+        root.end()
+
+
+@pytest.mark.parametrize("limits", sorted(LIMITS))
+@pytest.mark.parametrize("attrs", sorted(ATTRS))
+@pytest.mark.parametrize("in_trial", [False, True])
+def test_the_same_span_as_the_sdk_over_attributes_and_limits(attrs, limits, in_trial, monkeypatch):
+    provider = TracerProvider(span_limits=LIMITS[limits])
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    if in_trial:
+        _runtime.register_trace(root.get_span_context().trace_id, TRIAL)
+    try:
+        a, b, fast = pipe.twice(monkeypatch, "s", ATTRS[attrs], trace.set_span_in_context(root), start_time=5)
+    finally:
+        _runtime.unregister_trace(root.get_span_context().trace_id)
+    _same(a, b)
+    expected_fast = (limits != "length limit" and attrs not in ("an empty key", "an object", "a str subclass")
+                     and not (in_trial and attrs == "a trial key")
+                     and not (limits == "few attributes" and _kept(ATTRS[attrs]) + len(TRIAL) * in_trial > 8))
+    assert fast == expected_fast
+
+
+def test_a_processor_added_later_sees_the_span_start_and_end(monkeypatch):
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    ctx = trace.set_span_in_context(root)
+    _spans.record_span("a", {"n": 1}, parent=ctx)
+    assert pipe.sdk_calls == 0
+
+    class Seen(SpanProcessor):
+        def __init__(self):
+            self.started, self.ended = [], []
+
+        def on_start(self, span, parent_context=None):
+            self.started.append(span.name)
+
+        def on_end(self, span):
+            self.ended.append((span.name, dict(span.attributes)))
+    seen = Seen()
+    provider.add_span_processor(seen)
+    _spans.record_span("b", {"n": 2}, parent=ctx)
+    assert pipe.sdk_calls == 1 and seen.started == ["b"] and seen.ended == [("b", {"n": 2})]
+    assert [s.name for s in pipe.exported.get_finished_spans()] == ["a", "b"]
+    assert pipe.proc.spans_ended == 2  # spans produced: counted on either path
+
+
+def test_an_application_provider_with_its_own_processor_gets_sdk_spans(monkeypatch):
+    theirs = InMemorySpanExporter()
+    provider = TracerProvider()
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    provider.add_span_processor(SimpleSpanProcessor(theirs))
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    _spans.record_span("chat m", CHAT, parent=root, kind=SpanKind.CLIENT)
+    assert pipe.sdk_calls == 1
+    assert [s.name for s in theirs.get_finished_spans()] == ["chat m"]
+    assert [s.name for s in pipe.exported.get_finished_spans()] == ["chat m"]
+
+
+def test_a_sampler_that_reads_attributes_gets_sdk_spans(monkeypatch):
+    class ByAttribute(sampling.Sampler):
+        def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None,
+                          trace_state=None):
+            keep = (attributes or {}).get("keep", False)
+            return sampling.SamplingResult(sampling.Decision.RECORD_AND_SAMPLE if keep else sampling.Decision.DROP,
+                                           attributes)
+
+        def get_description(self):
+            return "ByAttribute"
+    provider = TracerProvider(sampler=ByAttribute())
+    pipe = Pipe(monkeypatch, provider)
+    assert _runtime.recorder() is None
+    ctx = trace.set_span_in_context(NonRecordingSpan(SpanContext(REMOTE_ID, 5, True, TraceFlags(1))))
+    _spans.record_span("kept", {"keep": True}, parent=ctx)
+    _spans.record_span("dropped", {"keep": False}, parent=ctx)
+    assert [s.name for s in pipe.exported.get_finished_spans()] == ["kept"]
+
+
+def test_the_sdk_span_metrics_turned_on_get_sdk_spans(monkeypatch):
+    from opentelemetry.sdk.trace import _tracer_metrics  # noqa: F401 - SDKs that have span metrics
+    monkeypatch.setenv("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "true")
+    provider = TracerProvider()
+    Pipe(monkeypatch, provider)
+    assert _runtime.recorder() is None
+
+
+def test_the_lake_rows_are_the_same(tmp_path, monkeypatch):
+    """Through the real Parquet exporter (the compiled converter and its Python path): the
+    same rows but for the span id and the end time."""
+    exporter = ParquetSpanExporter(tmp_path / "lake")
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider, exporter)
+    root = provider.get_tracer("app").start_span("root")
+    _runtime.register_trace(root.get_span_context().trace_id, TRIAL)
+    try:
+        for name, attrs in ATTRS.items():
+            ctx = trace.set_span_in_context(root)
+            _spans.record_span(name, attrs, parent=ctx, kind=SpanKind.CLIENT, start_time=2_000_000_000)
+            with monkeypatch.context() as m:
+                m.setattr(_runtime, "recorder", lambda name="otel_assay": None)
+                _spans.record_span(name, attrs, parent=ctx, kind=SpanKind.CLIENT, start_time=2_000_000_000)
+    finally:
+        _runtime.unregister_trace(root.get_span_context().trace_id)
+    assert pipe.sdk_calls < len(ATTRS) * 2  # some took the Recorder
+    assert exporter.force_flush()
+    rows = pq.read_table(list((tmp_path / "lake").rglob("*.parquet"))[0]).to_pylist()
+    by_name: dict = {}
+    for r in rows:
+        by_name.setdefault(r["name"], []).append(r)
+    assert sorted(by_name) == sorted(ATTRS)
+    for name, (x, y) in by_name.items():
+        assert x["span_id"] != y["span_id"]
+        for row in (x, y):
+            row.pop("span_id"), row.pop("duration_ns")
+        assert x == y, name
