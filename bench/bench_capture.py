@@ -2,7 +2,8 @@
 on a real LangGraph run with a scripted model, against a bare OTel SDK span with the same
 attributes and against the OpenInference LangChain instrumentor on the same run.
 
-    python bench/bench_capture.py [--runs 20] [--rounds 10] [--repeat 15]
+    python bench/bench_capture.py [--runs 20] [--rounds 10] [--repeat 15] [--attr-turns 50]
+                                  [--flush-each-turn]
 
 All modes run in one interpreter, taking turns --repeat times (a turn is --runs graph runs):
   bare     the graph, nothing instrumented
@@ -23,7 +24,13 @@ differed by 10-50 % in bare CPU time alone, more than the cost being measured.
 That difference is still noisy (LangGraph's own run varies more than our cost), so the
 cost is also counted directly: per-thread CPU time inside otel-assay's code
 (`attributed_*`), compared with the in-run bare span (`ratio_attributed_vs_bare_span_in_run`,
-the figure the target is about), both over --attr-turns turns taken in alternation.
+the figure the target is about), both over --attr-turns turns taken in alternation. There
+the exporter writes files as it does in an application, by its own policy (every
+OTEL_ASSAY_FLUSH_SECONDS, 5, or OTEL_ASSAY_FLUSH_ROWS spans), and its flush thread's work is
+counted whenever it runs, plus a last flush at the end (`attributed_spans_per_file`). A flush
+after every turn (--flush-each-turn, as the median's turns do) makes a file per 440 spans,
+whose fixed costs (a Parquet writer, footer, fsync, a sort per table) then weigh about
+10 us more per step than in the files the exporter makes by itself.
 
 Garbage collection is in both: a collection runs in whatever code allocates when a threshold
 is reached, so each side pays for collections in rough proportion to what it allocates. A
@@ -170,14 +177,16 @@ class _Attribution:
         self.on = False
         self.lock = threading.Lock()
 
-    def wrap(self, cls, name: str, bucket: str) -> None:
+    def wrap(self, cls, name: str, bucket: str, always: bool = False) -> None:
+        """Count ``cls.name`` in ``bucket`` during assay turns, or with ``always`` wherever it
+        runs (the exporter's flush thread writes a file when it is due, in any mode's turn)."""
         import functools
         orig = getattr(cls, name)
         att = self
 
         @functools.wraps(orig)
         def wrapper(*a, **kw):
-            if not att.on or getattr(att.local, "depth", 0):
+            if not (att.on or always) or getattr(att.local, "depth", 0):
                 return orig(*a, **kw)
             att.local.depth = 1
             g0 = att.gc_clock.ns()
@@ -204,7 +213,7 @@ class _Attribution:
         for cls in (_runtime.AssayAttributesProcessor, _runtime.DirectExportProcessor):
             self.wrap(cls, "on_start", "processors")
             self.wrap(cls, "on_end", "processors")
-        self.wrap(ParquetSpanExporter, "_flush", "export_flush")
+        self.wrap(ParquetSpanExporter, "_flush", "export_flush", always=True)
 
 
 def recorded_steps(in_trial) -> dict[str, list]:
@@ -217,15 +226,17 @@ def recorded_steps(in_trial) -> dict[str, list]:
     by_kind: dict[str, list] = {}
 
     class Rec(SpanProcessor):
-        on = True
-
         def on_end(self, span):
-            if Rec.on:
-                by_kind.setdefault(span.name.split(" ")[0], []).append((span.name, span.kind, dict(span.attributes)))
+            by_kind.setdefault(span.name.split(" ")[0], []).append((span.name, span.kind, dict(span.attributes)))
     otel_assay.instrument(["langchain"])
-    _runtime.pipeline().provider.add_span_processor(Rec())
+    multi = _runtime.pipeline().provider._active_span_processor
+    before = multi._span_processors
+    multi.add_span_processor(Rec())
     in_trial()
-    Rec.on = False
+    # taken off again (the SDK has no call for it): left on, every span would pay a call to it,
+    # and spans that start and end at once would no longer be recorded without an SDK span
+    # (our processor must be the only one, see _runtime.Recorder)
+    multi._span_processors = before
     otel_assay.flush()
     otel_assay.uninstrument()
     return by_kind
@@ -308,7 +319,7 @@ def in_run_handler(tracer, by_kind: dict[str, list], timed: bool = True, gc_cloc
     return InRun()
 
 
-def measure(runs: int, rounds: int, repeat: int, attr_turns: int, lake: str) -> dict:
+def measure(runs: int, rounds: int, repeat: int, attr_turns: int, lake: str, flush_each_turn: bool) -> dict:
     os.environ["OTEL_ASSAY_DIR"] = lake
     import otel_assay
     from langchain_core.callbacks import BaseCallbackHandler
@@ -349,13 +360,13 @@ def measure(runs: int, rounds: int, repeat: int, attr_turns: int, lake: str) -> 
     except ImportError:
         pass
 
-    def turn(mode: str) -> float:
+    def turn(mode: str, flush: bool = True) -> float:
         if mode == "bare":
             return _cpu(run, runs)
         if mode == "assay":
             otel_assay.instrument(["langchain"])
             try:
-                return _cpu(in_trial, runs, after=otel_assay.flush)
+                return _cpu(in_trial, runs, after=otel_assay.flush if flush else None)
             finally:
                 otel_assay.uninstrument()
         if mode == "noop":
@@ -390,16 +401,23 @@ def measure(runs: int, rounds: int, repeat: int, attr_turns: int, lake: str) -> 
     att = _Attribution(gc_clock)
     att.install()
     in_run.ns = in_run.gc_ns = 0
+    from otel_assay.capture import _runtime
+    exporter = _runtime.pipeline().exporter
+    files_before, written_before = exporter.files_written, exporter.spans_written
     full = {"bare": 0, "assay": 0, "in_run": 0}
     gc_ns = dict.fromkeys(full, 0)  # collection time in the process during each mode's turns
     for _ in range(attr_turns):
         for mode in full:
             before, before_ns = gc_clock.full, gc_clock.total
             att.on = mode == "assay"
-            turn(mode)
+            turn(mode, flush=flush_each_turn)
             att.on = False
             full[mode] += gc_clock.full - before
             gc_ns[mode] += gc_clock.total - before_ns
+    att.on = True
+    otel_assay.flush()  # what the last turns left buffered
+    att.on = False
+    files = exporter.files_written - files_before
     n = attr_turns * runs * steps
     per_step = {k: v / 1e9 / n for k, v in att.ns.items()}
     st = otel_assay.capture.stats()
@@ -407,7 +425,8 @@ def measure(runs: int, rounds: int, repeat: int, attr_turns: int, lake: str) -> 
             "attributed_gc": att.gc_ns / 1e9 / n,
             "bare_span_in_run": in_run.ns / 1e9 / n, "bare_span_in_run_gc": in_run.gc_ns / 1e9 / n,
             "full_collections": full, "gc_in_turns": {m: v / 1e9 / n for m, v in gc_ns.items()},
-            "spans_produced": st["spans_produced"], "spans_written": st.get("spans_written")}
+            "spans_produced": st["spans_produced"], "spans_written": st.get("spans_written"),
+            "attributed_spans_per_file": round((exporter.spans_written - written_before) / max(files, 1))}
 
 
 def main() -> None:
@@ -417,12 +436,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=15, help="turns each mode takes (the median counts)")
     ap.add_argument("--attr-turns", type=int, default=50,
                     help="turns of the direct count and of the in-run bare span, taken in alternation")
+    ap.add_argument("--flush-each-turn", action="store_true",
+                    help="end each assay turn of the direct count with a flush (a file per turn) instead of "
+                         "leaving files to the exporter's own policy (OTEL_ASSAY_FLUSH_SECONDS / _ROWS)")
     a = ap.parse_args()
     for flag in ("runs", "rounds", "repeat", "attr_turns"):
         if getattr(a, flag) < 1:
             ap.error(f"--{flag.replace('_', '-')} must be at least 1")
     with tempfile.TemporaryDirectory(prefix="bench-capture-") as lake:
-        r = measure(a.runs, a.rounds, a.repeat, a.attr_turns, lake)
+        r = measure(a.runs, a.rounds, a.repeat, a.attr_turns, lake, a.flush_each_turn)
     m, steps = r["median"], r["steps"]
     bare = m["bare"]
     added = (m["assay"] - bare) / steps
@@ -453,6 +475,8 @@ def main() -> None:
                  "bare_span_in_run_us_per_step": round(in_run * 1e6, 2),
                  "ratio_attributed_vs_bare_span_in_run": round(total / in_run, 2),
                  "attr_turns": a.attr_turns,
+                 "attributed_files": "each turn" if a.flush_each_turn else "exporter policy",
+                 "attributed_spans_per_file": r["attributed_spans_per_file"],
                  "attributed_gc_us_per_step": round(att_gc * 1e6, 2),
                  "bare_span_in_run_gc_us_per_step": round(in_run_gc * 1e6, 2),
                  "full_collections": r["full_collections"],
