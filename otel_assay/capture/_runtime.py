@@ -513,7 +513,8 @@ class Recorder:
     starts and ends an SDK span. Tests compare the two on every field, over samplers,
     limits, parents, trial and baggage attributes."""
 
-    __slots__ = ("tracer", "multi", "processor", "maxlen", "enabled", "info", "scope", "no_events", "no_links")
+    __slots__ = ("tracer", "multi", "processor", "maxlen", "enabled", "info", "scope", "no_events", "no_links",
+                 "follows_parent")
 
     def __init__(self, tracer: Any, multi: Any, processor: DirectExportProcessor, maxlen: int | None) -> None:
         from opentelemetry.sdk.util import BoundedList
@@ -524,6 +525,7 @@ class Recorder:
         # a span's events and links as the SDK gives them (empty BoundedLists): nothing can
         # add to an ended span's, so every recorded span shares these two
         self.no_events, self.no_links = BoundedList(0), BoundedList(0)
+        self.follows_parent = _follows_parent(tracer.sampler)
 
     @classmethod
     def of(cls, tracer: Any, pipeline: Pipeline) -> Recorder | None:
@@ -551,9 +553,15 @@ class Recorder:
             return False
         tracer = self.tracer
         trace_id = parent[0]
-        result = tracer.sampler.should_sample(ctx, trace_id, name, kind, None, ())
-        if result.decision is not _RECORD_AND_SAMPLE or result.attributes:
-            return False
+        if self.follows_parent:  # the SDK's default sampler, answered without its three calls
+            if not parent[3] & _SAMPLED:
+                return False
+            trace_state = parent[4]
+        else:
+            result = tracer.sampler.should_sample(ctx, trace_id, name, kind, None, ())
+            if result.decision is not _RECORD_AND_SAMPLE or result.attributes:
+                return False
+            trace_state = result.trace_state
         maxlen = self.maxlen
         extra = _trial_attributes(trace_id, ctx)
         if extra is not None:
@@ -565,7 +573,7 @@ class Recorder:
         elif maxlen is not None and len(ready) > maxlen:
             return False
         flags = _SAMPLED_RANDOM_FLAGS if _RANDOM and parent[3] & _RANDOM else _SAMPLED_FLAGS
-        context = trace.SpanContext(trace_id, tracer.id_generator.generate_span_id(), False, flags, result.trace_state)
+        context = trace.SpanContext(trace_id, tracer.id_generator.generate_span_id(), False, flags, trace_state)
         bounded = BoundedAttributes(maxlen, None, True, None)
         bounded._dict = ready
         proc.on_end(ReadableSpan(
@@ -573,6 +581,23 @@ class Recorder:
             events=self.no_events, links=self.no_links, kind=kind, instrumentation_info=self.info, status=_UNSET,
             start_time=start_time, end_time=time_ns(), instrumentation_scope=self.scope))
         return True
+
+
+def _follows_parent(sampler: Any) -> bool:
+    """Whether ``sampler`` is a ParentBased one (the SDK's default) whose answer for a span
+    with a valid parent is the parent's: record and sample it, with the parent's trace state,
+    if the parent is sampled; drop it if not (a StaticSampler with that decision as each of
+    its four parent delegates)."""
+    from opentelemetry.sdk.trace import sampling
+    if type(sampler) not in (sampling.ParentBased, getattr(sampling, "_ParentBasedAlwaysOn", None)):
+        return False
+
+    def static(name: str, decision: Any) -> bool:
+        d = getattr(sampler, name, None)
+        return type(d) is sampling.StaticSampler and getattr(d, "_decision", None) is decision
+    return (static("_remote_parent_sampled", _RECORD_AND_SAMPLE) and static("_local_parent_sampled", _RECORD_AND_SAMPLE)
+            and static("_remote_parent_not_sampled", Decision.DROP)
+            and static("_local_parent_not_sampled", Decision.DROP))
 
 
 def recorder(name: str = "otel_assay") -> Recorder | None:

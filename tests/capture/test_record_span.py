@@ -43,7 +43,13 @@ LIMITS = {"default": SpanLimits(), "length limit": SpanLimits(max_attribute_leng
           "few attributes": SpanLimits(max_span_attributes=8)}
 SAMPLERS = {"always on": sampling.ALWAYS_ON, "always off": sampling.ALWAYS_OFF, "default": sampling.DEFAULT_ON,
             "parent based off": sampling.ParentBased(sampling.ALWAYS_OFF),
-            "ratio": sampling.TraceIdRatioBased(0.5), "parent based ratio": sampling.ParentBasedTraceIdRatio(0.5)}
+            "ratio": sampling.TraceIdRatioBased(0.5), "parent based ratio": sampling.ParentBasedTraceIdRatio(0.5),
+            # ParentBased with delegates of its own: the Recorder asks the sampler, as the SDK does
+            "parent based, a sampled parent's child dropped": sampling.ParentBased(
+                sampling.ALWAYS_ON, local_parent_sampled=sampling.ALWAYS_OFF, remote_parent_sampled=sampling.ALWAYS_OFF),
+            "parent based, an unsampled parent's child kept": sampling.ParentBased(
+                sampling.ALWAYS_ON, local_parent_not_sampled=sampling.ALWAYS_ON,
+                remote_parent_not_sampled=sampling.ALWAYS_ON)}
 REMOTE_ID = 0x0AF7651916CD43DD8448EB211C80319C
 
 
@@ -178,6 +184,16 @@ def test_the_same_span_as_the_sdk_over_attributes_and_limits(attrs, limits, in_t
                      and not (in_trial and attrs == "a trial key")
                      and not (limits == "few attributes" and _kept(ATTRS[attrs]) + len(TRIAL) * in_trial > 8))
     assert fast == expected_fast
+
+
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+def test_the_default_sampler_is_answered_without_a_call(sampler, monkeypatch):
+    """The SDK's default sampler (and ParentBased(ALWAYS_OFF), whose parent delegates are the
+    same) is answered from the parent; any other is asked, as the SDK asks it."""
+    provider = TracerProvider(sampler=SAMPLERS[sampler])
+    Pipe(monkeypatch, provider)
+    rec = _runtime.recorder()
+    assert rec.follows_parent == (sampler in ("default", "parent based off"))
 
 
 def test_a_processor_added_later_sees_the_span_start_and_end(monkeypatch):
