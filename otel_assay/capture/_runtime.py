@@ -513,12 +513,13 @@ class Recorder:
     starts and ends an SDK span. Tests compare the two on every field, over samplers,
     limits, parents, trial and baggage attributes."""
 
-    __slots__ = ("tracer", "multi", "processor", "maxlen", "enabled", "info", "scope", "no_events", "no_links",
-                 "follows_parent")
+    __slots__ = ("tracer", "multi", "processor", "limits", "sampler", "enabled", "info", "scope", "no_events",
+                 "no_links", "follows_parent")
 
-    def __init__(self, tracer: Any, multi: Any, processor: DirectExportProcessor, maxlen: int | None) -> None:
+    def __init__(self, tracer: Any, multi: Any, processor: DirectExportProcessor, limits: Any) -> None:
         from opentelemetry.sdk.util import BoundedList
-        self.tracer, self.multi, self.processor, self.maxlen = tracer, multi, processor, maxlen
+        self.tracer, self.multi, self.processor, self.limits = tracer, multi, processor, limits
+        self.sampler = tracer.sampler  # judged here (see _attribute_blind): another one means the SDK's path
         self.enabled = getattr(tracer, "_is_enabled", None)
         self.info = getattr(tracer, "instrumentation_info", None)
         self.scope = getattr(tracer, "_instrumentation_scope", None)
@@ -535,23 +536,26 @@ class Recorder:
             return None
         limits = getattr(tracer, "_span_limits", None)
         metrics = getattr(tracer, "_tracer_metrics", None)
-        if (limits is None or limits.max_span_attribute_length is not None
+        if (limits is None or not hasattr(limits, "max_span_attribute_length")
                 or (metrics is not None and type(metrics).__name__ != "NoOpTracerMetrics")
                 or not hasattr(tracer, "_instrumentation_scope") or not hasattr(tracer, "id_generator")):
             return None
-        return cls(tracer, multi, proc, limits.max_span_attributes)
+        return cls(tracer, multi, proc, limits)
 
     def record(self, name: str, ready: dict[str, Any], kind: trace.SpanKind, ctx: otel_context.Context | None,
                start_time: int) -> bool:
         """Record the span (``ready``: its attributes in the SDK's stored form, a dict this
         takes), or return False, having done nothing, where the SDK must."""
-        procs, proc = self.multi._span_processors, self.processor
-        if len(procs) != 1 or procs[0] is not proc or (self.enabled is not None and not self.enabled()):
+        procs, proc, tracer, limits = self.multi._span_processors, self.processor, self.tracer, self.limits
+        # the limits and the sampler as they are now, as the SDK reads them at every span
+        if (len(procs) != 1 or procs[0] is not proc or (self.enabled is not None and not self.enabled())
+                or tracer.sampler is not self.sampler or limits.max_span_attribute_length is not None):
             return False
         parent = trace.get_current_span(ctx).get_span_context()
-        if not isinstance(parent, trace.SpanContext) or not parent.is_valid:
+        # flags of another type than TraceFlags: the SDK's samplers fail on them, as they should
+        if (not isinstance(parent, trace.SpanContext) or not parent.is_valid
+                or not isinstance(parent[3], trace.TraceFlags)):
             return False
-        tracer = self.tracer
         trace_id = parent[0]
         if self.follows_parent:  # the SDK's default sampler, answered without its three calls
             if not parent[3] & _SAMPLED:
@@ -562,7 +566,7 @@ class Recorder:
             if result.decision is not _RECORD_AND_SAMPLE or result.attributes:
                 return False
             trace_state = result.trace_state
-        maxlen = self.maxlen
+        maxlen = limits.max_span_attributes
         extra = _trial_attributes(trace_id, ctx)
         if extra is not None:
             attrs, longest = extra
@@ -576,10 +580,15 @@ class Recorder:
         context = trace.SpanContext(trace_id, tracer.id_generator.generate_span_id(), False, flags, trace_state)
         bounded = BoundedAttributes(maxlen, None, True, None)
         bounded._dict = ready
-        proc.on_end(ReadableSpan(
+        span = ReadableSpan(
             name=name, context=context, parent=parent, resource=tracer.resource, attributes=bounded,
             events=self.no_events, links=self.no_links, kind=kind, instrumentation_info=self.info, status=_UNSET,
-            start_time=start_time, end_time=time_ns(), instrumentation_scope=self.scope))
+            start_time=start_time, end_time=time_ns(), instrumentation_scope=self.scope)
+        # a processor another thread added meanwhile would have seen the SDK's span end: the
+        # SDK's span then (the SDK reads the list at the start and at the end)
+        if self.multi._span_processors is not procs:
+            return False
+        proc.on_end(span)
         return True
 
 
