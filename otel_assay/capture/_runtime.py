@@ -504,10 +504,13 @@ class Recorder:
       code may add one later), so no other processor misses the span's start or end;
     * the tracer is the SDK's, with one of its own samplers (which read no attributes and
       answer a question the same way twice, see ``_attribute_blind``), no attribute length
-      limit, the SDK's own span metrics off, and the tracer enabled;
-    * the span has a valid parent (a root span's trace id is left to the SDK), the sampler
-      records and samples it and adds no attributes, and its attributes, with the trial's,
-      fit the span's attribute limit without sharing a key (``_add_attributes``' rules).
+      limit, the SDK's own span metrics off, and the tracer enabled (the sampler and the
+      limits read at every span, as the SDK reads them);
+    * the span has a valid parent (a root span's trace id is left to the SDK) with
+      ``TraceFlags``, the sampler records and samples it and adds no attributes, and its
+      attributes, with the trial's, fit the span's attribute limit without sharing a key
+      (``_add_attributes``' rules);
+    * no processor was added while the span was being built (another thread's).
 
     ``record`` returns False, having changed nothing, everywhere else: the caller then
     starts and ends an SDK span. Tests compare the two on every field, over samplers,

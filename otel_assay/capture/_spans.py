@@ -186,17 +186,14 @@ def record_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNA
     """``start_span(...).end()``: a span that starts and ends at once, such as a model call
     recorded when it returns. Where only our lake would see the span it is recorded without
     an SDK span (``_runtime.Recorder``: the same span, at a third of the cost)."""
-    if _sdk_plain is not None:
-        rec = _runtime.recorder(tracer_name)
-        if rec is not None:
-            ready = _sdk_plain(attrs)
-            if ready is not None:
-                if parent is None or isinstance(parent, otel_context.Context):
-                    ctx = parent
-                else:
-                    ctx = trace.set_span_in_context(parent)
-                if rec.record(name, ready, kind, ctx, start_time if start_time is not None else time.time_ns()):
-                    return
+    rec = _runtime.recorder(tracer_name) if _sdk_plain is not None else None
+    if rec is not None:
+        if parent is not None and not isinstance(parent, otel_context.Context):
+            parent = trace.set_span_in_context(parent)  # once: start_span takes the context too
+        ready = _sdk_plain(attrs)
+        if ready is not None and rec.record(name, ready, kind, parent,
+                                            start_time if start_time is not None else time.time_ns()):
+            return
     start_span(name, attrs, kind=kind, parent=parent, start_time=start_time, tracer_name=tracer_name).end()
 
 
