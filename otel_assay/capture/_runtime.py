@@ -39,6 +39,7 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.util import BoundedList
 
 from .. import semconv
 
@@ -492,16 +493,22 @@ _SAMPLED_RANDOM_FLAGS = trace.TraceFlags(trace.TraceFlags.SAMPLED | _RANDOM)
 
 
 class Recorder:
-    """Records a span that starts and ends at once (``_spans.record_span``: a model call
-    recorded when it returns) as the ``ReadableSpan`` the SDK would hand our processor,
-    built directly: no SDK span to construct, start and end, which in an agent's run costs
-    three times what the same calls cost in a tight loop (their code is out of the CPU's
-    caches by then) and was half of capture's cost per model call.
+    """Makes our spans where only our processor sees them, without the SDK's ``start_span``,
+    whose code in an agent's run costs three times what it costs in a tight loop (out of
+    the CPU's caches by then), and was half of capture's cost per step:
+
+    * ``record``: a span that starts and ends at once (``_spans.record_span``: a model call
+      recorded when it returns), built as the ``ReadableSpan`` the SDK would hand our
+      processor, with no SDK span to construct, start and end;
+    * ``start``: a span that runs (a tool call, the tool's own spans nesting under it), the
+      SDK's own span class with the fields ``start_span`` gives it (learnt from a span the
+      SDK starts, ``_span_fields``) and our processor's ``on_start`` done; it ends as any
+      SDK span does.
 
     Only where that span goes nowhere else and nothing could tell the difference:
 
     * our ``DirectExportProcessor`` is the provider's only processor (checked at every span:
-      code may add one later), so no other processor misses the span's start or end;
+      code may add one later), so no other processor misses the span's start (or end);
     * the tracer is the SDK's, with one of its own samplers (which read no attributes and
       answer a question the same way twice, see ``_attribute_blind``), no attribute length
       limit, the SDK's own span metrics off, and the tracer enabled (the sampler and the
@@ -512,15 +519,14 @@ class Recorder:
       (``_add_attributes``' rules);
     * no processor was added while the span was being built (another thread's).
 
-    ``record`` returns False, having changed nothing, everywhere else: the caller then
-    starts and ends an SDK span. Tests compare the two on every field, over samplers,
-    limits, parents, trial and baggage attributes."""
+    ``record`` returns False and ``start`` None, having changed nothing, everywhere else:
+    the caller then leaves the span to the SDK. Tests compare the two on every field, over
+    samplers, limits, parents, trial and baggage attributes."""
 
     __slots__ = ("tracer", "multi", "processor", "limits", "sampler", "enabled", "info", "scope", "no_events",
-                 "no_links", "follows_parent")
+                 "no_links", "follows_parent", "span_fields")
 
     def __init__(self, tracer: Any, multi: Any, processor: DirectExportProcessor, limits: Any) -> None:
-        from opentelemetry.sdk.util import BoundedList
         self.tracer, self.multi, self.processor, self.limits = tracer, multi, processor, limits
         self.sampler = tracer.sampler  # judged here (see _attribute_blind): another one means the SDK's path
         self.enabled = getattr(tracer, "_is_enabled", None)
@@ -530,6 +536,7 @@ class Recorder:
         # add to an ended span's, so every recorded span shares these two
         self.no_events, self.no_links = BoundedList(0), BoundedList(0)
         self.follows_parent = _follows_parent(tracer.sampler)
+        self.span_fields = _span_fields(tracer, multi)
 
     @classmethod
     def of(cls, tracer: Any, pipeline: Pipeline) -> Recorder | None:
@@ -545,29 +552,29 @@ class Recorder:
             return None
         return cls(tracer, multi, proc, limits)
 
-    def record(self, name: str, ready: dict[str, Any], kind: trace.SpanKind, ctx: otel_context.Context | None,
-               start_time: int) -> bool:
-        """Record the span (``ready``: its attributes in the SDK's stored form, a dict this
-        takes), or return False, having done nothing, where the SDK must."""
+    def _admit(self, name: str, ready: dict[str, Any], kind: trace.SpanKind,
+               ctx: otel_context.Context | None) -> tuple[Any, Any, Any] | None:
+        """``(procs, parent, context)`` of the span, with the trial's attributes added to
+        ``ready``; None, having changed nothing, where the SDK must make the span."""
         procs, proc, tracer, limits = self.multi._span_processors, self.processor, self.tracer, self.limits
         # the limits and the sampler as they are now, as the SDK reads them at every span
         if (len(procs) != 1 or procs[0] is not proc or (self.enabled is not None and not self.enabled())
                 or tracer.sampler is not self.sampler or limits.max_span_attribute_length is not None):
-            return False
+            return None
         parent = trace.get_current_span(ctx).get_span_context()
         # flags of another type than TraceFlags: the SDK's samplers fail on them, as they should
         if (not isinstance(parent, trace.SpanContext) or not parent.is_valid
                 or not isinstance(parent[3], trace.TraceFlags)):
-            return False
+            return None
         trace_id = parent[0]
         if self.follows_parent:  # the SDK's default sampler, answered without its three calls
             if not parent[3] & _SAMPLED:
-                return False
+                return None
             trace_state = parent[4]
         else:
             result = tracer.sampler.should_sample(ctx, trace_id, name, kind, None, ())
             if result.decision is not _RECORD_AND_SAMPLE or result.attributes:
-                return False
+                return None
             trace_state = result.trace_state
         maxlen = limits.max_span_attributes
         extra = _trial_attributes(trace_id, ctx)
@@ -575,13 +582,24 @@ class Recorder:
             attrs, longest = extra
             if (longest < 0 or not ready.keys().isdisjoint(attrs)
                     or (maxlen is not None and len(ready) + len(attrs) > maxlen)):
-                return False
+                return None
             ready.update(attrs)
         elif maxlen is not None and len(ready) > maxlen:
-            return False
+            return None
         flags = _SAMPLED_RANDOM_FLAGS if _RANDOM and parent[3] & _RANDOM else _SAMPLED_FLAGS
-        context = trace.SpanContext(trace_id, tracer.id_generator.generate_span_id(), False, flags, trace_state)
-        bounded = BoundedAttributes(maxlen, None, True, None)
+        return procs, parent, trace.SpanContext(trace_id, tracer.id_generator.generate_span_id(), False, flags,
+                                                trace_state)
+
+    def record(self, name: str, ready: dict[str, Any], kind: trace.SpanKind, ctx: otel_context.Context | None,
+               start_time: int) -> bool:
+        """Record the span (``ready``: its attributes in the SDK's stored form, a dict this
+        takes), or return False, having done nothing, where the SDK must."""
+        admitted = self._admit(name, ready, kind, ctx)
+        if admitted is None:
+            return False
+        procs, parent, context = admitted
+        tracer = self.tracer
+        bounded = BoundedAttributes(self.limits.max_span_attributes, None, True, None)
         bounded._dict = ready
         span = ReadableSpan(
             name=name, context=context, parent=parent, resource=tracer.resource, attributes=bounded,
@@ -591,8 +609,84 @@ class Recorder:
         # SDK's span then (the SDK reads the list at the start and at the end)
         if self.multi._span_processors is not procs:
             return False
-        proc.on_end(span)
+        self.processor.on_end(span)
         return True
+
+    def start(self, name: str, ready: dict[str, Any], kind: trace.SpanKind, ctx: otel_context.Context | None,
+              start_time: int) -> Span | None:
+        """The SDK's span, started, as ``tracer.start_span`` returns it after our processor's
+        ``on_start`` (``ready``: its attributes in the SDK's stored form, a dict this takes);
+        None, having done nothing, where the SDK must start it (also where its spans have a
+        field ``_span_fields`` does not know)."""
+        if self.span_fields is None:
+            return None
+        admitted = self._admit(name, ready, kind, ctx)
+        if admitted is None:
+            return None
+        procs, parent, context = admitted
+        limits = self.limits
+        bounded = BoundedAttributes(limits.max_span_attributes, None, False, None)
+        bounded._dict = ready
+        span = _new_span(_SpanClass)
+        d = span.__dict__
+        d.update(self.span_fields)
+        d["_name"], d["_context"], d["_kind"], d["_parent"], d["_start_time"] = name, context, kind, parent, start_time
+        d["_resource"], d["_sampler"], d["_limits"] = self.tracer.resource, self.sampler, limits
+        d["_lock"], d["_attributes"] = threading.Lock(), bounded
+        d["_events"], d["_links"] = BoundedList(limits.max_events), BoundedList(limits.max_links)
+        if self.multi._span_processors is not procs:
+            return None
+        return span
+
+
+# the fields of an SDK span that ``Recorder.start`` sets for each span; the others are the
+# same for every span of a tracer (``_span_fields``)
+_PER_SPAN = frozenset(("_name", "_context", "_kind", "_parent", "_start_time", "_resource", "_sampler", "_limits",
+                       "_lock", "_attributes", "_events", "_links"))
+_SpanClass = getattr(sdk_trace, "_Span", Span)
+_new_span = object.__new__  # Span.__new__ only refuses the Span class itself
+
+
+class _ProbeIds:
+    def generate_span_id(self) -> int:
+        return 1
+
+    def generate_trace_id(self) -> int:
+        return 1
+
+    def is_trace_id_random(self) -> bool:
+        return False
+
+
+def _span_fields(tracer: Any, multi: Any) -> dict[str, Any] | None:
+    """A span's fields as ``tracer`` sets them, in the SDK's order: those every span has with
+    the same value, and those ``Recorder.start`` overwrites (``_PER_SPAN``), taken from a
+    span the SDK starts on a copy of the tracer that hands it to no processor. None where
+    that span has a field this does not know (another SDK version) or is not recording:
+    ``Recorder.start`` then leaves every span to the SDK."""
+    import copy
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+    try:
+        probe = copy.copy(tracer)
+        # ids of its own: the SDK's default generator draws on the random module, whose
+        # sequence an application may have seeded
+        probe.span_processor, probe.sampler, probe.id_generator = (
+            sdk_trace.SynchronousMultiSpanProcessor(), ALWAYS_ON, _ProbeIds())
+        span = sdk_trace.Tracer.start_span(probe, "probe")  # the SDK's own, even if the instance's is wrapped
+        fields = vars(span)
+    except Exception:  # noqa: BLE001 - a tracer this cannot copy: the SDK's spans
+        return None
+    if (type(span) is not _SpanClass or not _PER_SPAN <= fields.keys() or span._end_time is not None
+            or type(span._attributes) is not BoundedAttributes or type(span._events) is not BoundedList
+            or type(span._links) is not BoundedList or type(span._lock) is not type(threading.Lock())):
+        return None
+    known = {"_end_time", "_instrumentation_info", "_instrumentation_scope", "_status", "_trace_config",
+             "_record_exception", "_set_status_on_exception", "_span_processor", "_record_end_metrics"}
+    if not fields.keys() - _PER_SPAN <= known:
+        return None
+    template = dict(fields)
+    template["_span_processor"] = multi
+    return template
 
 
 def _follows_parent(sampler: Any) -> bool:

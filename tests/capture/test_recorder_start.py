@@ -1,0 +1,351 @@
+"""_spans.start_span: where only our processor sees spans, the SDK span is built as
+``tracer.start_span`` builds it, with our processor's ``on_start`` done, by
+``_runtime.Recorder.start`` (a tool call's span, which the tool's own spans nest under);
+everywhere else the SDK starts it. Each test starts the two on the same provider, parent and
+attributes, compares every field of the live spans, uses both the same way (attributes,
+events, an exception, a link, a new name, a status), ends them and compares what our
+processor exported: real SDK providers, samplers and processors, and the real Parquet
+exporter for the lake's rows."""
+
+import random
+import threading
+
+import pyarrow.parquet as pq
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk import trace as sdk_trace
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from otel_assay.capture import _runtime, _spans
+from otel_assay.collect.exporter import ParquetSpanExporter
+
+from ._recorder import ATTRS, CHAT, LIMITS, PARENTS, REMOTE_ID, SAMPLERS, TRIAL, Pipe, events, kept, parent_of, same
+
+pytestmark = pytest.mark.skipif(_spans._sdk_plain is None, reason="capture's compiled helpers are not built")
+
+LINKED = SpanContext(REMOTE_ID, 0x1111, True, TraceFlags(TraceFlags.SAMPLED))
+FAILURE = ValueError("tool failed")  # one exception for both spans: the same stack trace
+
+
+def started_twice(pipe, monkeypatch, name, attrs, ctx, **kw):
+    """start_span as it runs, then with the Recorder turned off (the SDK starts the span and
+    calls our processor's on_start): both spans, and whether the first took the Recorder."""
+    before = pipe.sdk_calls
+    a = _spans.start_span(name, attrs, parent=ctx, **kw)
+    fast = pipe.sdk_calls == before
+    with monkeypatch.context() as m:
+        m.setattr(_runtime, "recorder", lambda name="otel_assay": None)
+        b = _spans.start_span(name, attrs, parent=ctx, **kw)
+    assert pipe.sdk_calls == before + 1 + (not fast)
+    return a, b, fast
+
+
+def same_live(a, b):
+    """Every field of two started spans: the same class, fields in the same order, equal
+    values (the same object where the SDK shares one), and locks, attribute dicts and event
+    and link lists of their own, but for the span id."""
+    assert type(a) is type(b)
+    if not isinstance(a, sdk_trace.ReadableSpan):  # not recorded: both NonRecordingSpans
+        same_context(a.get_span_context(), b.get_span_context())
+        return
+    va, vb = vars(a), vars(b)
+    assert list(va) == list(vb)
+    for k in va:
+        x, y = va[k], vb[k]
+        if k == "_context":
+            same_context(x, y)
+        elif k == "_lock":
+            assert type(x) is type(y) and x is not y and not x.locked() and not y.locked()
+        elif k == "_attributes":
+            assert type(x) is type(y) and x is not y
+            ax, ay = vars(x), vars(y)
+            assert list(ax) == list(ay)
+            for kk in ax:
+                if kk == "_lock":
+                    assert type(ax[kk]) is type(ay[kk]) and ax[kk] is not ay[kk]
+                elif kk == "_dict":
+                    assert list(ax[kk].items()) == list(ay[kk].items()) and ax[kk] is not ay[kk]
+                    assert [type(v) for v in ax[kk].values()] == [type(v) for v in ay[kk].values()]
+                else:
+                    assert ax[kk] == ay[kk], kk
+        elif k in ("_events", "_links"):
+            assert type(x) is type(y) and x is not y and x._dq is not y._dq
+            assert (x._dq.maxlen, x.dropped, list(x)) == (y._dq.maxlen, y.dropped, list(y))
+        elif k in ("_resource", "_sampler", "_span_processor", "_limits", "_status", "_record_end_metrics",
+                   "_instrumentation_scope", "_instrumentation_info"):
+            assert x is y, k
+        else:
+            assert x == y and type(x) is type(y), k
+
+
+def same_context(x, y):
+    assert (x.trace_id, x.is_remote, x.trace_flags, x.trace_state) == (
+        y.trace_id, y.is_remote, y.trace_flags, y.trace_state)
+    assert x.span_id != y.span_id and x.is_valid
+
+
+def use(span):
+    """What a tool's code and our adapter may do to the span in the tool's context."""
+    span.set_attribute("later", "x")
+    span.set_attributes({"n": 2, "f": 1.5, "tags": ["a", "b"]})
+    span.add_event("retry", {"attempt": 1}, timestamp=7)
+    span.record_exception(FAILURE, timestamp=8)
+    span.add_link(LINKED, {"why": "caused by"})
+    span.update_name("execute_tool renamed")
+    span.set_status(Status(StatusCode.ERROR, "tool failed"))
+    span.end(end_time=9_000_000_000)
+
+
+def ended(pipe, a, b):
+    """The two spans our processor exported for a and b (None where it exported none)."""
+    spans = {s.context.span_id: s for s in pipe.exported.get_finished_spans()}
+    return tuple(spans.get(s.get_span_context().span_id) if s.get_span_context().is_valid else None for s in (a, b))
+
+
+@pytest.mark.parametrize("parent", PARENTS)
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+@pytest.mark.parametrize("in_trial", [False, True])
+def test_the_same_span_as_the_sdk_over_samplers_and_parents(parent, sampler, in_trial, monkeypatch):
+    provider = TracerProvider(sampler=SAMPLERS[sampler])
+    pipe = Pipe(monkeypatch, provider)
+    ctx, trace_id, root = parent_of(parent, provider.get_tracer("app"))
+    if in_trial and trace_id is not None:
+        _runtime.register_trace(trace_id, TRIAL)
+    try:
+        a, b, fast = started_twice(pipe, monkeypatch, "execute_tool lookup", CHAT, ctx, start_time=1_000_000_000)
+        if parent != "none":  # a root span has a trace id of its own
+            same_live(a, b)
+        use(a), use(b)
+    finally:
+        if trace_id is not None:
+            _runtime.unregister_trace(trace_id)
+    if parent == "none" and "ratio" in sampler:  # two root spans, two trace ids, two decisions
+        assert not fast
+        return
+    x, y = ended(pipe, a, b)
+    assert (x is None) == (y is None) == (not b.is_recording() and not isinstance(b, sdk_trace.ReadableSpan))
+    if x is not None:
+        same(x, y, root=parent == "none")
+    # the Recorder starts every recorded span with a valid parent: the saving cannot go silently
+    assert fast == (isinstance(b, sdk_trace.ReadableSpan) and parent != "none")
+    if root is not None:
+        root.end()
+
+
+@pytest.mark.parametrize("limits", sorted(LIMITS))
+@pytest.mark.parametrize("attrs", sorted(ATTRS))
+@pytest.mark.parametrize("in_trial", [False, True])
+def test_the_same_span_as_the_sdk_over_attributes_and_limits(attrs, limits, in_trial, monkeypatch):
+    provider = TracerProvider(span_limits=LIMITS[limits])
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    if in_trial:
+        _runtime.register_trace(root.get_span_context().trace_id, TRIAL)
+    try:
+        a, b, fast = started_twice(pipe, monkeypatch, "s", ATTRS[attrs], trace.set_span_in_context(root),
+                                   kind=SpanKind.CLIENT, start_time=5)
+        same_live(a, b)
+        use(a), use(b)
+    finally:
+        _runtime.unregister_trace(root.get_span_context().trace_id)
+    same(*ended(pipe, a, b))
+    expected_fast = (limits != "length limit" and attrs not in ("an empty key", "an object", "a str subclass")
+                     and not (in_trial and attrs == "a trial key")
+                     and not (limits == "few attributes" and kept(ATTRS[attrs]) + len(TRIAL) * in_trial > 8))
+    assert fast == expected_fast
+
+
+def test_spans_of_the_tool_nest_under_it_and_take_the_trial(monkeypatch):
+    """What the tool's code starts in the tool's context (any tracer of the provider) is the
+    started span's child, in its trial."""
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    trace_id = root.get_span_context().trace_id
+    _runtime.register_trace(trace_id, TRIAL)
+    try:
+        tool = _spans.start_span("execute_tool lookup", {"n": 1}, parent=root)
+        assert pipe.sdk_calls == 0
+        with trace.use_span(tool):
+            assert trace.get_current_span() is tool and tool.is_recording()
+            with provider.get_tracer("http").start_as_current_span("GET /orders"):
+                pass
+        tool.end()
+    finally:
+        _runtime.unregister_trace(trace_id)
+    child, parent = pipe.exported.get_finished_spans()
+    assert child.parent == tool.get_span_context() and parent.parent == root.get_span_context()
+    assert {k: child.attributes[k] for k in TRIAL} == TRIAL
+    assert not tool.is_recording()
+
+
+def test_an_exception_escaping_the_span_as_a_context_manager(monkeypatch):
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    a, b, fast = started_twice(pipe, monkeypatch, "s", {"n": 1}, trace.set_span_in_context(root))
+    assert fast
+    for span in (a, b):
+        with pytest.raises(ValueError), span:
+            raise ValueError("tool failed")
+    x, y = ended(pipe, a, b)
+    assert x.status.status_code is StatusCode.ERROR and x.status.description == y.status.description
+    # but for the time and the stack trace (each with its own line)
+    (ex,), (ey,) = events(x, times=False), events(y, times=False)
+    assert ex[2].pop("exception.stacktrace").endswith("ValueError: tool failed\n")
+    ey[2].pop("exception.stacktrace")
+    assert ex == ey and ex[0] == "exception" and ex[2]["exception.escaped"] == "True"
+
+
+def test_links_are_left_to_the_sdk(monkeypatch):
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    a, b, fast = started_twice(pipe, monkeypatch, "s", {"n": 1}, trace.set_span_in_context(root),
+                               links=[Link(LINKED, {"k": "v"})], start_time=5)
+    assert not fast
+    same_live(a, b)
+
+
+class Seen(SpanProcessor):
+    def __init__(self):
+        self.started, self.ended = [], []
+
+    def on_start(self, span, parent_context=None):
+        self.started.append(span.name)
+
+    def on_end(self, span):
+        self.ended.append(span.name)
+
+
+def test_a_processor_added_while_the_span_runs_sees_its_end_as_in_the_sdk(monkeypatch):
+    """The SDK hands a span's end to the processors there are at its end."""
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    a, b, fast = started_twice(pipe, monkeypatch, "s", {"n": 1}, trace.set_span_in_context(root), start_time=5)
+    assert fast
+    seen = Seen()
+    provider.add_span_processor(seen)
+    a.end(end_time=6), b.end(end_time=6)
+    assert seen.started == [] and seen.ended == ["s", "s"]
+    same(*ended(pipe, a, b))
+    c = _spans.start_span("later", {"n": 2}, parent=root)  # two processors now: the SDK's span
+    c.end()
+    assert pipe.sdk_calls == 2 and seen.started == ["later"] and seen.ended == ["s", "s", "later"]
+
+
+def test_a_processor_added_by_another_thread_while_starting_sees_the_start(monkeypatch):
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+    seen = Seen()
+
+    class SwitchPoint(RandomIdGenerator):
+        armed = False
+
+        def generate_span_id(self):
+            if SwitchPoint.armed:
+                SwitchPoint.armed = False
+                t = threading.Thread(target=lambda: provider.add_span_processor(seen))
+                t.start()
+                t.join()
+            return super().generate_span_id()
+    provider = TracerProvider(id_generator=SwitchPoint())
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    SwitchPoint.armed = True
+    span = _spans.start_span("s", {"n": 1}, parent=root)
+    span.end()
+    assert pipe.sdk_calls == 1 and seen.started == ["s"] and seen.ended == ["s"]
+
+
+def test_an_application_provider_with_its_own_processor_starts_sdk_spans(monkeypatch):
+    theirs = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(theirs))
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    _spans.start_span("execute_tool t", {"n": 1}, parent=root).end()
+    assert pipe.sdk_calls == 1
+    assert [s.name for s in theirs.get_finished_spans()] == [s.name for s in pipe.exported.get_finished_spans()]
+
+
+def test_an_sdk_span_with_a_field_this_does_not_know_is_left_to_the_sdk(monkeypatch):
+    """A later SDK may give its spans a field more: the Recorder then starts none (model
+    calls, built as ReadableSpans through its public constructor, are still recorded)."""
+    init = sdk_trace.Span.__init__
+
+    def with_a_new_field(self, *a, **kw):
+        init(self, *a, **kw)
+        self._a_new_field = "set by the SDK"
+    monkeypatch.setattr(sdk_trace.Span, "__init__", with_a_new_field)
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    assert _runtime.recorder().span_fields is None
+    span = _spans.start_span("s", {"n": 1}, parent=root)
+    assert pipe.sdk_calls == 1 and span._a_new_field == "set by the SDK"
+    span.end()
+    _spans.record_span("chat m", {"n": 2}, parent=root)
+    assert pipe.sdk_calls == 1
+    assert [s.name for s in pipe.exported.get_finished_spans()] == ["s", "chat m"]
+
+
+def test_learning_the_sdks_span_fields_draws_no_random_number_and_reaches_no_processor(monkeypatch):
+    """The Recorder learns a span's fields from a span the SDK starts on a copy of the
+    tracer: an application that seeded the random module (the SDK's ids come from it) gets
+    the same numbers, and no processor sees that span."""
+    provider = TracerProvider()
+    seen = Seen()
+    provider.add_span_processor(seen)
+    pipe = Pipe(monkeypatch, provider)
+    random.seed(11)
+    expected = random.getrandbits(64)
+    random.seed(11)
+    rec = _runtime.recorder()
+    assert rec is not None and rec.span_fields is not None
+    assert random.getrandbits(64) == expected
+    assert seen.started == seen.ended == [] and pipe.proc.spans_ended == 0 and pipe.sdk_calls == 0
+
+
+def test_the_lake_rows_are_the_same(tmp_path, monkeypatch):
+    """Through the real Parquet exporter: the same rows but for the span id."""
+    exporter = ParquetSpanExporter(tmp_path / "lake")
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider, exporter)
+    root = provider.get_tracer("app").start_span("root")
+    _runtime.register_trace(root.get_span_context().trace_id, TRIAL)
+    pairs = []
+    try:
+        for name, attrs in ATTRS.items():
+            a, b, _ = started_twice(pipe, monkeypatch, name, attrs, trace.set_span_in_context(root),
+                                    start_time=2_000_000_000)
+            use(a), use(b)
+            pairs.append([format(s.get_span_context().span_id, "016x") for s in (a, b)])
+    finally:
+        _runtime.unregister_trace(root.get_span_context().trace_id)
+    assert pipe.sdk_calls < len(ATTRS) * 2  # some took the Recorder
+    assert exporter.force_flush()
+    files = [f for f in (tmp_path / "lake").rglob("*.parquet") if "/spans/" in f.as_posix()]
+    rows = pq.read_table(files[0]).to_pylist()
+    assert len(files) == 1 and len(rows) == 2 * len(ATTRS)
+    by_id = {r.pop("span_id"): r for r in rows}
+    for a, b in pairs:
+        assert by_id[a] == by_id[b]
+
+
+def test_a_root_span_and_an_unsampled_parent_are_left_to_the_sdk(monkeypatch):
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider)
+    root = _spans.start_span("assay.trial refund", {"n": 1}, parent=otel_context_empty())
+    assert pipe.sdk_calls == 1 and root.is_recording()
+    unsampled = trace.set_span_in_context(NonRecordingSpan(SpanContext(REMOTE_ID, 5, True, TraceFlags(0))))
+    child = _spans.start_span("s", {"n": 1}, parent=unsampled)
+    assert pipe.sdk_calls == 2 and not child.is_recording()
+
+
+def otel_context_empty():
+    from opentelemetry import context
+    return context.Context()
