@@ -501,7 +501,7 @@ class Recorder:
       recorded when it returns), built as the ``ReadableSpan`` the SDK would hand our
       processor, with no SDK span to construct, start and end;
     * ``start``: a span that runs (a tool call, the tool's own spans nesting under it), the
-      SDK's own span class with the fields ``start_span`` gives it (learnt from a span the
+      SDK's own span class with the fields ``start_span`` gives it (learnt from spans the
       SDK starts, ``_span_fields``) and our processor's ``on_start`` done; it ends as any
       SDK span does.
 
@@ -511,17 +511,22 @@ class Recorder:
       code may add one later), so no other processor misses the span's start (or end);
     * the tracer is the SDK's, with one of its own samplers (which read no attributes and
       answer a question the same way twice, see ``_attribute_blind``), no attribute length
-      limit, the SDK's own span metrics off, and the tracer enabled (the sampler and the
-      limits read at every span, as the SDK reads them);
+      limit (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``), the SDK's own span metrics off, and the
+      tracer enabled (the sampler and the limits read at every span, as the SDK reads them);
+    * the SDK's ``Tracer.start_span`` and its span's ``__init__``, ``start`` and ``end`` are
+      its own code, not wrapped on the class (checked at every span) or on our tracer, so
+      nothing that wraps them misses a span;
     * the span has a valid parent (a root span's trace id is left to the SDK) with
-      ``TraceFlags``, the sampler records and samples it and adds no attributes, and its
-      attributes, with the trial's, fit the span's attribute limit without sharing a key
-      (``_add_attributes``' rules);
+      ``TraceFlags``, the sampler records and samples it and adds no attributes, it has no
+      links, and its attributes, with the trial's, fit the span's attribute limit without
+      sharing a key (``_add_attributes``' rules);
+    * for ``start``, the SDK's spans have no field ``_span_fields`` does not know;
     * no processor was added while the span was being built (another thread's).
 
-    ``record`` returns False and ``start`` None, having changed nothing, everywhere else:
-    the caller then leaves the span to the SDK. Tests compare the two on every field, over
-    samplers, limits, parents, trial and baggage attributes."""
+    ``record`` returns False and ``start`` None everywhere else, having changed nothing (but
+    for a span id drawn when another thread added a processor meanwhile): the caller then
+    leaves the span to the SDK. Tests compare the two on every field, over samplers,
+    limits, parents, trial and baggage attributes, and with spans the SDK starts plainly."""
 
     __slots__ = ("tracer", "multi", "processor", "limits", "sampler", "enabled", "info", "scope", "no_events",
                  "no_links", "follows_parent", "span_fields")
@@ -536,7 +541,7 @@ class Recorder:
         # add to an ended span's, so every recorded span shares these two
         self.no_events, self.no_links = BoundedList(0), BoundedList(0)
         self.follows_parent = _follows_parent(tracer.sampler)
-        self.span_fields = _span_fields(tracer, multi)
+        self.span_fields: Any = _UNLEARNT  # learnt at the first span start() may make
 
     @classmethod
     def of(cls, tracer: Any, pipeline: Pipeline) -> Recorder | None:
@@ -548,18 +553,20 @@ class Recorder:
         metrics = getattr(tracer, "_tracer_metrics", None)
         if (limits is None or not hasattr(limits, "max_span_attribute_length")
                 or (metrics is not None and type(metrics).__name__ != "NoOpTracerMetrics")
-                or not hasattr(tracer, "_instrumentation_scope") or not hasattr(tracer, "id_generator")):
+                or not hasattr(tracer, "_instrumentation_scope") or not hasattr(tracer, "id_generator")
+                or _SDK_CODE is None or any(n in vars(tracer) for n in ("start_span", "start_as_current_span"))):
             return None
         return cls(tracer, multi, proc, limits)
 
     def _admit(self, name: str, ready: dict[str, Any], kind: trace.SpanKind,
-               ctx: otel_context.Context | None) -> tuple[Any, Any, Any] | None:
-        """``(procs, parent, context)`` of the span, with the trial's attributes added to
-        ``ready``; None, having changed nothing, where the SDK must make the span."""
+               ctx: otel_context.Context | None) -> tuple[Any, Any, Any, dict[str, Any] | None] | None:
+        """``(procs, parent, context, trial attributes or None)`` of the span, or None where
+        the SDK must make it. ``ready`` is left as it is (the caller adds the attributes)."""
         procs, proc, tracer, limits = self.multi._span_processors, self.processor, self.tracer, self.limits
         # the limits and the sampler as they are now, as the SDK reads them at every span
         if (len(procs) != 1 or procs[0] is not proc or (self.enabled is not None and not self.enabled())
-                or tracer.sampler is not self.sampler or limits.max_span_attribute_length is not None):
+                or tracer.sampler is not self.sampler or limits.max_span_attribute_length is not None
+                or _sdk_code() != _SDK_CODE):
             return None
         parent = trace.get_current_span(ctx).get_span_context()
         # flags of another type than TraceFlags: the SDK's samplers fail on them, as they should
@@ -583,21 +590,21 @@ class Recorder:
             if (longest < 0 or not ready.keys().isdisjoint(attrs)
                     or (maxlen is not None and len(ready) + len(attrs) > maxlen)):
                 return None
-            ready.update(attrs)
+            extra = attrs
         elif maxlen is not None and len(ready) > maxlen:
             return None
         flags = _SAMPLED_RANDOM_FLAGS if _RANDOM and parent[3] & _RANDOM else _SAMPLED_FLAGS
-        return procs, parent, trace.SpanContext(trace_id, tracer.id_generator.generate_span_id(), False, flags,
-                                                trace_state)
+        context = trace.SpanContext(trace_id, tracer.id_generator.generate_span_id(), False, flags, trace_state)
+        return procs, parent, context, extra
 
     def record(self, name: str, ready: dict[str, Any], kind: trace.SpanKind, ctx: otel_context.Context | None,
                start_time: int) -> bool:
         """Record the span (``ready``: its attributes in the SDK's stored form, a dict this
-        takes), or return False, having done nothing, where the SDK must."""
+        takes), or return False where the SDK must."""
         admitted = self._admit(name, ready, kind, ctx)
         if admitted is None:
             return False
-        procs, parent, context = admitted
+        procs, parent, context, extra = admitted
         tracer = self.tracer
         bounded = BoundedAttributes(self.limits.max_span_attributes, None, True, None)
         bounded._dict = ready
@@ -609,6 +616,8 @@ class Recorder:
         # SDK's span then (the SDK reads the list at the start and at the end)
         if self.multi._span_processors is not procs:
             return False
+        if extra is not None:
+            ready.update(extra)
         self.processor.on_end(span)
         return True
 
@@ -616,26 +625,32 @@ class Recorder:
               start_time: int) -> Span | None:
         """The SDK's span, started, as ``tracer.start_span`` returns it after our processor's
         ``on_start`` (``ready``: its attributes in the SDK's stored form, a dict this takes);
-        None, having done nothing, where the SDK must start it (also where its spans have a
-        field ``_span_fields`` does not know)."""
-        if self.span_fields is None:
+        None where the SDK must start it."""
+        fields = self.span_fields
+        if fields is _UNLEARNT:
+            if self.enabled is not None and not self.enabled():
+                return None  # a disabled tracer starts no span to learn from: at a later span
+            fields = self.span_fields = _span_fields(self.tracer, self.multi)
+        if fields is None:
             return None
         admitted = self._admit(name, ready, kind, ctx)
         if admitted is None:
             return None
-        procs, parent, context = admitted
+        procs, parent, context, extra = admitted
         limits = self.limits
         bounded = BoundedAttributes(limits.max_span_attributes, None, False, None)
         bounded._dict = ready
         span = _new_span(_SpanClass)
         d = span.__dict__
-        d.update(self.span_fields)
+        d.update(fields)  # the SDK's order; those below overwrite placeholders
         d["_name"], d["_context"], d["_kind"], d["_parent"], d["_start_time"] = name, context, kind, parent, start_time
         d["_resource"], d["_sampler"], d["_limits"] = self.tracer.resource, self.sampler, limits
         d["_lock"], d["_attributes"] = threading.Lock(), bounded
         d["_events"], d["_links"] = BoundedList(limits.max_events), BoundedList(limits.max_links)
-        if self.multi._span_processors is not procs:
+        if self.multi._span_processors is not procs:  # see record
             return None
+        if extra is not None:
+            ready.update(extra)
         return span
 
 
@@ -643,8 +658,26 @@ class Recorder:
 # same for every span of a tracer (``_span_fields``)
 _PER_SPAN = frozenset(("_name", "_context", "_kind", "_parent", "_start_time", "_resource", "_sampler", "_limits",
                        "_lock", "_attributes", "_events", "_links"))
+_SHARED = frozenset(("_end_time", "_instrumentation_info", "_instrumentation_scope", "_status", "_trace_config",
+                     "_record_exception", "_set_status_on_exception", "_span_processor", "_record_end_metrics"))
 _SpanClass = getattr(sdk_trace, "_Span", Span)
 _new_span = object.__new__  # Span.__new__ only refuses the Span class itself
+_UNLEARNT = object()
+
+
+def _sdk_code() -> tuple[Any, ...]:
+    """What the Recorder does instead of: the SDK's functions that start and end a span."""
+    return sdk_trace.Tracer.start_span, _SpanClass.__init__, _SpanClass.start, _SpanClass.end
+
+
+def _is_sdk_code(functions: tuple[Any, ...]) -> bool:
+    """Whether each is a plain function of the SDK's trace module (a wrapper set on the
+    class before we were imported is another function object, from another file)."""
+    import types
+    return all(type(f) is types.FunctionType and f.__code__.co_filename == sdk_trace.__file__ for f in functions)
+
+
+_SDK_CODE = _sdk_code() if _is_sdk_code(_sdk_code()) else None
 
 
 class _ProbeIds:
@@ -660,10 +693,11 @@ class _ProbeIds:
 
 def _span_fields(tracer: Any, multi: Any) -> dict[str, Any] | None:
     """A span's fields as ``tracer`` sets them, in the SDK's order: those every span has with
-    the same value, and those ``Recorder.start`` overwrites (``_PER_SPAN``), taken from a
-    span the SDK starts on a copy of the tracer that hands it to no processor. None where
-    that span has a field this does not know (another SDK version) or is not recording:
-    ``Recorder.start`` then leaves every span to the SDK."""
+    the same value (``_SHARED``), and those ``Recorder.start`` overwrites (``_PER_SPAN``),
+    taken from two root spans the SDK starts on a copy of the tracer that hands them to no
+    processor. None where those spans have a field this does not know (another SDK
+    version), or a field of ``_SHARED`` that is not the same object in both: ``start`` then
+    leaves every span to the SDK."""
     import copy
     from opentelemetry.sdk.trace.sampling import ALWAYS_ON
     try:
@@ -672,19 +706,19 @@ def _span_fields(tracer: Any, multi: Any) -> dict[str, Any] | None:
         # sequence an application may have seeded
         probe.span_processor, probe.sampler, probe.id_generator = (
             sdk_trace.SynchronousMultiSpanProcessor(), ALWAYS_ON, _ProbeIds())
-        span = sdk_trace.Tracer.start_span(probe, "probe")  # the SDK's own, even if the instance's is wrapped
-        fields = vars(span)
+        spans = [sdk_trace.Tracer.start_span(probe, "probe", context=otel_context.Context()) for _ in range(2)]
     except Exception:  # noqa: BLE001 - a tracer this cannot copy: the SDK's spans
         return None
-    if (type(span) is not _SpanClass or not _PER_SPAN <= fields.keys() or span._end_time is not None
-            or type(span._attributes) is not BoundedAttributes or type(span._events) is not BoundedList
-            or type(span._links) is not BoundedList or type(span._lock) is not type(threading.Lock())):
+    for span in spans:
+        if (type(span) is not _SpanClass or vars(span).keys() != _PER_SPAN | (vars(span).keys() & _SHARED)
+                or span._end_time is not None or type(span._attributes) is not BoundedAttributes
+                or type(span._events) is not BoundedList or type(span._links) is not BoundedList
+                or type(span._lock) is not type(threading.Lock())):
+            return None
+    first, second = (vars(s) for s in spans)
+    if any(first[k] is not second[k] for k in first.keys() & _SHARED):
         return None
-    known = {"_end_time", "_instrumentation_info", "_instrumentation_scope", "_status", "_trace_config",
-             "_record_exception", "_set_status_on_exception", "_span_processor", "_record_end_metrics"}
-    if not fields.keys() - _PER_SPAN <= known:
-        return None
-    template = dict(fields)
+    template = dict(first)
     template["_span_processor"] = multi
     return template
 

@@ -155,56 +155,65 @@ def start_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL
         ctx = parent
     else:
         ctx = trace.set_span_in_context(parent)
-    if _sdk_plain is not None and not links:
+    ready = _sdk_plain(attrs) if _sdk_plain is not None else None
+    if start_time is None:
+        start_time = time.time_ns()  # the SDK's default, read once for either path
+    if ready is not None and not links:
         rec = _runtime.recorder(tracer_name)
         if rec is not None:
-            ready = _sdk_plain(attrs)
-            if ready is not None:
-                span = rec.start(name, ready, kind, ctx, start_time if start_time is not None else time.time_ns())
-                if span is not None:
-                    return span
+            span = rec.start(name, ready, kind, ctx, start_time)
+            if span is not None:
+                return span
+    return _sdk_start(name, attrs, ready, kind, ctx, start_time, links, tracer_name)
+
+
+def _sdk_start(name: str, attrs: Mapping[str, Any], ready: dict[str, Any] | None, kind: SpanKind,
+               ctx: otel_context.Context | None, start: int, links: Any, tracer_name: str) -> trace.Span:
+    """The SDK's ``start_span``; ``ready``: ``_sdk_plain(attrs)``, handed to our processor's
+    on_start where the SDK calls it first (see ``_runtime.starter``)."""
     tracer, multi, first = _runtime.starter(tracer_name)
     procs = multi._span_processors if multi is not None else None
-    if procs and procs[0] is first and _sdk_plain is not None:
-        ready = _sdk_plain(attrs)
-        if ready is not None:  # set by our processor's on_start, which the SDK calls first (see starter)
-            start = start_time if start_time is not None else time.time_ns()  # the SDK's default
-            hold, me = _runtime.PENDING, get_ident()
-            mine = [name, start, ready]
-            outer = hold.get(me)  # a span being started around this one (see PENDING)
-            hold[me] = mine
-            try:
-                span = tracer.start_span(name, context=ctx, kind=kind, start_time=start, links=links)
-            finally:
-                if outer is None:
-                    hold.pop(me, None)
-                else:
-                    hold[me] = outer
-            if mine[2] is not None and span.is_recording():
-                # not taken: an SDK that stores a span's name or start time otherwise than given
-                # (see on_start). Set late rather than lost
-                span.set_attributes(ready)
-            return span
+    if procs and procs[0] is first and ready is not None:
+        hold, me = _runtime.PENDING, get_ident()
+        mine = [name, start, ready]
+        outer = hold.get(me)  # a span being started around this one (see PENDING)
+        hold[me] = mine
+        try:
+            span = tracer.start_span(name, context=ctx, kind=kind, start_time=start, links=links)
+        finally:
+            if outer is None:
+                hold.pop(me, None)
+            else:
+                hold[me] = outer
+        if mine[2] is not None and span.is_recording():
+            # not taken: an SDK that stores a span's name or start time otherwise than given
+            # (see on_start). Set late rather than lost
+            span.set_attributes(ready)
+        return span
     cleaned = _clean_plain(attrs) if _clean_plain is not None else None  # clean(), without its call
     return tracer.start_span(
         name, context=ctx, kind=kind, attributes=clean(attrs) if cleaned is None else cleaned,
-        start_time=start_time, links=links)
+        start_time=start, links=links)
 
 
 def record_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL, parent: Any = None,
                 start_time: int | None = None, tracer_name: str = "otel_assay") -> None:
     """``start_span(...).end()``: a span that starts and ends at once, such as a model call
     recorded when it returns. Where only our lake would see the span it is recorded without
-    an SDK span (``_runtime.Recorder``: the same span, at a third of the cost)."""
-    rec = _runtime.recorder(tracer_name) if _sdk_plain is not None else None
-    if rec is not None:
-        if parent is not None and not isinstance(parent, otel_context.Context):
-            parent = trace.set_span_in_context(parent)  # once: start_span takes the context too
-        ready = _sdk_plain(attrs)
-        if ready is not None and rec.record(name, ready, kind, parent,
-                                            start_time if start_time is not None else time.time_ns()):
+    an SDK span (``_runtime.Recorder.record``: the same span, at a third of the cost);
+    elsewhere the SDK starts and ends it (``Recorder.start`` would refuse it as well)."""
+    if parent is None or isinstance(parent, otel_context.Context):
+        ctx = parent
+    else:
+        ctx = trace.set_span_in_context(parent)
+    ready = _sdk_plain(attrs) if _sdk_plain is not None else None
+    if start_time is None:
+        start_time = time.time_ns()
+    if ready is not None:
+        rec = _runtime.recorder(tracer_name)
+        if rec is not None and rec.record(name, ready, kind, ctx, start_time):
             return
-    start_span(name, attrs, kind=kind, parent=parent, start_time=start_time, tracer_name=tracer_name).end()
+    _sdk_start(name, attrs, ready, kind, ctx, start_time, None, tracer_name).end()
 
 
 def chat_attributes(framework: str, model: Any, provider: Any, tool_defs=None, messages=None) -> dict[str, Any]:

@@ -7,11 +7,14 @@ events, an exception, a link, a new name, a status), ends them and compares what
 processor exported: real SDK providers, samplers and processors, and the real Parquet
 exporter for the lake's rows."""
 
+import logging
 import random
 import threading
+import warnings
 
 import pyarrow.parquet as pq
 import pytest
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -32,7 +35,9 @@ FAILURE = ValueError("tool failed")  # one exception for both spans: the same st
 
 def started_twice(pipe, monkeypatch, name, attrs, ctx, **kw):
     """start_span as it runs, then with the Recorder turned off (the SDK starts the span and
-    calls our processor's on_start): both spans, and whether the first took the Recorder."""
+    calls our processor's on_start): both spans, and whether the first took the Recorder.
+    The second is also compared with a span the SDK starts plainly, given the cleaned
+    attributes (as any instrumentation's)."""
     before = pipe.sdk_calls
     a = _spans.start_span(name, attrs, parent=ctx, **kw)
     fast = pipe.sdk_calls == before
@@ -40,6 +45,10 @@ def started_twice(pipe, monkeypatch, name, attrs, ctx, **kw):
         m.setattr(_runtime, "recorder", lambda name="otel_assay": None)
         b = _spans.start_span(name, attrs, parent=ctx, **kw)
     assert pipe.sdk_calls == before + 1 + (not fast)
+    # never ended: nothing exported
+    plain = pipe.pipe.tracer().start_span(name, context=ctx, attributes=_spans.clean(attrs), **kw)
+    if ctx:  # not a root span, whose trace id is its own
+        same_live(plain, b)
     return a, b, fast
 
 
@@ -186,7 +195,7 @@ def test_an_exception_escaping_the_span_as_a_context_manager(monkeypatch):
     provider = TracerProvider()
     pipe = Pipe(monkeypatch, provider)
     root = provider.get_tracer("app").start_span("root")
-    a, b, fast = started_twice(pipe, monkeypatch, "s", {"n": 1}, trace.set_span_in_context(root))
+    a, b, fast = started_twice(pipe, monkeypatch, "s", {"n": 1}, trace.set_span_in_context(root), start_time=5)
     assert fast
     for span in (a, b):
         with pytest.raises(ValueError), span:
@@ -272,31 +281,140 @@ def test_an_application_provider_with_its_own_processor_starts_sdk_spans(monkeyp
     assert [s.name for s in theirs.get_finished_spans()] == [s.name for s in pipe.exported.get_finished_spans()]
 
 
-def test_an_sdk_span_with_a_field_this_does_not_know_is_left_to_the_sdk(monkeypatch):
-    """A later SDK may give its spans a field more: the Recorder then starts none (model
-    calls, built as ReadableSpans through its public constructor, are still recorded)."""
-    init = sdk_trace.Span.__init__
+@pytest.mark.parametrize("change", ["a field more", "a field shared no more"])
+def test_an_sdk_span_with_fields_this_does_not_know_is_left_to_the_sdk(change, monkeypatch):
+    """A later SDK may give its spans a field more, or give each span its own value of a
+    field every span shared: the Recorder then starts none (model calls, built as
+    ReadableSpans through its public constructor, are still recorded)."""
+    init = sdk_trace.ReadableSpan.__init__
 
-    def with_a_new_field(self, *a, **kw):
+    def changed(self, *a, **kw):
         init(self, *a, **kw)
-        self._a_new_field = "set by the SDK"
-    monkeypatch.setattr(sdk_trace.Span, "__init__", with_a_new_field)
+        if change == "a field more":
+            self._a_new_field = "set by the SDK"
+        else:
+            self._status = Status(StatusCode.UNSET)  # one per span
+    monkeypatch.setattr(sdk_trace.ReadableSpan, "__init__", changed)
     provider = TracerProvider()
     pipe = Pipe(monkeypatch, provider)
     root = provider.get_tracer("app").start_span("root")
-    assert _runtime.recorder().span_fields is None
     span = _spans.start_span("s", {"n": 1}, parent=root)
-    assert pipe.sdk_calls == 1 and span._a_new_field == "set by the SDK"
+    assert _runtime.recorder().span_fields is None
+    assert pipe.sdk_calls == 1 and type(span) is sdk_trace._Span
     span.end()
     _spans.record_span("chat m", {"n": 2}, parent=root)
     assert pipe.sdk_calls == 1
     assert [s.name for s in pipe.exported.get_finished_spans()] == ["s", "chat m"]
 
 
-def test_learning_the_sdks_span_fields_draws_no_random_number_and_reaches_no_processor(monkeypatch):
-    """The Recorder learns a span's fields from a span the SDK starts on a copy of the
+@pytest.mark.parametrize("where", ["Tracer.start_span", "Span.__init__", "Span.start", "Span.end"])
+def test_code_that_wraps_the_sdks_span_functions_sees_every_span(where, monkeypatch):
+    """A wrapper on the SDK's class (a profiler, another library) sees our spans: the
+    Recorder, which would skip it, is off while it is there."""
+    cls_name, fn_name = where.split(".")
+    cls = sdk_trace.Tracer if cls_name == "Tracer" else sdk_trace.Span
+    original = getattr(cls, fn_name)
+    seen = []
+
+    def wrapper(self, *a, **kw):
+        result = original(self, *a, **kw)
+        seen.append(a[0] if cls_name == "Tracer" else self.name)  # a span's name is set by __init__
+        return result
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    _spans.start_span("before", {"n": 1}, parent=root).end()  # the Recorder, learnt
+    assert pipe.sdk_calls == 0
+    monkeypatch.setattr(cls, fn_name, wrapper)
+    seen.clear()
+    _spans.start_span("tool", {"n": 1}, parent=root).end()
+    _spans.record_span("chat", {"n": 2}, parent=root)
+    assert pipe.sdk_calls == 2 and "probe" not in seen and {"tool", "chat"} <= set(seen)
+    monkeypatch.setattr(cls, fn_name, original)
+    _spans.start_span("after", {"n": 1}, parent=root).end()
+    assert pipe.sdk_calls == 2
+
+
+def test_a_wrapper_installed_before_otel_assay_is_seen_for_what_it_is():
+    import functools
+    original = sdk_trace.Tracer.start_span
+
+    @functools.wraps(original)
+    def wrapper(self, *a, **kw):
+        return original(self, *a, **kw)
+    assert _runtime._is_sdk_code(_runtime._sdk_code())
+    assert not _runtime._is_sdk_code((wrapper,) + _runtime._sdk_code()[1:])
+
+
+def test_a_wrapper_on_our_tracer_turns_the_recorder_off(monkeypatch):
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider)
+    tracer = pipe.pipe.tracer()
+    tracer.start_span = lambda *a, real=tracer.start_span, **kw: real(*a, **kw)
+    assert _runtime.recorder() is None
+
+
+def test_the_fields_are_learnt_whatever_the_current_context(monkeypatch):
+    """The SDK spans the fields are learnt from are root spans: a current span with flags
+    the SDK fails on (a parent of another library's) does not turn start() off."""
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider)
+    odd = trace.set_span_in_context(NonRecordingSpan(SpanContext(REMOTE_ID, 5, True, 1)))  # an int, not TraceFlags
+    token = otel_context_attach(odd)
+    try:
+        with pytest.raises(AttributeError):  # as from the SDK's own start_span
+            _spans.start_span("s", {"n": 1})
+    finally:
+        otel_context_detach(token)
+    assert _runtime.recorder().span_fields is not None
+    root = provider.get_tracer("app").start_span("root")
+    before = pipe.sdk_calls
+    _spans.start_span("t", {"n": 1}, parent=root).end()
+    assert pipe.sdk_calls == before
+
+
+def test_a_tracer_disabled_at_first_learns_the_fields_once_enabled(monkeypatch):
+    config = getattr(sdk_trace, "_TracerConfig", None)
+    if config is None or not hasattr(sdk_trace.Tracer, "_set_tracer_config"):
+        pytest.skip("this SDK cannot disable a tracer")
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider)
+    tracer = pipe.pipe.tracer()
+    root = provider.get_tracer("app").start_span("root")
+    tracer._set_tracer_config(config(is_enabled=False))
+    assert not _spans.start_span("off", {"n": 1}, parent=root).is_recording()
+    tracer._set_tracer_config(config(is_enabled=True))
+    before = pipe.sdk_calls
+    span = _spans.start_span("on", {"n": 1}, parent=root)
+    span.end()
+    assert pipe.sdk_calls == before and [s.name for s in pipe.exported.get_finished_spans()] == ["on"]
+
+
+def test_limits_and_sampler_changed_after_the_first_span_are_read_at_each_span(monkeypatch):
+    from opentelemetry.sdk.trace import SpanLimits, sampling
+    limits = SpanLimits()
+    provider = TracerProvider(span_limits=limits)
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")
+    ctx = trace.set_span_in_context(root)
+    assert started_twice(pipe, monkeypatch, "first", {"a": 1}, ctx, start_time=5)[2]
+    limits.max_span_attribute_length = 3
+    a, b, fast = started_twice(pipe, monkeypatch, "cut", {"t": "abcdefgh"}, ctx, start_time=5)
+    assert not fast and a.attributes["t"] == b.attributes["t"] == "abc"
+    limits.max_span_attribute_length = None
+    limits.max_span_attributes = 1
+    a, b, fast = started_twice(pipe, monkeypatch, "few", {"t": "x", "u": "y"}, ctx, start_time=5)
+    assert not fast
+    same_live(a, b)
+    limits.max_span_attributes = 128
+    pipe.pipe.tracer().sampler = sampling.ALWAYS_OFF
+    assert not _spans.start_span("dropped", {"a": 1}, parent=ctx).is_recording()
+
+
+def test_learning_the_sdks_span_fields_draws_no_random_number_and_reaches_no_processor(monkeypatch, caplog):
+    """The Recorder learns a span's fields from spans the SDK starts on a copy of the
     tracer: an application that seeded the random module (the SDK's ids come from it) gets
-    the same numbers, and no processor sees that span."""
+    the same numbers, no processor sees those spans, and nothing is logged or warned."""
     provider = TracerProvider()
     seen = Seen()
     provider.add_span_processor(seen)
@@ -305,7 +423,11 @@ def test_learning_the_sdks_span_fields_draws_no_random_number_and_reaches_no_pro
     expected = random.getrandbits(64)
     random.seed(11)
     rec = _runtime.recorder()
-    assert rec is not None and rec.span_fields is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        caplog.set_level(logging.DEBUG)
+        fields = _runtime._span_fields(rec.tracer, rec.multi)
+    assert fields is not None and not caplog.records
     assert random.getrandbits(64) == expected
     assert seen.started == seen.ended == [] and pipe.proc.spans_ended == 0 and pipe.sdk_calls == 0
 
@@ -347,5 +469,12 @@ def test_a_root_span_and_an_unsampled_parent_are_left_to_the_sdk(monkeypatch):
 
 
 def otel_context_empty():
-    from opentelemetry import context
-    return context.Context()
+    return otel_context.Context()
+
+
+def otel_context_attach(ctx):
+    return otel_context.attach(ctx)
+
+
+def otel_context_detach(token):
+    otel_context.detach(token)
