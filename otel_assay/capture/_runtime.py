@@ -254,8 +254,8 @@ class DirectExportProcessor(AssayAttributesProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         next(self._ended)
         # SpanContext is a tuple (trace_id, span_id, is_remote, trace_flags, ...): indexed, not
-        # read through properties, a Python call each on every span
-        if self._done or not span.context[3] & _SAMPLED:
+        # read through properties (nor ``context``, the field's), a Python call each on every span
+        if self._done or not span._context[3] & _SAMPLED:
             return
         try:
             self.exporter.export((span,))
@@ -558,17 +558,24 @@ class Recorder:
             return None
         return cls(tracer, multi, proc, limits)
 
-    def _admit(self, name: str, ready: dict[str, Any], kind: trace.SpanKind,
-               ctx: otel_context.Context | None) -> tuple[Any, Any, Any, dict[str, Any] | None] | None:
+    def _admit(self, name: str, ready: dict[str, Any], kind: trace.SpanKind, ctx: otel_context.Context | None,
+               parent_span: Span | None) -> tuple[Any, Any, Any, dict[str, Any] | None] | None:
         """``(procs, parent, context, trial attributes or None)`` of the span, or None where
-        the SDK must make it. ``ready`` is left as it is (the caller adds the attributes)."""
+        the SDK must make it. ``ready`` is left as it is (the caller adds the attributes).
+        The parent is ``parent_span`` (an SDK span) if given, else ``ctx``'s span; a parent
+        span is put in a context (``trace.set_span_in_context``: two calls and a copy of the
+        current context) only for a sampler that is asked, as the SDK would ask it."""
         procs, proc, tracer, limits = self.multi._span_processors, self.processor, self.tracer, self.limits
         # the limits and the sampler as they are now, as the SDK reads them at every span
         if (len(procs) != 1 or procs[0] is not proc or (self.enabled is not None and not self.enabled())
                 or tracer.sampler is not self.sampler or limits.max_span_attribute_length is not None
-                or _sdk_code() != _SDK_CODE):
+                # _sdk_code() written out
+                or (sdk_trace.Tracer.start_span, _SpanClass.__init__, _SpanClass.start, _SpanClass.end) != _SDK_CODE):
             return None
-        parent = trace.get_current_span(ctx).get_span_context()
+        if parent_span is not None:
+            parent = parent_span._context  # get_span_context() of an SDK span
+        else:
+            parent = trace.get_current_span(ctx).get_span_context()
         # flags of another type than TraceFlags: the SDK's samplers fail on them, as they should
         if (not isinstance(parent, trace.SpanContext) or not parent.is_valid
                 or not isinstance(parent[3], trace.TraceFlags)):
@@ -579,12 +586,20 @@ class Recorder:
                 return None
             trace_state = parent[4]
         else:
+            if parent_span is not None:
+                ctx = trace.set_span_in_context(parent_span)
             result = tracer.sampler.should_sample(ctx, trace_id, name, kind, None, ())
             if result.decision is not _RECORD_AND_SAMPLE or result.attributes:
                 return None
             trace_state = result.trace_state
         maxlen = limits.max_span_attributes
-        extra = _trial_attributes(trace_id, ctx)
+        extra = _ACTIVE_TRACES.get(trace_id)  # _trial_attributes, its call saved for a trial's span
+        if extra is None:
+            # the baggage of ctx, or with a parent span of the current context (where the SDK
+            # would have put the span: the same baggage)
+            extra = _trial_attributes(trace_id, ctx)
+        elif not extra[0]:
+            extra = None
         if extra is not None:
             attrs, longest = extra
             if (longest < 0 or not ready.keys().isdisjoint(attrs)
@@ -598,10 +613,10 @@ class Recorder:
         return procs, parent, context, extra
 
     def record(self, name: str, ready: dict[str, Any], kind: trace.SpanKind, ctx: otel_context.Context | None,
-               start_time: int) -> bool:
+               parent_span: Span | None, start_time: int) -> bool:
         """Record the span (``ready``: its attributes in the SDK's stored form, a dict this
-        takes), or return False where the SDK must."""
-        admitted = self._admit(name, ready, kind, ctx)
+        takes; the parent: see _admit), or return False where the SDK must."""
+        admitted = self._admit(name, ready, kind, ctx, parent_span)
         if admitted is None:
             return False
         procs, parent, context, extra = admitted
@@ -622,10 +637,10 @@ class Recorder:
         return True
 
     def start(self, name: str, ready: dict[str, Any], kind: trace.SpanKind, ctx: otel_context.Context | None,
-              start_time: int) -> Span | None:
+              parent_span: Span | None, start_time: int) -> Span | None:
         """The SDK's span, started, as ``tracer.start_span`` returns it after our processor's
-        ``on_start`` (``ready``: its attributes in the SDK's stored form, a dict this takes);
-        None where the SDK must start it."""
+        ``on_start`` (``ready``: its attributes in the SDK's stored form, a dict this takes;
+        the parent: see _admit); None where the SDK must start it."""
         fields = self.span_fields
         if fields is _UNLEARNT:
             if self.enabled is not None and not self.enabled():
@@ -633,7 +648,7 @@ class Recorder:
             fields = self.span_fields = _span_fields(self.tracer, self.multi)
         if fields is None:
             return None
-        admitted = self._admit(name, ready, kind, ctx)
+        admitted = self._admit(name, ready, kind, ctx, parent_span)
         if admitted is None:
             return None
         procs, parent, context, extra = admitted

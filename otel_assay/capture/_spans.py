@@ -150,21 +150,30 @@ def start_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL
     """Start a span. ``parent``: a Span, a Context, or None for the current context.
     Where only our lake would see the span it is built without the SDK's start_span
     (``_runtime.Recorder.start``: the same span, at half the cost)."""
-    # a Context (a dict) is checked first: a check against the Span ABC is a Python call
-    if parent is None or isinstance(parent, otel_context.Context):
-        ctx = parent
-    else:
-        ctx = trace.set_span_in_context(parent)
+    ctx, parent_span = _parent(parent)
     ready = _sdk_plain(attrs) if _sdk_plain is not None else None
     if start_time is None:
         start_time = time.time_ns()  # the SDK's default, read once for either path
     if ready is not None and not links:
         rec = _runtime.recorder(tracer_name)
         if rec is not None:
-            span = rec.start(name, ready, kind, ctx, start_time)
+            span = rec.start(name, ready, kind, ctx, parent_span, start_time)
             if span is not None:
                 return span
+    if parent_span is not None:
+        ctx = trace.set_span_in_context(parent_span)
     return _sdk_start(name, attrs, ready, kind, ctx, start_time, links, tracer_name)
+
+
+def _parent(parent: Any) -> tuple[otel_context.Context | None, Any]:
+    """``(context, None)`` for a start_span ``parent``, or ``(None, span)`` for an SDK span,
+    whose context the Recorder makes only where it needs one (see Recorder._admit)."""
+    # a Context (a dict) is checked first: a check against the Span ABC is a Python call
+    if parent is None or isinstance(parent, otel_context.Context):
+        return parent, None
+    if type(parent) in _runtime._SDK_SPANS:
+        return None, parent
+    return trace.set_span_in_context(parent), None
 
 
 def _sdk_start(name: str, attrs: Mapping[str, Any], ready: dict[str, Any] | None, kind: SpanKind,
@@ -202,17 +211,16 @@ def record_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNA
     recorded when it returns. Where only our lake would see the span it is recorded without
     an SDK span (``_runtime.Recorder.record``: the same span, at a third of the cost);
     elsewhere the SDK starts and ends it (``Recorder.start`` would refuse it as well)."""
-    if parent is None or isinstance(parent, otel_context.Context):
-        ctx = parent
-    else:
-        ctx = trace.set_span_in_context(parent)
+    ctx, parent_span = _parent(parent)
     ready = _sdk_plain(attrs) if _sdk_plain is not None else None
     if start_time is None:
         start_time = time.time_ns()
     if ready is not None:
         rec = _runtime.recorder(tracer_name)
-        if rec is not None and rec.record(name, ready, kind, ctx, start_time):
+        if rec is not None and rec.record(name, ready, kind, ctx, parent_span, start_time):
             return
+    if parent_span is not None:
+        ctx = trace.set_span_in_context(parent_span)
     _sdk_start(name, attrs, ready, kind, ctx, start_time, None, tracer_name).end()
 
 

@@ -248,6 +248,9 @@ def _tool_message_of_command(output: Any, call_id: Any) -> Any:
     return tool_msgs[0] if tool_msgs else output
 
 
+_NONE: dict = {}  # _mapping(None), for on_llm_end, which only reads it
+
+
 def _mapping(obj: Any) -> dict:
     """A provider's metadata as a dict: usage may come as an object (pydantic or plain), and
     a step must not be lost for the shape of an optional field."""
@@ -593,12 +596,14 @@ class AssayCallbackHandler(_Base):
         except (IndexError, AttributeError, TypeError):
             pass
         msg = getattr(gen, "message", None)
-        # _mapping(x), called only for what is not already a dict (nearly always is)
+        # _mapping(x), called only for what is neither a dict nor None (nearly always is);
+        # _NONE is only read
         usage = x if type(x := getattr(msg, "usage_metadata", None)) is dict else _mapping(x)
-        llm_out = x if type(x := getattr(response, "llm_output", None)) is dict else _mapping(x)
-        tu = x if type(x := llm_out.get("token_usage") or llm_out.get("usage")) is dict else _mapping(x)
-        rmeta = x if type(x := getattr(msg, "response_metadata", None)) is dict else _mapping(x)
-        ginfo = x if type(x := getattr(gen, "generation_info", None)) is dict else _mapping(x)
+        llm_out = x if type(x := getattr(response, "llm_output", None)) is dict else _NONE if x is None else _mapping(x)
+        tu = (x if type(x := llm_out.get("token_usage") or llm_out.get("usage")) is dict
+              else _NONE if x is None else _mapping(x))
+        rmeta = x if type(x := getattr(msg, "response_metadata", None)) is dict else _NONE if x is None else _mapping(x)
+        ginfo = x if type(x := getattr(gen, "generation_info", None)) is dict else _NONE if x is None else _mapping(x)
         in_tok = usage.get("input_tokens", tu.get("prompt_tokens", tu.get("input_tokens")))
         out_tok = usage.get("output_tokens", tu.get("completion_tokens", tu.get("output_tokens")))
         resp_model = rmeta.get("model_name") or rmeta.get("model") or llm_out.get("model_name")

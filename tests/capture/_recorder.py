@@ -46,10 +46,10 @@ REMOTE_ID = 0x0AF7651916CD43DD8448EB211C80319C
 
 
 def parent_of(kind: str, tracer):
-    """(context for record_span, trial trace id or None, span to end after)."""
-    if kind == "local":
+    """(parent for record_span: a context or a span, trial trace id or None, span to end after)."""
+    if kind in ("local", "local span"):  # given as a context, or as the span itself
         root = tracer.start_span("root")
-        return trace.set_span_in_context(root), root.get_span_context().trace_id, root
+        return (trace.set_span_in_context(root) if kind == "local" else root), root.get_span_context().trace_id, root
     if kind == "remote sampled, with trace state":
         sc = SpanContext(REMOTE_ID, 0xB7AD6B7169203331, True, TraceFlags(TraceFlags.SAMPLED),
                          TraceState([("vendor", "v1")]))
@@ -134,5 +134,5 @@ def kept(attrs):
     return sum(v is not None for v in attrs.values())
 
 
-PARENTS = ["local", "remote sampled, with trace state", "remote not sampled", "remote, random trace id", "baggage",
+PARENTS = ["local", "local span", "remote sampled, with trace state", "remote not sampled", "remote, random trace id", "baggage",
            "none"]

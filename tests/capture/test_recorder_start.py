@@ -46,7 +46,8 @@ def started_twice(pipe, monkeypatch, name, attrs, ctx, **kw):
         b = _spans.start_span(name, attrs, parent=ctx, **kw)
     assert pipe.sdk_calls == before + 1 + (not fast)
     # never ended: nothing exported
-    plain = pipe.pipe.tracer().start_span(name, context=ctx, attributes=_spans.clean(attrs), **kw)
+    context = ctx if isinstance(ctx, otel_context.Context) else trace.set_span_in_context(ctx)
+    plain = pipe.pipe.tracer().start_span(name, context=context, attributes=_spans.clean(attrs), **kw)
     if ctx:  # not a root span, whose trace id is its own
         same_live(plain, b)
     return a, b, fast
@@ -478,3 +479,31 @@ def otel_context_attach(ctx):
 
 def otel_context_detach(token):
     otel_context.detach(token)
+
+
+@pytest.mark.parametrize("how", ["record", "start"])
+def test_a_span_given_as_parent_takes_the_trial_from_the_current_contexts_baggage(how, monkeypatch):
+    """A parent given as a span is put in the current context, as the SDK's start_span puts
+    it: a trial propagated in that context's baggage (another process's) reaches the span."""
+    from opentelemetry import baggage
+
+    from otel_assay import semconv
+    provider = TracerProvider()
+    pipe = Pipe(monkeypatch, provider)
+    root = provider.get_tracer("app").start_span("root")  # a trace no trial of this process has
+    token = otel_context.attach(baggage.set_baggage(semconv.ASSAY_SCENARIO, "from-baggage",
+                                                    baggage.set_baggage(semconv.ASSAY_TRIAL_INDEX, "7")))
+    try:
+        if how == "record":
+            x, y, fast = pipe.twice(monkeypatch, "chat m", {"n": 1}, root, start_time=5)
+        else:
+            a, b, fast = started_twice(pipe, monkeypatch, "execute_tool t", {"n": 1}, root, start_time=5)
+            same_live(a, b)
+            a.end(end_time=6), b.end(end_time=6)
+            x, y = ended(pipe, a, b)
+    finally:
+        otel_context.detach(token)
+    assert fast
+    same(x, y)
+    assert x.attributes[semconv.ASSAY_SCENARIO] == "from-baggage" and x.attributes[semconv.ASSAY_TRIAL_INDEX] == 7
+    assert x.parent == root.get_span_context()
