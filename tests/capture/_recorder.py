@@ -3,7 +3,11 @@ every kind, samplers, limits and attribute sets, and the comparison of two expor
 
 from opentelemetry import baggage, trace
 from opentelemetry import context as otel_context
-from opentelemetry.sdk.trace import SpanLimits, sampling
+import threading
+from typing import Any
+
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider, sampling
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 
@@ -136,3 +140,34 @@ def kept(attrs):
 
 PARENTS = ["local", "local span", "remote sampled, with trace state", "remote not sampled", "remote, random trace id", "baggage",
            "none"]
+
+
+class Seen(SpanProcessor):
+    """The names of the spans a processor sees start and end."""
+
+    def __init__(self):
+        self.started, self.ended = [], []
+
+    def on_start(self, span, parent_context=None):
+        self.started.append(span.name)
+
+    def on_end(self, span):
+        self.ended.append(span.name)
+
+
+def provider_adding(seen: SpanProcessor) -> tuple[TracerProvider, Any]:
+    """A provider whose id generator, once armed (the second value, called), has another
+    thread add ``seen`` to the provider while the next span id is made: deterministically
+    in the middle of building a span."""
+    armed = []
+
+    class SwitchPoint(RandomIdGenerator):
+        def generate_span_id(self):
+            if armed:
+                armed.clear()
+                t = threading.Thread(target=lambda: provider.add_span_processor(seen))
+                t.start()
+                t.join()
+            return super().generate_span_id()
+    provider = TracerProvider(id_generator=SwitchPoint())
+    return provider, lambda: armed.append(True)

@@ -9,7 +9,6 @@ exporter for the lake's rows."""
 
 import logging
 import random
-import threading
 import warnings
 
 import pyarrow.parquet as pq
@@ -17,7 +16,7 @@ import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk import trace as sdk_trace
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider, sampling
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
@@ -25,7 +24,8 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, S
 from otel_assay.capture import _runtime, _spans
 from otel_assay.collect.exporter import ParquetSpanExporter
 
-from ._recorder import ATTRS, CHAT, LIMITS, PARENTS, REMOTE_ID, SAMPLERS, TRIAL, Pipe, events, kept, parent_of, same
+from ._recorder import (ATTRS, CHAT, LIMITS, PARENTS, REMOTE_ID, SAMPLERS, TRIAL, Pipe, Seen, events, kept,
+                        parent_of, provider_adding, same)
 
 pytestmark = pytest.mark.skipif(_spans._sdk_plain is None, reason="capture's compiled helpers are not built")
 
@@ -220,17 +220,6 @@ def test_links_are_left_to_the_sdk(monkeypatch):
     same_live(a, b)
 
 
-class Seen(SpanProcessor):
-    def __init__(self):
-        self.started, self.ended = [], []
-
-    def on_start(self, span, parent_context=None):
-        self.started.append(span.name)
-
-    def on_end(self, span):
-        self.ended.append(span.name)
-
-
 def test_a_processor_added_while_the_span_runs_sees_its_end_as_in_the_sdk(monkeypatch):
     """The SDK hands a span's end to the processors there are at its end."""
     provider = TracerProvider()
@@ -249,23 +238,11 @@ def test_a_processor_added_while_the_span_runs_sees_its_end_as_in_the_sdk(monkey
 
 
 def test_a_processor_added_by_another_thread_while_starting_sees_the_start(monkeypatch):
-    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     seen = Seen()
-
-    class SwitchPoint(RandomIdGenerator):
-        armed = False
-
-        def generate_span_id(self):
-            if SwitchPoint.armed:
-                SwitchPoint.armed = False
-                t = threading.Thread(target=lambda: provider.add_span_processor(seen))
-                t.start()
-                t.join()
-            return super().generate_span_id()
-    provider = TracerProvider(id_generator=SwitchPoint())
+    provider, arm = provider_adding(seen)
     pipe = Pipe(monkeypatch, provider)
     root = provider.get_tracer("app").start_span("root")
-    SwitchPoint.armed = True
+    arm()
     span = _spans.start_span("s", {"n": 1}, parent=root)
     span.end()
     assert pipe.sdk_calls == 1 and seen.started == ["s"] and seen.ended == ["s"]
@@ -391,25 +368,50 @@ def test_a_tracer_disabled_at_first_learns_the_fields_once_enabled(monkeypatch):
     assert pipe.sdk_calls == before and [s.name for s in pipe.exported.get_finished_spans()] == ["on"]
 
 
-def test_limits_and_sampler_changed_after_the_first_span_are_read_at_each_span(monkeypatch):
-    from opentelemetry.sdk.trace import SpanLimits, sampling
+def made_twice(how, pipe, monkeypatch, name, attrs, ctx, **kw):
+    """The spans exported for a span recorded (record_span) or started and ended at once
+    (start_span), first as it runs, then by the SDK; and whether the first took the Recorder."""
+    if how == "record":
+        return pipe.twice(monkeypatch, name, attrs, ctx, **kw)
+    a, b, fast = started_twice(pipe, monkeypatch, name, attrs, ctx, **kw)
+    a.end(end_time=kw["start_time"] + 1), b.end(end_time=kw["start_time"] + 1)
+    return (*ended(pipe, a, b), fast)
+
+
+@pytest.mark.parametrize("how", ["record", "start"])
+def test_limits_and_sampler_changed_after_the_first_span_are_read_at_each_span(how, monkeypatch):
+    """The SDK reads the provider's span limits and the tracer's sampler at every span."""
     limits = SpanLimits()
     provider = TracerProvider(span_limits=limits)
     pipe = Pipe(monkeypatch, provider)
     root = provider.get_tracer("app").start_span("root")
     ctx = trace.set_span_in_context(root)
-    assert started_twice(pipe, monkeypatch, "first", {"a": 1}, ctx, start_time=5)[2]
+    assert made_twice(how, pipe, monkeypatch, "first", {"a": 1}, ctx, start_time=5)[2]
     limits.max_span_attribute_length = 3
-    a, b, fast = started_twice(pipe, monkeypatch, "cut", {"t": "abcdefgh"}, ctx, start_time=5)
+    a, b, fast = made_twice(how, pipe, monkeypatch, "cut", {"t": "abcdefgh"}, ctx, start_time=5)
     assert not fast and a.attributes["t"] == b.attributes["t"] == "abc"
     limits.max_span_attribute_length = None
     limits.max_span_attributes = 1
-    a, b, fast = started_twice(pipe, monkeypatch, "few", {"t": "x", "u": "y"}, ctx, start_time=5)
+    a, b, fast = made_twice(how, pipe, monkeypatch, "few", {"t": "x", "u": "y"}, ctx, start_time=5)
     assert not fast
-    same_live(a, b)
+    same(a, b)
     limits.max_span_attributes = 128
     pipe.pipe.tracer().sampler = sampling.ALWAYS_OFF
-    assert not _spans.start_span("dropped", {"a": 1}, parent=ctx).is_recording()
+    before = len(pipe.exported.get_finished_spans())
+    if how == "record":
+        _spans.record_span("dropped", {"a": 1}, parent=ctx)
+    else:
+        _spans.start_span("dropped", {"a": 1}, parent=ctx).end()
+    assert len(pipe.exported.get_finished_spans()) == before
+
+
+@pytest.mark.parametrize("how", ["record", "start"])
+def test_a_parent_with_flags_of_another_type_fails_as_in_the_sdk(how, monkeypatch):
+    provider = TracerProvider()
+    Pipe(monkeypatch, provider)
+    ctx = trace.set_span_in_context(NonRecordingSpan(SpanContext(REMOTE_ID, 5, True, 1)))  # an int, not TraceFlags
+    with pytest.raises(AttributeError):
+        (_spans.record_span if how == "record" else _spans.start_span)("s", {"a": 1}, parent=ctx)
 
 
 def test_learning_the_sdks_span_fields_draws_no_random_number_and_reaches_no_processor(monkeypatch, caplog):
