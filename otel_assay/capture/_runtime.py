@@ -573,7 +573,7 @@ class Recorder:
                 or (sdk_trace.Tracer.start_span, _SpanClass.__init__, _SpanClass.start, _SpanClass.end) != _SDK_CODE):
             return None
         if parent_span is not None:
-            parent = parent_span._context  # get_span_context() of an SDK span
+            parent = parent_span.get_span_context()  # a method: code may wrap it, as the SDK reads it
         else:
             parent = trace.get_current_span(ctx).get_span_context()
         # flags of another type than TraceFlags: the SDK's samplers fail on them, as they should

@@ -54,6 +54,11 @@ def parent_of(kind: str, tracer):
     if kind in ("local", "local span"):  # given as a context, or as the span itself
         root = tracer.start_span("root")
         return (trace.set_span_in_context(root) if kind == "local" else root), root.get_span_context().trace_id, root
+    if kind == "local span, with trace state":  # a local span under a remote parent: its trace state
+        remote = SpanContext(REMOTE_ID, 0xB7AD6B7169203331, True, TraceFlags(TraceFlags.SAMPLED),
+                             TraceState([("vendor", "v1")]))
+        root = tracer.start_span("root", context=trace.set_span_in_context(NonRecordingSpan(remote)))
+        return root, root.get_span_context().trace_id, root
     if kind == "remote sampled, with trace state":
         sc = SpanContext(REMOTE_ID, 0xB7AD6B7169203331, True, TraceFlags(TraceFlags.SAMPLED),
                          TraceState([("vendor", "v1")]))
@@ -138,7 +143,7 @@ def kept(attrs):
     return sum(v is not None for v in attrs.values())
 
 
-PARENTS = ["local", "local span", "remote sampled, with trace state", "remote not sampled", "remote, random trace id", "baggage",
+PARENTS = ["local", "local span", "local span, with trace state", "remote sampled, with trace state", "remote not sampled", "remote, random trace id", "baggage",
            "none"]
 
 
