@@ -176,3 +176,8 @@ def provider_adding(seen: SpanProcessor) -> tuple[TracerProvider, Any]:
             return super().generate_span_id()
     provider = TracerProvider(id_generator=SwitchPoint())
     return provider, lambda: armed.append(True)
+
+
+def pipe_and_root(monkeypatch, provider):
+    """Our pipeline on ``provider``, and a root span of the application's to start spans under."""
+    return Pipe(monkeypatch, provider), provider.get_tracer("app").start_span("root")

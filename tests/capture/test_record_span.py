@@ -2,7 +2,9 @@
 returns) is built as the ReadableSpan the SDK would hand our processor (_runtime.Recorder),
 where only our processor sees spans; everywhere else it is an SDK span, started and ended.
 Each test compares the two on the same provider, parent and attributes: real SDK providers,
-samplers and processors, and the real Parquet exporter for the lake's rows."""
+samplers and processors, and the real Parquet exporter for the lake's rows. The comparison
+over samplers, parents, attributes and limits, for recorded and started spans alike, is in
+test_recorder.py."""
 
 import pyarrow.parquet as pq
 import pytest
@@ -11,62 +13,12 @@ from opentelemetry.sdk.trace import TracerProvider, sampling
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
-from otel_assay import semconv
 from otel_assay.capture import _runtime, _spans
 from otel_assay.collect.exporter import ParquetSpanExporter
 
-from ._recorder import (ATTRS, CHAT, LIMITS, PARENTS, REMOTE_ID, SAMPLERS, TRIAL, Pipe, Seen, kept, parent_of,
-                        provider_adding, same)
+from ._recorder import ATTRS, CHAT, REMOTE_ID, SAMPLERS, TRIAL, Pipe, Seen, pipe_and_root, provider_adding
 
 pytestmark = pytest.mark.skipif(_spans._sdk_plain is None, reason="capture's compiled helpers are not built")
-
-
-@pytest.mark.parametrize("parent", PARENTS)
-@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
-@pytest.mark.parametrize("in_trial", [False, True])
-def test_the_same_span_as_the_sdk_over_samplers_and_parents(parent, sampler, in_trial, monkeypatch):
-    provider = TracerProvider(sampler=SAMPLERS[sampler])
-    pipe = Pipe(monkeypatch, provider)
-    ctx, trace_id, root = parent_of(parent, provider.get_tracer("app"))
-    if in_trial and trace_id is not None:
-        _runtime.register_trace(trace_id, TRIAL)
-    try:
-        a, b, fast = pipe.twice(monkeypatch, "chat m-1", CHAT, ctx, kind=SpanKind.CLIENT, start_time=1_000_000_000)
-    finally:
-        if trace_id is not None:
-            _runtime.unregister_trace(trace_id)
-    if parent == "none" and "ratio" in sampler:  # two root spans, two trace ids, two decisions
-        assert not fast
-        return
-    assert (a is None) == (b is None)
-    if a is not None:
-        same(a, b, root=parent == "none")
-        if in_trial and trace_id is not None:
-            assert a.attributes[semconv.ASSAY_SCENARIO] == "refund"
-    # the Recorder takes every recorded span with a valid parent: the saving cannot go silently
-    assert fast == (a is not None and parent != "none")
-    if root is not None:
-        root.end()
-
-
-@pytest.mark.parametrize("limits", sorted(LIMITS))
-@pytest.mark.parametrize("attrs", sorted(ATTRS))
-@pytest.mark.parametrize("in_trial", [False, True])
-def test_the_same_span_as_the_sdk_over_attributes_and_limits(attrs, limits, in_trial, monkeypatch):
-    provider = TracerProvider(span_limits=LIMITS[limits])
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
-    if in_trial:
-        _runtime.register_trace(root.get_span_context().trace_id, TRIAL)
-    try:
-        a, b, fast = pipe.twice(monkeypatch, "s", ATTRS[attrs], trace.set_span_in_context(root), start_time=5)
-    finally:
-        _runtime.unregister_trace(root.get_span_context().trace_id)
-    same(a, b)
-    expected_fast = (limits != "length limit" and attrs not in ("an empty key", "an object", "a str subclass")
-                     and not (in_trial and attrs == "a trial key")
-                     and not (limits == "few attributes" and kept(ATTRS[attrs]) + len(TRIAL) * in_trial > 8))
-    assert fast == expected_fast
 
 
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))
@@ -81,8 +33,7 @@ def test_the_default_sampler_is_answered_without_a_call(sampler, monkeypatch):
 
 def test_a_processor_added_later_sees_the_span_start_and_end(monkeypatch):
     provider = TracerProvider()
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     ctx = trace.set_span_in_context(root)
     _spans.record_span("a", {"n": 1}, parent=ctx)
     assert pipe.sdk_calls == 0
@@ -101,8 +52,7 @@ def test_an_application_provider_with_its_own_processor_gets_sdk_spans(monkeypat
     provider = TracerProvider()
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     provider.add_span_processor(SimpleSpanProcessor(theirs))
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     _spans.record_span("chat m", CHAT, parent=root, kind=SpanKind.CLIENT)
     assert pipe.sdk_calls == 1
     assert [s.name for s in theirs.get_finished_spans()] == ["chat m"]
@@ -173,8 +123,7 @@ def test_a_processor_added_by_another_thread_while_recording_sees_the_span_end(m
     span's end, so the Recorder leaves such a span to the SDK (review finding)."""
     seen = Seen()
     provider, arm = provider_adding(seen)
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     arm()
     _spans.record_span("chat m", {"n": 1}, parent=root)
     assert [s.name for s in pipe.exported.get_finished_spans()] == ["chat m"]

@@ -1,11 +1,12 @@
-"""_spans.start_span: where only our processor sees spans, the SDK span is built as
-``tracer.start_span`` builds it, with our processor's ``on_start`` done, by
-``_runtime.Recorder.start`` (a tool call's span, which the tool's own spans nest under);
-everywhere else the SDK starts it. Each test starts the two on the same provider, parent and
-attributes, compares every field of the live spans, uses both the same way (attributes,
-events, an exception, a link, a new name, a status), ends them and compares what our
-processor exported: real SDK providers, samplers and processors, and the real Parquet
-exporter for the lake's rows."""
+"""_runtime.Recorder: where only our processor sees spans, ``_spans.start_span`` builds the
+SDK's span as ``tracer.start_span`` builds it, with our processor's ``on_start`` done (a tool
+call's span, which the tool's own spans nest under), and ``_spans.record_span`` builds a span
+that starts and ends at once as the ReadableSpan the SDK would hand our processor; everywhere
+else the SDK makes them. Each test makes the two on the same provider, parent and
+attributes; a started span's fields are compared live, then both are used the same way
+(attributes, events, an exception, a link, a new name, a status) and ended, and what our
+processor exported is compared: real SDK providers, samplers and processors, and the real
+Parquet exporter for the lake's rows."""
 
 import logging
 import random
@@ -21,11 +22,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from otel_assay import semconv
 from otel_assay.capture import _runtime, _spans
 from otel_assay.collect.exporter import ParquetSpanExporter
 
 from ._recorder import (ATTRS, CHAT, LIMITS, PARENTS, REMOTE_ID, SAMPLERS, TRIAL, Pipe, Seen, events, kept,
-                        parent_of, provider_adding, same)
+                        parent_of, pipe_and_root, provider_adding, same)
 
 pytestmark = pytest.mark.skipif(_spans._sdk_plain is None, reason="capture's compiled helpers are not built")
 
@@ -115,32 +117,47 @@ def ended(pipe, a, b):
     return tuple(spans.get(s.get_span_context().span_id) if s.get_span_context().is_valid else None for s in (a, b))
 
 
+def made_twice(how, pipe, monkeypatch, name, attrs, ctx, *, used=True, **kw):
+    """The spans exported for a span recorded (``record_span``) or started (``start_span``),
+    first as it runs, then by the SDK; and whether the first took the Recorder. Started
+    spans are compared live (but for a root span, whose trace id is its own), then used
+    alike (``use``) or, with ``used=False``, ended at once."""
+    if how == "record":
+        return pipe.twice(monkeypatch, name, attrs, ctx, **kw)
+    a, b, fast = started_twice(pipe, monkeypatch, name, attrs, ctx, **kw)
+    if ctx:
+        same_live(a, b)
+    for span in (a, b):
+        use(span) if used else span.end(end_time=kw["start_time"] + 1)
+    return (*ended(pipe, a, b), fast)
+
+
 @pytest.mark.parametrize("parent", PARENTS)
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))
 @pytest.mark.parametrize("in_trial", [False, True])
-def test_the_same_span_as_the_sdk_over_samplers_and_parents(parent, sampler, in_trial, monkeypatch):
+@pytest.mark.parametrize("how", ["record", "start"])
+def test_the_same_span_as_the_sdk_over_samplers_and_parents(how, parent, sampler, in_trial, monkeypatch):
     provider = TracerProvider(sampler=SAMPLERS[sampler])
     pipe = Pipe(monkeypatch, provider)
     ctx, trace_id, root = parent_of(parent, provider.get_tracer("app"))
     if in_trial and trace_id is not None:
         _runtime.register_trace(trace_id, TRIAL)
     try:
-        a, b, fast = started_twice(pipe, monkeypatch, "execute_tool lookup", CHAT, ctx, start_time=1_000_000_000)
-        if parent != "none":  # a root span has a trace id of its own
-            same_live(a, b)
-        use(a), use(b)
+        x, y, fast = made_twice(how, pipe, monkeypatch, "chat m-1", CHAT, ctx, kind=SpanKind.CLIENT,
+                                start_time=1_000_000_000)
     finally:
         if trace_id is not None:
             _runtime.unregister_trace(trace_id)
     if parent == "none" and "ratio" in sampler:  # two root spans, two trace ids, two decisions
         assert not fast
         return
-    x, y = ended(pipe, a, b)
-    assert (x is None) == (y is None) == (not b.is_recording() and not isinstance(b, sdk_trace.ReadableSpan))
+    assert (x is None) == (y is None)
     if x is not None:
         same(x, y, root=parent == "none")
-    # the Recorder starts every recorded span with a valid parent: the saving cannot go silently
-    assert fast == (isinstance(b, sdk_trace.ReadableSpan) and parent != "none")
+        if in_trial and trace_id is not None:
+            assert x.attributes[semconv.ASSAY_SCENARIO] == "refund"
+    # the Recorder takes every recorded span with a valid parent: the saving cannot go silently
+    assert fast == (x is not None and parent != "none")
     if root is not None:
         root.end()
 
@@ -148,20 +165,18 @@ def test_the_same_span_as_the_sdk_over_samplers_and_parents(parent, sampler, in_
 @pytest.mark.parametrize("limits", sorted(LIMITS))
 @pytest.mark.parametrize("attrs", sorted(ATTRS))
 @pytest.mark.parametrize("in_trial", [False, True])
-def test_the_same_span_as_the_sdk_over_attributes_and_limits(attrs, limits, in_trial, monkeypatch):
+@pytest.mark.parametrize("how", ["record", "start"])
+def test_the_same_span_as_the_sdk_over_attributes_and_limits(how, attrs, limits, in_trial, monkeypatch):
     provider = TracerProvider(span_limits=LIMITS[limits])
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     if in_trial:
         _runtime.register_trace(root.get_span_context().trace_id, TRIAL)
     try:
-        a, b, fast = started_twice(pipe, monkeypatch, "s", ATTRS[attrs], trace.set_span_in_context(root),
-                                   kind=SpanKind.CLIENT, start_time=5)
-        same_live(a, b)
-        use(a), use(b)
+        x, y, fast = made_twice(how, pipe, monkeypatch, "s", ATTRS[attrs], trace.set_span_in_context(root),
+                                kind=SpanKind.CLIENT, start_time=5)
     finally:
         _runtime.unregister_trace(root.get_span_context().trace_id)
-    same(*ended(pipe, a, b))
+    same(x, y)
     expected_fast = (limits != "length limit" and attrs not in ("an empty key", "an object", "a str subclass")
                      and not (in_trial and attrs == "a trial key")
                      and not (limits == "few attributes" and kept(ATTRS[attrs]) + len(TRIAL) * in_trial > 8))
@@ -172,8 +187,7 @@ def test_spans_of_the_tool_nest_under_it_and_take_the_trial(monkeypatch):
     """What the tool's code starts in the tool's context (any tracer of the provider) is the
     started span's child, in its trial."""
     provider = TracerProvider()
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     trace_id = root.get_span_context().trace_id
     _runtime.register_trace(trace_id, TRIAL)
     try:
@@ -194,8 +208,7 @@ def test_spans_of_the_tool_nest_under_it_and_take_the_trial(monkeypatch):
 
 def test_an_exception_escaping_the_span_as_a_context_manager(monkeypatch):
     provider = TracerProvider()
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     a, b, fast = started_twice(pipe, monkeypatch, "s", {"n": 1}, trace.set_span_in_context(root), start_time=5)
     assert fast
     for span in (a, b):
@@ -212,8 +225,7 @@ def test_an_exception_escaping_the_span_as_a_context_manager(monkeypatch):
 
 def test_links_are_left_to_the_sdk(monkeypatch):
     provider = TracerProvider()
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     a, b, fast = started_twice(pipe, monkeypatch, "s", {"n": 1}, trace.set_span_in_context(root),
                                links=[Link(LINKED, {"k": "v"})], start_time=5)
     assert not fast
@@ -223,8 +235,7 @@ def test_links_are_left_to_the_sdk(monkeypatch):
 def test_a_processor_added_while_the_span_runs_sees_its_end_as_in_the_sdk(monkeypatch):
     """The SDK hands a span's end to the processors there are at its end."""
     provider = TracerProvider()
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     a, b, fast = started_twice(pipe, monkeypatch, "s", {"n": 1}, trace.set_span_in_context(root), start_time=5)
     assert fast
     seen = Seen()
@@ -240,8 +251,7 @@ def test_a_processor_added_while_the_span_runs_sees_its_end_as_in_the_sdk(monkey
 def test_a_processor_added_by_another_thread_while_starting_sees_the_start(monkeypatch):
     seen = Seen()
     provider, arm = provider_adding(seen)
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     arm()
     span = _spans.start_span("s", {"n": 1}, parent=root)
     span.end()
@@ -252,8 +262,7 @@ def test_an_application_provider_with_its_own_processor_starts_sdk_spans(monkeyp
     theirs = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(theirs))
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     _spans.start_span("execute_tool t", {"n": 1}, parent=root).end()
     assert pipe.sdk_calls == 1
     assert [s.name for s in theirs.get_finished_spans()] == [s.name for s in pipe.exported.get_finished_spans()]
@@ -274,8 +283,7 @@ def test_an_sdk_span_with_fields_this_does_not_know_is_left_to_the_sdk(change, m
             self._status = Status(StatusCode.UNSET)  # one per span
     monkeypatch.setattr(sdk_trace.ReadableSpan, "__init__", changed)
     provider = TracerProvider()
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     span = _spans.start_span("s", {"n": 1}, parent=root)
     assert _runtime.recorder().span_fields is None
     assert pipe.sdk_calls == 1 and type(span) is sdk_trace._Span
@@ -299,8 +307,7 @@ def test_code_that_wraps_the_sdks_span_functions_sees_every_span(where, monkeypa
         seen.append(a[0] if cls_name == "Tracer" else self.name)  # a span's name is set by __init__
         return result
     provider = TracerProvider()
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     _spans.start_span("before", {"n": 1}, parent=root).end()  # the Recorder, learnt
     assert pipe.sdk_calls == 0
     monkeypatch.setattr(cls, fn_name, wrapper)
@@ -368,31 +375,20 @@ def test_a_tracer_disabled_at_first_learns_the_fields_once_enabled(monkeypatch):
     assert pipe.sdk_calls == before and [s.name for s in pipe.exported.get_finished_spans()] == ["on"]
 
 
-def made_twice(how, pipe, monkeypatch, name, attrs, ctx, **kw):
-    """The spans exported for a span recorded (record_span) or started and ended at once
-    (start_span), first as it runs, then by the SDK; and whether the first took the Recorder."""
-    if how == "record":
-        return pipe.twice(monkeypatch, name, attrs, ctx, **kw)
-    a, b, fast = started_twice(pipe, monkeypatch, name, attrs, ctx, **kw)
-    a.end(end_time=kw["start_time"] + 1), b.end(end_time=kw["start_time"] + 1)
-    return (*ended(pipe, a, b), fast)
-
-
 @pytest.mark.parametrize("how", ["record", "start"])
 def test_limits_and_sampler_changed_after_the_first_span_are_read_at_each_span(how, monkeypatch):
     """The SDK reads the provider's span limits and the tracer's sampler at every span."""
     limits = SpanLimits()
     provider = TracerProvider(span_limits=limits)
-    pipe = Pipe(monkeypatch, provider)
-    root = provider.get_tracer("app").start_span("root")
+    pipe, root = pipe_and_root(monkeypatch, provider)
     ctx = trace.set_span_in_context(root)
-    assert made_twice(how, pipe, monkeypatch, "first", {"a": 1}, ctx, start_time=5)[2]
+    assert made_twice(how, pipe, monkeypatch, "first", {"a": 1}, ctx, used=False, start_time=5)[2]
     limits.max_span_attribute_length = 3
-    a, b, fast = made_twice(how, pipe, monkeypatch, "cut", {"t": "abcdefgh"}, ctx, start_time=5)
+    a, b, fast = made_twice(how, pipe, monkeypatch, "cut", {"t": "abcdefgh"}, ctx, used=False, start_time=5)
     assert not fast and a.attributes["t"] == b.attributes["t"] == "abc"
     limits.max_span_attribute_length = None
     limits.max_span_attributes = 1
-    a, b, fast = made_twice(how, pipe, monkeypatch, "few", {"t": "x", "u": "y"}, ctx, start_time=5)
+    a, b, fast = made_twice(how, pipe, monkeypatch, "few", {"t": "x", "u": "y"}, ctx, used=False, start_time=5)
     assert not fast
     same(a, b)
     limits.max_span_attributes = 128
@@ -498,13 +494,7 @@ def test_a_span_given_as_parent_takes_the_trial_from_the_current_contexts_baggag
     token = otel_context.attach(baggage.set_baggage(semconv.ASSAY_SCENARIO, "from-baggage",
                                                     baggage.set_baggage(semconv.ASSAY_TRIAL_INDEX, "7")))
     try:
-        if how == "record":
-            x, y, fast = pipe.twice(monkeypatch, "chat m", {"n": 1}, root, start_time=5)
-        else:
-            a, b, fast = started_twice(pipe, monkeypatch, "execute_tool t", {"n": 1}, root, start_time=5)
-            same_live(a, b)
-            a.end(end_time=6), b.end(end_time=6)
-            x, y = ended(pipe, a, b)
+        x, y, fast = made_twice(how, pipe, monkeypatch, "execute_tool t", {"n": 1}, root, used=False, start_time=5)
     finally:
         otel_context.detach(token)
     assert (x is None) == (y is None) and fast == (x is not None)
