@@ -4,7 +4,7 @@
     python examples/crewai_agent.py --version v2 --trials 20 --dir LAKE
     otel-assay gate LAKE --baseline version=v1 --candidate version=v2
 
-(CrewAI needs ``openai<3``: run it in its own environment, see scripts/framework-envs.md.)
+(CrewAI needs ``openai<3``: run it in its own environment, see docs/testing.md.)
 
 The model is scripted (``ScriptedSupportLLM``, a real CrewAI ``BaseLLM`` speaking the ReAct
 text protocol, so CrewAI's own tool-usage path runs) so the example runs anywhere; its

@@ -1,6 +1,6 @@
 """Capture: the trial API, generic steps, the tracer-provider policy and one adapter per
 framework (langchain.py, crewai.py, autogen.py, openai_agents.py, smolagents.py).
-See README.md in this directory for configuration."""
+See docs/capture.md for configuration."""
 
 _LAZY = {
     "trial": ("otel_assay.capture.trial", "trial"),

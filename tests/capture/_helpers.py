@@ -137,5 +137,5 @@ def need(*modules: str) -> None:
     import pytest
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        pytest.skip(f"not installed in this environment: {', '.join(missing)} (see scripts/framework-envs.md)",
+        pytest.skip(f"not installed in this environment: {', '.join(missing)} (see docs/testing.md)",
                     allow_module_level=True)

@@ -1,5 +1,5 @@
 """CrewAI adapter: event-bus listeners; spans from event timestamps and parent links.
-Runs in the crewai environment (crewai needs openai<3; see scripts/framework-envs.md)."""
+Runs in the crewai environment (crewai needs openai<3; see docs/testing.md)."""
 
 import pytest
 
