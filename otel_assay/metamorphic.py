@@ -2,9 +2,9 @@
 
 A metamorphic relation says how an agent's behaviour should (not) change when its input is
 transformed: reordering the documents it is given should not change its answer, a typo in
-the question should not change which tools it calls (paper §6.1). Run the source trial,
-transform its input, run the follow-up trial with :func:`follow_up` attributes, and
-``otel-assay metamorphic`` checks the relation offline on the recorded pairs::
+the question should not change which tools it calls. Run the source trial, transform its
+input, run the follow-up trial with :func:`follow_up` attributes, and ``otel-assay
+metamorphic`` checks the relation offline on the recorded pairs::
 
     with otel_assay.trial("refund", version="v2") as src:
         a = agent(question, docs)

@@ -40,7 +40,8 @@ OP_PLAN = "plan"
 SERVICE_NAME = "service.name"
 SERVICE_VERSION = "service.version"
 
-# --- otel-assay's own namespace (DESIGN §2) --------------------------------------------
+# --- otel-assay's own namespace: a trial's identity (copied onto every span of the trial,
+# so any span says which trial it belongs to) and its result (on the trial's root span) ---
 ASSAY_SCENARIO = "assay.scenario"
 ASSAY_AGENT_VERSION = "assay.agent.version"
 ASSAY_RUN_ID = "assay.run.id"

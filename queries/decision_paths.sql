@@ -1,4 +1,5 @@
--- decision_paths: one row per trial, its decision path (paper Def. 4.3): the ordered
+-- decision_paths: one row per trial, its decision path (as the AgentAssay paper defines
+-- it, what the agent did in which order, the unit of path coverage): the ordered
 -- sequence of (step kind, tool) pairs, written `kind[:tool] > kind[:tool] > ...` in seq
 -- order ('' for a trial with no steps). Grouping trials by path gives the frequencies
 -- Chao1 needs (f1 = paths seen once, f2 = seen twice).

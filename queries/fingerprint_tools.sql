@@ -1,4 +1,5 @@
--- fingerprint_tools: the paper's tool-usage vector u (Def. 7.1) in long form, one row per
+-- fingerprint_tools: the AgentAssay paper's tool-usage vector u of a fingerprint, in long
+-- form (without it, swapping the preferred tool is invisible to the shift test), one row per
 -- (trial, tool used). `calls` is the number of tool steps with that tool; `freq` is
 -- calls / n_steps (all steps of the trial, so u sums with the step-kind fractions to the
 -- trial's shape). A tool of the vocabulary that a trial never called is absent here and

@@ -1,4 +1,5 @@
--- fingerprints: one behavioural vector per trial (paper Def. 7.1, DESIGN §7), the input of
+-- fingerprints: one behavioural vector per trial (the AgentAssay paper's behavioural
+-- fingerprint: how the agent worked, not only whether it passed), the input of
 -- the Hotelling T² shift test. Every feature is a DOUBLE; a trial with no steps gets 0s.
 -- The per-tool frequencies u are in fingerprint_tools (they depend on the vocabulary of
 -- the trials being compared).

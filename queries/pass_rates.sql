@@ -1,4 +1,5 @@
--- pass_rates: per (scenario, version), the two pass rates of sprt-wilson-ci-blog.
+-- pass_rates: per (scenario, version), the two pass rates the SPRT/Wilson CI post asks
+-- for, since each answers a different question:
 --
 --   per_protocol_rate   passes / trials that count (infrastructure, pre-validation and
 --                       empty runs excluded; a timeout after a tool call counts as a

@@ -1,6 +1,7 @@
--- span_kinds: one row per span, every instrumentation dialect mapped onto the canonical
--- step fields (reference/instrumentation.md §7). No dedupe and no tree here: `steps`
--- builds on this.
+-- span_kinds: one row per span, every instrumentation dialect (GenAI semconv of every
+-- vintage, OpenInference, OpenLLMetry/Traceloop, LangSmith, AutoGen and CrewAI native)
+-- mapped onto the canonical step fields, so that every analyzer reads one shape whatever
+-- emitted the trace. No dedupe and no tree here: `steps` builds on this.
 --
 -- step_kind is one of llm / tool / agent / reason / workflow / other, respond (only where
 -- our own span says so: otel_assay.step(kind="respond")), or 'structural' for
@@ -9,11 +10,12 @@
 -- spans with no GenAI markers). Structural spans stay in the tree so parentage can skip
 -- them. `respond` is not decided per span: steps.sql derives it from the whole trial.
 --
--- Detection order (§7.3 rule 1): a standard gen_ai.operation.name decides; else
--- openinference.span.kind; else traceloop.span.kind / llm.request.type; else
--- langsmith.span.kind; else an LLM-looking legacy span (gen_ai.system with a model);
--- else structural. Dual-emitting instrumentations (OpenInference with
--- OPENINFERENCE_ENABLE_GENAI_SEMCONV, Traceloop >= 0.5) agree between their dialects.
+-- Detection order (a span may speak several dialects; the first here decides, the
+-- standard one first): a standard gen_ai.operation.name decides; else openinference.span.kind; else
+-- traceloop.span.kind / llm.request.type; else langsmith.span.kind; else an LLM-looking
+-- legacy span (gen_ai.system with a model); else structural. Dual-emitting
+-- instrumentations (OpenInference with OPENINFERENCE_ENABLE_GENAI_SEMCONV,
+-- Traceloop >= 0.5) agree between their dialects.
 --
 -- Values come from typed columns first (the lake promotes gen_ai.* keys of the current
 -- convention), then from the map for every older or foreign key. Lookups sit inside

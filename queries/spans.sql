@@ -1,4 +1,5 @@
--- spans: one row per span, the lake schema (reference/storage.md §2) plus derived columns.
+-- spans: one row per span, the lake schema (the Arrow schema the lake's files are written
+-- with: a flat row per span, hex ids, INT64 nanosecond times) plus derived columns.
 --
 -- `lake_spans` is bound by the engine to the lake's live Parquet files (union_by_name, so
 -- files written by older schema versions still read). Duplicate (trace_id, span_id) rows

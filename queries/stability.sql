@@ -1,5 +1,7 @@
--- stability: the four within-session sub-scores of seeds/stability-subscores.txt, one row
--- per trial. Each is in [0, 1], higher = more stable; heuristics, "look here" signals.
+-- stability: the four within-session stability sub-scores (after the Agent Stability
+-- Index), one row per trial: they catch a session that quietly gets worse (thrashing
+-- between tools, looping on a call, burning tokens) with no error to show for it. Each
+-- is in [0, 1], higher = more stable; heuristics, "look here" signals.
 --
 --   tool_usage_stability  1 - (distinct tools - 1) / (tool calls - 1), clamped; 1 with
 --                         fewer than two calls. Low when the agent thrashes across tools.

@@ -1,5 +1,5 @@
--- stability_summary: stability across the trials of each (scenario, version), as the
--- stability gate of seeds/stability-subscores.txt reads it.
+-- stability_summary: stability across the trials of each (scenario, version), what the
+-- stability gate reads: one run can look stable by luck, so the gate judges many.
 --
 --   score          mean of the trials' weakest_score
 --   weakest_score  minimum weakest_score: the single worst trial's weakest dimension

@@ -1,4 +1,4 @@
--- step_states: the abstract state (paper Def. 4.6) each step is in, one row per step.
+-- step_states: the abstract state each step is in, one row per step, for state coverage.
 --
 -- An agent state σ = (location, variables, history) is abstracted to
 --   agent_name | kind[:tool] of the step | kind[:tool] of the previous step in the trial

@@ -1,4 +1,5 @@
--- steps: one row per agent step (DESIGN §5), built from span_kinds.
+-- steps: one row per agent step (an LLM call, a tool call, an agent run, ...) whatever
+-- instrumentation emitted it, built from span_kinds.
 --
 --   trace_id, span_id         the step's span
 --   step_parent_id            nearest ancestor span that is itself a step (structural
@@ -11,7 +12,9 @@
 --   step_kind                 llm / tool / agent / reason / respond / workflow / other
 --   llm_call                  true for llm steps, and the respond step derived from one:
 --                             the only steps whose tokens and cost count (aggregating
---                             spans repeat their children's tokens, §7.3 rule 5)
+--                             spans, such as OpenInference's smolagents AGENT span or
+--                             the Agents SDK's task and turn spans, repeat their
+--                             children's tokens)
 --   source_convention         otel_assay / otel_genai / openinference / openllmetry /
 --                             langsmith / autogen_native / crewai_native
 --   agent_name                the step's own agent name, else the nearest agent step's
@@ -24,16 +27,18 @@
 -- Three rules need the whole trial, which is why this is one query:
 -- (1) a span id that occurs twice (retransmission, broken emitter) is kept once, the
 --     earliest, so that parent links form a forest and the recursion terminates;
--- (2) a step emitted by two instrumentations counts once (§7.3 rule 2): two steps of one
---     trial, of the same kind (and tool name), from different conventions, whose time
---     windows overlap or that share a tool call id, are one step; the highest-priority
+-- (2) a step emitted by two instrumentations counts once (AutoGen's native spans next to
+--     OpenInference's for AutoGen, LangSmith next to a LangChain instrumentor): two steps
+--     of one trial, of the same kind (and tool name), from different conventions, whose
+--     time windows overlap or that share a tool call id, are one step; the highest-priority
 --     convention wins (otel_assay > otel_genai = native framework spans > openinference >
 --     openllmetry > langsmith) and takes fields it lacks (arguments, tokens, ...) from the
 --     one it replaces when that pairing is unambiguous;
 -- (3) parentage walks down from the roots once over a table materialised in memory
---     (`nodes`), never re-reading Parquet per tree level (storage.md §6). Roots are spans
---     without a parent, or whose parent is not in the lake (orphans). Spans whose parent
---     chain loops never meet a root; they are treated as top level.
+--     (`nodes`), never re-reading Parquet per tree level (a recursive CTE straight over
+--     Parquet rescans the files at every level, several times slower on a large lake).
+--     Roots are spans without a parent, or whose parent is not in the lake (orphans).
+--     Spans whose parent chain loops never meet a root; they are treated as top level.
 --
 -- Cost: the lake is read once (`base`); the tree, the order and the dedupe work on narrow
 -- rows (integer keys) and the wide columns join back once at the end, by row id.
@@ -46,10 +51,10 @@
 -- by the engine: analyze/stepfiles.py) is not computed here: `steps` reads those rows
 -- from stored_steps instead, and steps_between leaves the trial's spans out.
 --
--- respond is derived (instrumentation.md §7.2): the last llm step of a trial becomes
--- respond when it did not ask for tools (known from its output messages or finish
--- reasons; when the span does not say, when no tool step follows it) and did not fail (a
--- failed call answered nothing). A trial whose own spans mark a respond step
+-- respond is derived, since few instrumentations mark the final answer: the last llm
+-- step of a trial becomes respond when it did not ask for tools (known from its output
+-- messages or finish reasons; when the span does not say, when no tool step follows it)
+-- and did not fail (a failed call answered nothing). A trial whose own spans mark a respond step
 -- (otel_assay.step(kind="respond")) keeps that one instead.
 CREATE OR REPLACE MACRO steps_between(lo, hi) AS TABLE
 WITH RECURSIVE

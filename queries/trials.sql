@@ -1,4 +1,5 @@
--- trials: one row per trace (a trial is one trace, DESIGN §2), steps rolled up; except
+-- trials: one row per trace (a trial is one trace: the capture API opens one root span per
+-- trial, so the trace id is the trial id), steps rolled up; except
 -- traces made only of the gate's own verdict spans (scope otel_assay.gate) or of agent
 -- set-up (create_agent) spans.
 --
@@ -10,7 +11,8 @@
 --   models          distinct models of the trial's LLM calls, sorted
 --   outcome         'pass' / 'fail' / NULL (unknown), score (assay.trial.score); a boolean
 --                   assay.trial.outcome (stored as 'true' / 'false') reads as pass / fail
---   error_class     sprt-wilson-ci-blog error classes: the explicit assay.error.class
+--   error_class     the error classes of the SPRT/Wilson CI post, which keep a broken
+--                   harness from counting against the agent: the explicit assay.error.class
 --                   (normalised: infrastructure, pre-validation, empty-run, timeout; the
 --                   adapters also write exception, max-steps (a failure) and interrupted
 --                   (Ctrl-C, a graph paused for a human: counted, outcome unknown)), else

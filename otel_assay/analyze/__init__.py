@@ -11,7 +11,8 @@ Views, in creation order (each file in queries/ documents its columns and rules)
   cost);
 - ``trial_labels``, ``trials``, ``pass_rates``: one row per trial; error classes,
   per-protocol and intent-to-treat pass rates;
-- ``fingerprint_tools``, ``fingerprints``: the behavioural fingerprint (paper Def. 7.1);
+- ``fingerprint_tools``, ``fingerprints``: the behavioural fingerprint (the AgentAssay
+  paper's: how a trial worked, not only whether it passed);
 - ``decision_paths``, ``step_states``, ``abstract_states``, ``tool_definition_texts``,
   ``parsed_tool_definitions``, ``tool_definitions``, ``tool_arguments``, ``models_used``: the
   coverage sets;

@@ -1,4 +1,4 @@
-"""Canonical JSON for tool arguments (instrumentation.md §7.3 rule 6).
+"""Canonical JSON for tool arguments, so that one call reads the same whoever recorded it.
 
 Emitters record one call's arguments in different shapes: a JSON string
 ``{"a": 2, "b": 3}``, a Python-repr string ``{'a': 2, 'b': 3}`` (CrewAI's finished

@@ -1,5 +1,6 @@
-"""Coverage inputs (paper §4, DESIGN §7): the sets the coverage metrics need, read from the
-views, and the coverage report computed from them by :mod:`otel_assay.stats.coverage`.
+"""Coverage inputs (for the AgentAssay paper's five coverage dimensions): the sets the
+coverage metrics need, read from the views, and the coverage report computed from them by
+:mod:`otel_assay.stats.coverage`.
 
 - tools used (tool steps) vs tools available (configured, else the tool definitions
   recorded on LLM spans: ``tool_definitions``);
@@ -19,7 +20,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ..stats.coverage import DEFAULT_STATE_LAMBDA, CoverageReport, agent_coverage
 
-# a recorded number this close (relative) to a numeric bound hits it (paper Def. 4.8's ϵ)
+# a recorded number this close (relative) to a numeric bound hits it: a boundary is tested
+# by a value at or near it, and a float that rounding moved off the bound still tested it
 BOUNDARY_TOLERANCE = 1e-9
 
 Boundary = tuple[str, str, str]  # (tool, parameter, boundary), e.g. ("search", "limit", "max=100")
@@ -122,10 +124,11 @@ def _param_boundaries(schema: Mapping[str, Any]) -> list[tuple[str, Any]]:
 
 
 def boundary_tests(tool: str, schema: Any) -> dict[Boundary, Callable[[Any], bool]]:
-    """The boundaries (paper Def. 4.7) of a tool's parameter JSON schema (top-level
-    properties), each with the test a recorded argument value must pass to hit it: min/max
-    (inclusive and exclusive), length and item-count limits, every enum value, true/false,
-    and the empty value where the schema allows it."""
+    """The boundaries (the extremes of a parameter's domain, where tools tend to break) of a
+    tool's parameter JSON schema (top-level properties), each with the test a recorded
+    argument value must pass to hit it: min/max (inclusive and exclusive), length and
+    item-count limits, every enum value, true/false, and the empty value where the schema
+    allows it."""
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
         return {}
     return {(tool, name, label): test for name, p in schema["properties"].items() if isinstance(p, dict)

@@ -1,6 +1,7 @@
-"""The fingerprint matrix (paper Def. 7.1): the fingerprints view plus one tool-usage
-frequency column per tool of a vocabulary, computed in SQL (one ``sum(freq) FILTER`` per
-tool over fingerprint_tools, the form that transpiles to other engines; storage.md §5)."""
+"""The fingerprint matrix (the AgentAssay paper's behavioural fingerprint, one row per trial):
+the fingerprints view plus one tool-usage frequency column per tool of a vocabulary, computed
+in SQL (one ``sum(freq) FILTER`` per tool over fingerprint_tools: unlike DuckDB's PIVOT, that
+form is plain SQL that other engines such as Spark run too)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Trial selectors: ``--select key=value`` over the trials view (DESIGN §5).
+"""Trial selectors: ``--select key=value`` over the trials view, one syntax for every command.
 
 Keys: version, scenario, run, model, outcome. Several selectors are ANDed; one selector may
 also hold several comma-separated pairs (``version=v2,scenario=refund``, the gate's form). A

@@ -1,10 +1,12 @@
 """otel_assay.live: run trials of an agent — as few as the statistics allow.
 
-- :mod:`.scenarios` — scenario files (YAML, paper §8.4 shape) with evaluators and config.
+- :mod:`.scenarios` — scenario files (YAML, in the AgentAssay paper's test specification
+  shape) with evaluators and config.
 - :mod:`.runner` — :func:`run_suite`: trials under the trial API, SPRT early stopping,
   retries of infrastructure errors, per-trial timeouts, concurrency, resumption from the lake.
 - :mod:`.stochastic` — the ``@stochastic`` decorator for pytest (see ``otel_assay.pytest_plugin``).
-- :mod:`.mutation` — mutation testing of agent configurations (paper §5).
+- :mod:`.mutation` — mutation testing of agent configurations (the AgentAssay paper's
+  prompt, tool, model and context mutations: does the suite notice a broken agent?).
 - :mod:`.commands` — ``otel-assay run`` and ``otel-assay mutate``.
 """
 

@@ -1,10 +1,11 @@
-"""Multi-fidelity runs (paper §7.4, Def. 7.7, Prop. 7.4): spend part of the trials on a cheap
-proxy agent (e.g. the same agent on a smaller model) and combine the evidence.
+"""Multi-fidelity runs, after the AgentAssay paper's multi-fidelity proxy testing: spend part
+of the trials on a cheap proxy agent (e.g. the same agent on a smaller model) whose behaviour
+correlates with the target's, and combine the evidence, so fewer expensive trials are needed.
 
 1. ``rho`` — the behavioural correlation of the two agents — is given, or estimated from
    ``calibration`` *paired* trials per scenario (same trial index on both; Pearson correlation
    of their per-trial fingerprints [steps, tool calls, tokens, passed], component-wise and
-   averaged as Def. 7.7 says; clipped to [0, 0.99]).
+   averaged, as the paper defines rho; clipped to [0, 0.99]).
 2. :func:`~otel_assay.stats.multi_fidelity_allocation` splits the fixed-sample size
    ``trials`` into n_target target trials and n_proxy proxy trials.
 3. Both run under the trial API (versions ``V`` and ``V@proxy``) and, per scenario, the
@@ -56,8 +57,8 @@ def _clip_p(p: float) -> float:
 
 
 def estimate_rho(target_records, proxy_records) -> float:
-    """Def. 7.7: component-wise Pearson correlation of paired fingerprints, averaged over the
-    components that vary in both; 0 when none do."""
+    """The behavioural correlation rho of the two agents: component-wise Pearson correlation of
+    paired fingerprints, averaged over the components that vary in both; 0 when none do."""
     pairs = {r.index: r for r in target_records if r.counted}
     rows = [(pairs[r.index], r) for r in proxy_records if r.counted and r.index in pairs]
     if len(rows) < 3:

@@ -7,12 +7,13 @@ scenario's evaluator, and per scenario:
 - ``method: sprt`` feeds the outcomes, in trial-index order, to Wald's SPRT
   (H0: p >= threshold vs H1: p <= threshold - delta) and stops launching trials once it
   crosses a boundary; at ``n_max`` the fixed-sample verdict decides.
-- ``method: fixed`` runs ``trials`` counted trials and gives the Wilson verdict (Def. 3.6).
+- ``method: fixed`` runs ``trials`` counted trials and gives the three-valued Wilson verdict.
 - ``method: adaptive`` runs ``calibration`` trials, computes the variance class and n* from
-  their fingerprints (paper Alg. 4) and runs up to n* trials (fixed-sample verdict).
+  their fingerprints (the AgentAssay paper's adaptive budget: a stable agent needs fewer
+  trials) and runs up to n* trials (fixed-sample verdict).
 
-Which trials count is what the lake's ``trials`` view says (DESIGN §7): infrastructure
-errors are retried (``retries``, same trial index) and excluded; empty runs (no LLM call and
+Which trials count is what the lake's ``trials`` view says: infrastructure errors are
+retried (``retries``, same trial index) and excluded; empty runs (no LLM call and
 no tool step) are excluded; a timeout counts as a failure only when a tool call finished
 before it. So the run's counts and the gate's counts agree.
 
@@ -483,7 +484,7 @@ class _ScenarioState:
 
     def more_needed(self) -> int:
         """Further trials a rerun would likely need: Wald's expected N at the observed rate for
-        SPRT (minus those run), Eq. 1's n* for fixed samples."""
+        SPRT (minus those run), the single-version sample size n* for fixed samples."""
         cfg, r = self.cfg, self.run
         p = (r.successes + 0.5) / (r.n + 1.0)
         p = min(max(p, 0.01), 0.99)

@@ -1,6 +1,6 @@
 """Scenario files: what to run, how to judge each trial, and how many trials to spend.
 
-The shape follows the paper (§8.4)::
+The shape follows the AgentAssay paper's test specification format::
 
     name: ticket_routing
     agent: myapp.agents:route            # optional; `--agent` overrides

@@ -18,8 +18,9 @@ falsy value or raises (``AssertionError`` or any other exception); infrastructur
 a trial with no LLM call and no tool step is an empty run and does not count.
 
 ``baseline="version=v1"`` also compares with that selection's trials of the same scenario
-in the lake (regression verdict, Def. 3.7): the test then fails on a regression, not on the
-threshold alone. Without the plugin (``-p no:otel_assay``) the body runs once as a plain test.
+in the lake (regression verdict: Fisher's exact test plus a minimum drop of ``delta``): the
+test then fails on a regression, not on the threshold alone. Without the plugin
+(``-p no:otel_assay``) the body runs once as a plain test.
 """
 
 from __future__ import annotations

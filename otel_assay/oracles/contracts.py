@@ -1,4 +1,5 @@
-"""Behavioural contracts judged on recorded traces, at zero token cost (paper §6.1, Table 2).
+"""Behavioural contracts judged on recorded traces, at zero token cost: a contract reads only
+what the trials already recorded, so checking one never runs the agent again.
 
 A contract is a property every trial should have — "at most 12 steps", "calls
 lookup_order", "never calls delete_account", "the answer matches this regex" — declared in
@@ -337,7 +338,7 @@ def evaluate(engine, contracts: Sequence[Contract], *, trials: str = "trials") -
         if expr is not None:
             cols.append(f"CAST({expr} AS BOOLEAN) AS c{i}")
     user_sql = [(i, c) for i, c in enumerate(contracts) if c.kind == "sql"]
-    # only the trials that count, as in the pass rates and the run (DESIGN §7): an infrastructure
+    # only the trials that count, as in the pass rates and the run: an infrastructure
     # error, a pre-validation failure, an empty run or a timeout before any tool call measured
     # nothing about the agent, yet (no tools, no answer) failed must_call and the output contracts
     sql = _FACTS.format(trials=trials) + ("SELECT *" if user_sql else "SELECT trace_id, scenario, version") + \
@@ -537,7 +538,9 @@ class ContractRegression:
 
 def regressions(results: ContractResults, baseline_version: str, candidate_version: str, *,
                 delta: float = 0.10, alpha: float = 0.05) -> list[ContractRegression]:
-    """Whether each contract holds less often in the candidate version (paper Prop. 6.1)."""
+    """Whether each contract holds less often in the candidate version: the share of trials
+    where it holds is a pass rate like any other, so the regression verdict on it tells a
+    real drop from noise."""
     from ..stats import regression_verdict
 
     by = {(v.contract, v.scenario, v.version): v for v in verdicts(results)}

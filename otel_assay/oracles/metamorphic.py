@@ -1,4 +1,6 @@
-"""Metamorphic relations checked offline on recorded pairs of trials (paper §6.1, Prop. 6.1).
+"""Metamorphic relations checked offline on recorded pairs of trials: an agent's answer has
+no fixed expected value, but how it should change (or not) when the input changes in a
+known way can be checked — the AgentAssay paper's way round the oracle problem.
 
 A follow-up trial carries ``assay.mr.relation``, ``assay.mr.source`` (the source trial's
 trace id) and ``assay.mr.transform`` on its root span (see :mod:`otel_assay.metamorphic`).
@@ -229,7 +231,8 @@ def verdicts(relations: list[Relation], pairs: list[dict]) -> list[RelationVerdi
 
 def compare_versions(relations: list[Relation], pairs: list[dict], baseline: str, candidate: str, *,
                      delta: float = 0.10, alpha: float = 0.05) -> dict[str, Any]:
-    """Per relation: the regression verdict on the share of pairs where it holds (Prop. 6.1)."""
+    """Per relation: the regression verdict on the share of pairs where it holds (a relation
+    broken more often in the candidate is a regression in the property it encodes)."""
     from ..stats import regression_verdict
 
     by = {(v.relation, v.version): v for v in verdicts(relations, pairs)}

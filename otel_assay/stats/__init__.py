@@ -4,30 +4,33 @@ small frozen result object in the style of scipy.stats. Verdicts are :class:`Ver
 ("PASS" / "FAIL" / "INCONCLUSIVE"); p-values come with ``neg_log10_pvalue`` computed in log
 space so they never underflow; anything random takes a ``seed``.
 
-Definitions follow the AgentAssay paper (§3, §4, §7) as amended by DESIGN §6-§8.
+Definitions follow the AgentAssay paper (its stochastic test semantics, coverage metrics and
+token-efficient testing) with deliberate changes where the paper's rule misbehaves; each
+module says what it changed and why.
 
 Pass rates (proportions)
-    wilson_interval, clopper_pearson_interval, verdict (Def. 3.6), sample_size_threshold (Eq. 1)
+    wilson_interval, clopper_pearson_interval, verdict (three-valued: PASS / FAIL /
+    INCONCLUSIVE from a confidence interval), sample_size_threshold
 Regression between two versions (regression)
-    regression_verdict, regression_verdicts (Def. 3.7 + non-inferiority PASS, suite-corrected),
-    fisher_exact_test, two_proportion_ztest, newcombe_interval, effect_sizes (Def. 3.8),
-    regression_power, sample_size_regression (Eq. 6), mcnemar_exact (paired trials)
+    regression_verdict, regression_verdicts (Fisher FAIL + non-inferiority PASS, suite-corrected),
+    fisher_exact_test, two_proportion_ztest, newcombe_interval, effect_sizes (difference,
+    Cohen's h, odds ratio), regression_power, sample_size_regression, mcnemar_exact (paired trials)
 Sequential testing (sprt)
-    SPRT (.update, .resume, .with_beta_prior), sprt_test, sprt_expected_n (Eq. 9-10),
-    sprt_operating_characteristics (exact), beta_prior_llr (Eq. 49)
+    SPRT (.update, .resume, .with_beta_prior), sprt_test, sprt_expected_n (Wald's approximation),
+    sprt_operating_characteristics (exact), beta_prior_llr (warm-start prior)
 Bayesian (bayes)
-    bayes_regression (Def. 3.10)
+    bayes_regression (posterior probability of a drop)
 Multiple testing (multiple)
-    adjust_pvalues (holm, bonferroni, bh, by), suite_verdict (Def. 3.11)
+    adjust_pvalues (holm, bonferroni, bh, by), suite_verdict (FAIL if any scenario FAILs)
 Fingerprints (hotelling)
-    hotelling_t2 (Thm 7.1), hotelling_detectable_shift
+    hotelling_t2 (two-sample T² on fingerprints), hotelling_detectable_shift
 Coverage (coverage)
     agent_coverage, tool_coverage, path_coverage, state_coverage, boundary_coverage,
     model_coverage, overall_coverage, chao1, good_turing_coverage
 Budgets (budget)
-    adaptive_budget (Alg. 4), adaptive_sample_size (Eq. 39), fingerprint_variance,
-    variance_class (Def. 7.4), fingerprint_sample_size (Eq. 30), stouffer_combine,
-    multi_fidelity_combine, multi_fidelity_allocation (Prop. 7.4)
+    adaptive_budget (calibrated from a few trials), adaptive_sample_size, fingerprint_variance,
+    variance_class (stable / moderate / volatile), fingerprint_sample_size, stouffer_combine,
+    multi_fidelity_combine, multi_fidelity_allocation (cheap proxy model + target model)
 Drift (drift)
     CUSUM, BernoulliCUSUM, PageHinkley, cusum, bernoulli_cusum, page_hinkley
 """

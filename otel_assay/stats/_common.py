@@ -15,8 +15,10 @@ LN10 = math.log(10.0)
 
 
 class Verdict(StrEnum):
-    """Three-valued verdict (paper Def. 3.6). A ``str`` subclass, so it compares
-    equal to ``"PASS"`` / ``"FAIL"`` / ``"INCONCLUSIVE"`` and serialises as text."""
+    """Three-valued verdict: a statistical test on a handful of stochastic trials can show
+    that a rate is above a bar, below it, or neither yet, and "neither" must not read as a
+    pass. A ``str`` subclass, so it compares equal to ``"PASS"`` / ``"FAIL"`` /
+    ``"INCONCLUSIVE"`` and serialises as text."""
 
     PASS = "PASS"
     FAIL = "FAIL"

@@ -1,4 +1,5 @@
-"""Bayesian regression probability (paper Def. 3.10)."""
+"""Bayesian regression probability, as the AgentAssay paper defines it: the posterior
+probability that the candidate's pass rate is more than delta below the baseline's."""
 
 from __future__ import annotations
 
@@ -33,11 +34,11 @@ def bayes_regression(
     baseline_successes: int, baseline_n: int, candidate_successes: int, candidate_n: int,
     delta: float = 0.0, alpha: float = 0.05, beta: float = 0.2, prior: tuple[float, float] = (1.0, 1.0),
 ) -> BayesResult:
-    """Bayesian regression probability P_reg = P[p_c < p_b - delta | r_b, r_c] (paper Eq. 11).
+    """Bayesian regression probability P_reg = P[p_c < p_b - delta | r_b, r_c].
 
     Each pass rate gets the posterior Beta(a0 + k, b0 + n - k) from the common ``prior``
-    Beta(a0, b0) (default uniform). Verdict as in the paper: FAIL if P_reg > 1 - alpha, PASS if
-    P_reg < beta, INCONCLUSIVE otherwise.
+    Beta(a0, b0) (default uniform). Verdict as in the AgentAssay paper: FAIL if
+    P_reg > 1 - alpha, PASS if P_reg < beta, INCONCLUSIVE otherwise.
 
     P_reg is a one-dimensional integral, computed by adaptive quadrature rather than sampling,
     so it is deterministic and accurate to ~1e-9 (``error_bound`` adds quadrature error and

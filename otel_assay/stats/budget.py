@@ -1,5 +1,7 @@
-"""How many trials to run: adaptive budgets (paper Def. 7.4, Thm 7.2, Alg. 4), the
-fingerprint sample size (Eq. 30) and multi-fidelity testing (Prop. 7.4)."""
+"""How many trials to run, after the AgentAssay paper's token-efficient testing: adaptive
+budgets (a stable agent needs fewer trials than a volatile one, so calibrate on a few trials
+first), the fingerprint sample size, and multi-fidelity testing (spend part of the trials on
+a cheap proxy model whose behaviour correlates with the target's)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ SIGMA_HIGH2 = 0.25
 
 
 def fingerprint_variance(fingerprints) -> float:
-    """Total fingerprint variance (paper Eq. 37): sum_i ||f_i - f̄||² / (k - 1), the trace of
-    the covariance. Assumes features on a [0, 1] scale, as the paper's thresholds do."""
+    """Total fingerprint variance: sum_i ||f_i - f̄||² / (k - 1), the trace of the
+    covariance. Assumes features on a [0, 1] scale, as the paper's thresholds do."""
     f = check_finite_array("fingerprints", fingerprints, ndim=2)
     if f.shape[0] < 2:
         raise ValueError(f"fingerprints needs at least 2 calibration trials, got {f.shape[0]}")
@@ -25,10 +27,10 @@ def fingerprint_variance(fingerprints) -> float:
 
 
 def variance_class(variance: float, sigma_low2: float = SIGMA_LOW2, sigma_high2: float = SIGMA_HIGH2) -> str:
-    """Behavioural variance class (paper Eq. 38): "stable" / "moderate" / "volatile".
+    """Behavioural variance class: "stable" / "moderate" / "volatile".
 
-    Defaults are the paper's definition (0.05, 0.25) for [0, 1]-scaled features; its footnote
-    reports 1.5 / 5.0 in its own implementation, for unscaled 14-d fingerprints.
+    Defaults are the AgentAssay paper's definition (0.05, 0.25) for [0, 1]-scaled features;
+    its footnote reports 1.5 / 5.0 in its own implementation, for unscaled 14-d fingerprints.
     """
     variance = check_positive("variance", variance, allow_zero=True)
     sigma_low2 = check_positive("sigma_low2", sigma_low2)
@@ -40,10 +42,12 @@ def variance_class(variance: float, sigma_low2: float = SIGMA_LOW2, sigma_high2:
 
 def adaptive_sample_size(variance: float, d_eff: int, alpha: float = 0.05, beta: float = 0.1,
                          min_shift: float = 0.5) -> int:
-    """Paper Eq. (39): n* = ceil((z_{1-alpha} + z_{1-beta})² sigma² / Delta_min² + (d_eff + 1) / 2).
+    """The AgentAssay paper's adaptive trial count:
+    n* = ceil((z_{1-alpha} + z_{1-beta})² sigma² / Delta_min² + (d_eff + 1) / 2).
 
-    Eq. (40) (sigma² = 0.05, d_eff = 5, alpha = 0.05, beta = 0.1, Delta = 0.5) gives 5, as the
-    paper says; :func:`adaptive_budget` adds Alg. 4's floor and safety margin.
+    The paper's stable-agent example (sigma² = 0.05, d_eff = 5, alpha = 0.05, beta = 0.1,
+    Delta = 0.5) gives 5, as the paper says; :func:`adaptive_budget` adds the paper's floor
+    and safety margin.
     """
     variance = check_positive("variance", variance, allow_zero=True)
     d_eff = check_count("d_eff", d_eff)
@@ -56,7 +60,8 @@ def adaptive_sample_size(variance: float, d_eff: int, alpha: float = 0.05, beta:
 
 @dataclass(frozen=True)
 class BudgetResult:
-    """Alg. 4 output: the recommended trials and how they were derived."""
+    """Adaptive budget calibration's output: the recommended trials and how they were
+    derived."""
 
     n_star: int
     n_formula: int
@@ -70,12 +75,15 @@ class BudgetResult:
 def adaptive_budget(calibration, alpha: float = 0.05, beta: float = 0.1, min_shift: float = 0.5,
                     variance_explained: float = 0.95, sigma_low2: float = SIGMA_LOW2,
                     sigma_high2: float = SIGMA_HIGH2) -> BudgetResult:
-    """Adaptive budget calibration (paper Alg. 4) from k calibration fingerprints (k x d).
+    """Adaptive budget calibration (the AgentAssay paper's algorithm) from k calibration
+    fingerprints (k x d).
 
-    sigma² by Eq. 37, d_eff by PCA of their covariance (Eq. 28), n by Eq. 39, then
-    n = max(n, k + 5) and n = ceil(n (1 + sqrt(2/k))) for the error in a k-trial variance
-    estimate. With k = 10 a stable agent lands at 22 — the paper's "15-25" follows from these
-    two steps, not from the safety margin alone (5 x 1.45 would be 8).
+    sigma² by :func:`fingerprint_variance`, d_eff by PCA of their covariance (components that
+    explain ``variance_explained`` of it), n by :func:`adaptive_sample_size`, then
+    n = max(n, k + 5) (a floor so the interval has enough trials to be reliable) and
+    n = ceil(n (1 + sqrt(2/k))) for the error in a k-trial variance estimate. With k = 10 a
+    stable agent lands at 22 — the paper's "15-25" follows from these two steps, not from the
+    safety margin alone (5 x 1.45 would be 8).
     """
     f = check_finite_array("calibration", calibration, ndim=2)
     k = f.shape[0]
@@ -96,7 +104,8 @@ def adaptive_budget(calibration, alpha: float = 0.05, beta: float = 0.1, min_shi
 
 
 def fingerprint_sample_size(d_eff: int, min_shift: float, alpha: float = 0.05, beta: float = 0.1) -> int:
-    """Trials for the fingerprint T² test to detect a Mahalanobis shift (paper Eq. 30):
+    """Trials for the fingerprint T² test to detect a Mahalanobis shift (the AgentAssay
+    paper's planning formula):
     ceil((d_eff + 1)(z_{1-alpha} + z_{1-beta})² / Delta² + (d_eff + 1) / 2).
 
     A planning approximation; :func:`otel_assay.stats.hotelling_detectable_shift` gives the
@@ -140,11 +149,12 @@ def stouffer_combine(pvalues, weights=None) -> CombinedPValue:
 
 
 def multi_fidelity_combine(p_proxy: float, p_target: float, rho: float) -> CombinedPValue:
-    """Evidence from a cheap proxy model and the target model (paper Prop. 7.4, Eq. 47).
+    """Evidence from a cheap proxy model and the target model (the AgentAssay paper's
+    multi-fidelity combination).
 
     The paper weights the proxy by rho and the target by 1 - rho (rho = fingerprint correlation
     between the two models) and, like its implementation, this combines by weighted Stouffer
-    rather than the weighted Fisher statistic of Eq. 47 (whose chi²_4 reference is not exact
+    rather than the paper's weighted Fisher statistic (whose chi²_4 reference is not exact
     with unequal weights). The two tests must be on independent trials.
     """
     rho = float(rho)
@@ -157,7 +167,8 @@ def multi_fidelity_combine(p_proxy: float, p_target: float, rho: float) -> Combi
 class MultiFidelityPlan:
     """Trials on the target and the proxy model, and cost relative to target-only testing.
 
-    ``paper_bound`` is Eq. 48's 1 - rho² + rho² c_c/c_e, which no allocation attains.
+    ``paper_bound`` is the AgentAssay paper's cost bound 1 - rho² + rho² c_c/c_e, which no
+    allocation attains.
     """
 
     n_target: int
@@ -168,7 +179,8 @@ class MultiFidelityPlan:
 
 
 def multi_fidelity_allocation(n_single: int, rho: float, cost_ratio: float) -> MultiFidelityPlan:
-    """Optimal split between target and proxy trials (paper Prop. 7.4, Eq. 46).
+    """Optimal split between target and proxy trials: the cheapest allocation with the power
+    of ``n_single`` target-only trials.
 
     Uses the two-model multi-fidelity Monte Carlo result the paper's proof cites (Peherstorfer,
     Willcox & Gunzburger 2016): with n_e target trials and r n_e proxy trials, the
@@ -177,7 +189,7 @@ def multi_fidelity_allocation(n_single: int, rho: float, cost_ratio: float) -> M
     w = c_c / c_e, giving cost ratio (sqrt(1 - rho²) + rho sqrt(w))². When r* <= 1 the proxy
     does not pay and the plan is target-only.
 
-    The paper's bound (Eq. 48) drops the cross term 2 rho sqrt(w (1 - rho²)): for rho = 0.8,
+    The paper's cost bound drops the cross term 2 rho sqrt(w (1 - rho²)): for rho = 0.8,
     w = 0.1 the attainable ratio is 0.728, not 0.424; for rho = 0.9 it is 0.519, not 0.271.
     """
     n_single = check_count("n_single", n_single, minimum=1)

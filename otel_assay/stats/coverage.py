@@ -1,4 +1,6 @@
-"""Agent coverage metrics (paper §4, DESIGN §7).
+"""Agent coverage metrics: how much of what an agent can do its trials exercised, in the
+five dimensions of the AgentAssay paper (tool, decision path, state, boundary, model) and
+their weighted geometric mean.
 
 Each dimension is a :class:`CoverageDimension` whose ``value`` is None when it is undefined
 (no denominator: no tools configured, no paths observed, ...). An undefined dimension is
@@ -65,10 +67,10 @@ def good_turing_coverage(observations) -> float | None:
 
 
 def chao1(observations) -> float:
-    """Chao1 estimate of the number of distinct items (paper Eq. 16).
+    """Chao1 estimate of the number of distinct items, seen or not yet seen.
 
-    d + f1² / (2 f2) when f2 > 0 (the paper's form); when f2 = 0 that divides by zero, so the
-    bias-corrected form d + ((n - 1) / n) f1 (f1 - 1) / 2 is used (Chao 2005).
+    d + f1² / (2 f2) when f2 > 0 (the AgentAssay paper's form); when f2 = 0 that divides by
+    zero, so the bias-corrected form d + ((n - 1) / n) f1 (f1 - 1) / 2 is used (Chao 2005).
     """
     counts = _as_counts(observations)
     n = sum(counts.values())
@@ -94,24 +96,25 @@ def _ratio(name: str, used: Iterable, available: Iterable, what: str) -> Coverag
 
 
 def tool_coverage(used: Iterable[str], available: Iterable[str]) -> CoverageDimension:
-    """|tools used ∩ available| / |available| (paper Eq. 14). Tools used but not declared are
+    """|tools used ∩ available| / |available|. Tools used but not declared are
     listed in ``note`` (the declaration is probably stale) and not counted."""
     return _ratio("tool", used, available, "available tools")
 
 
 def boundary_coverage(tested: Iterable, boundaries: Iterable) -> CoverageDimension:
-    """|boundaries tested| / |boundaries| (paper Eq. 18); boundaries are any hashable ids,
+    """|boundaries tested| / |boundaries|; boundaries are any hashable ids,
     e.g. ("search", "limit", "max")."""
     return _ratio("boundary", tested, boundaries, "tool boundaries")
 
 
 def model_coverage(tested: Iterable[str], target: Iterable[str]) -> CoverageDimension:
-    """|models tested ∩ target| / |target| (paper Eq. 19)."""
+    """|models tested ∩ target| / |target|."""
     return _ratio("model", tested, target, "target models")
 
 
 def path_coverage(paths) -> CoverageDimension:
-    """Decision-path coverage d / Chao1 (paper Eq. 15-16).
+    """Decision-path coverage d / Chao1: distinct paths seen over the estimated number of
+    paths, since the feasible paths of an agent cannot be enumerated.
 
     ``paths`` is a mapping path -> number of trials that took it, or an iterable of observed
     paths (any hashable, e.g. tuples of (kind, tool) pairs; lists are converted). None when
@@ -126,7 +129,9 @@ def path_coverage(paths) -> CoverageDimension:
 
 
 def state_coverage(states, lam: float = DEFAULT_STATE_LAMBDA) -> CoverageDimension:
-    """State-space coverage 1 - exp(-|distinct abstract states| / lam) (paper Eq. 17).
+    """State-space coverage 1 - exp(-|distinct abstract states| / lam), as the AgentAssay
+    paper defines it: the state space is unbounded, so coverage saturates instead of being a
+    share of a known total.
 
     ``lam`` is the expected number of distinct abstract states for the agent; the paper
     leaves it to calibration and gives no value. The default 50 means 50 distinct states give
@@ -145,8 +150,8 @@ def state_coverage(states, lam: float = DEFAULT_STATE_LAMBDA) -> CoverageDimensi
 
 @dataclass(frozen=True)
 class CoverageReport:
-    """The coverage tuple (paper Def. 4.1) and the weighted geometric mean over the defined
-    dimensions. ``undefined`` names the n/a dimensions; ``overall`` is None if all are."""
+    """The coverage tuple (one value per dimension) and the weighted geometric mean over the
+    defined dimensions. ``undefined`` names the n/a dimensions; ``overall`` is None if all are."""
 
     dimensions: tuple[CoverageDimension, ...]
     overall: float | None
@@ -162,9 +167,10 @@ class CoverageReport:
 
 def overall_coverage(dimensions: Iterable[CoverageDimension], weights: Mapping[str, float] | None = None
                      ) -> CoverageReport:
-    """Weighted geometric mean prod C_i^{w_i} over the defined dimensions (paper Def. 4.10,
-    Remark 4.2), weights renormalised to sum to 1 over those dimensions (equal by default).
-    A zero in any weighted dimension makes the overall 0: a gap is not averaged away.
+    """Weighted geometric mean prod C_i^{w_i} over the defined dimensions (the AgentAssay
+    paper's overall coverage, with its optional weights), weights renormalised to sum to 1
+    over those dimensions (equal by default). A zero in any weighted dimension makes the
+    overall 0: a gap is not averaged away.
     """
     dims = tuple(dimensions)
     names = [d.name for d in dims]
@@ -194,7 +200,7 @@ def agent_coverage(
     boundaries_tested=(), boundaries=(), models_tested=(), models_target=(),
     weights: Mapping[str, float] | None = None,
 ) -> CoverageReport:
-    """All five dimensions (paper Def. 4.1) and the overall score from the sets the analyzers
+    """All five dimensions and the overall score from the sets the analyzers
     produce. Anything not supplied is n/a."""
     return overall_coverage([
         tool_coverage(tools_used, tools_available),

@@ -1,4 +1,4 @@
-"""Change detection for continuous monitoring: CUSUM and Page-Hinkley (DESIGN §6).
+"""Change detection for continuous monitoring: CUSUM and Page-Hinkley.
 
 Feed them trial outcomes in time order (a drop in pass rate) or per-trial fingerprint
 distances to a baseline (a rise in distance). Each detector is an object you update one value

@@ -1,11 +1,13 @@
-"""Two-sample Hotelling T² test on behavioural fingerprints (paper Thm 7.1, DESIGN §6, §8).
+"""Two-sample Hotelling T² test on behavioural fingerprints: the AgentAssay paper's
+fingerprint regression test, which sees a change in how an agent works (tools, steps,
+tokens) even when its pass rate holds.
 
 Pipeline: standardise every feature with the mean and SD of both arms together, drop the
 features that are constant over both arms, project on the principal components of the
-combined sample that explain >= 95 % of its variance (d_eff, paper Eq. 28), shrink the pooled
-within-arm covariance when trials are few for the dimension, and compute T². The p-value is
-exact by permutation for small samples (default when n_b + n_c < 100) and from the F
-distribution otherwise.
+combined sample that explain >= 95 % of its variance (their number is the effective
+dimension d_eff), shrink the pooled within-arm covariance when trials are few for the
+dimension, and compute T². The p-value is exact by permutation for small samples (default
+when n_b + n_c < 100) and from the F distribution otherwise.
 
 Why the combined sample, not the pooled within-arm one, drives standardisation and PCA: the
 combined sample does not depend on which trial carries which label, so the projection (and
@@ -86,7 +88,7 @@ def hotelling_t2(
     n_permutations: int = 9999, seed=0, variance_explained: float = 0.95, shrinkage="auto",
     feature_names=None, top_k: int = 5,
 ) -> HotellingResult:
-    """Two-sample Hotelling T² test of equal mean fingerprints (paper Thm 7.1, Eq. 29).
+    """Two-sample Hotelling T² test of equal mean fingerprints.
 
     ``baseline`` (n_b x d) and ``candidate`` (n_c x d) hold one fingerprint per trial. A 1-d
     array is one feature. NaN/inf raise ``ValueError`` (impute upstream: a missing value is
@@ -353,7 +355,7 @@ def hotelling_detectable_shift(n_baseline: int, n_candidate: int, d_eff: int, al
     """Smallest Mahalanobis shift Delta_M the T² test detects with power 1 - beta.
 
     Under a shift Delta_M the F statistic is noncentral F(d_eff, n - d_eff - 1) with
-    noncentrality c Delta_M², c = n_b n_c / n (paper Eq. 32); this solves
+    noncentrality c Delta_M², c = n_b n_c / n; this solves
     P(F > F_{1-alpha}) = 1 - beta for Delta_M. The permutation test has the same power
     asymptotically, so the figure also describes it. None when n <= d_eff + 1 (no F reference).
     """

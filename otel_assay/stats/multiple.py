@@ -1,4 +1,5 @@
-"""Multiple-testing corrections and the suite verdict (paper Def. 3.11, Remark 3.2)."""
+"""Multiple-testing corrections and the suite verdict: a suite of m scenarios each tested at
+alpha FAILs a healthy agent far more often than alpha unless the p-values are corrected."""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ def adjust_pvalues(
 ) -> AdjustedPValues:
     """Adjust a family of p-values for multiple testing.
 
-    Methods: ``"holm"`` (default; step-down, controls the family-wise error rate under any
-    dependence — paper Remark 3.2), ``"bonferroni"`` (FWER, single step), ``"bh"``
+    Methods: ``"holm"`` (default, as the AgentAssay paper recommends; step-down, controls the
+    family-wise error rate under any dependence), ``"bonferroni"`` (FWER, single step), ``"bh"``
     (Benjamini-Hochberg, false discovery rate under independence or positive dependence) and
     ``"by"`` (Benjamini-Yekutieli, FDR under arbitrary dependence). A hypothesis is rejected
     when its adjusted p-value is <= alpha, which reproduces each procedure's rejection rule.
@@ -85,7 +86,8 @@ def adjust_pvalues(
 
 @dataclass(frozen=True)
 class SuiteVerdict:
-    """Aggregate of scenario verdicts (paper Def. 3.11) with the counts behind it."""
+    """Aggregate of scenario verdicts (the AgentAssay paper's suite verdict) with the counts
+    behind it."""
 
     verdict: Verdict
     n_pass: int
@@ -94,7 +96,7 @@ class SuiteVerdict:
 
 
 def suite_verdict(verdicts: Iterable[str]) -> SuiteVerdict:
-    """Suite verdict (paper Def. 3.11, Eq. 12): FAIL if any scenario FAILs, else
+    """Suite verdict (the AgentAssay paper's): FAIL if any scenario FAILs, else
     INCONCLUSIVE if any is INCONCLUSIVE, else PASS.
 
     The FAIL verdicts should come from multiplicity-corrected tests (:func:`adjust_pvalues`)

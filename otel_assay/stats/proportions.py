@@ -1,4 +1,5 @@
-"""Confidence intervals for a pass rate and the three-valued verdict (paper Def. 3.6)."""
+"""Confidence intervals for a pass rate and the three-valued verdict (PASS / FAIL /
+INCONCLUSIVE) that the AgentAssay paper builds on them."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def _z(alpha: float, alternative: str) -> float:
 
 
 def wilson_bounds(successes, n, z, continuity_correction: bool = False):
-    """Vectorised Wilson score bounds (paper Eq. 3) for arrays of counts at quantile ``z``.
+    """Vectorised Wilson score bounds for arrays of counts at quantile ``z``.
 
     ``continuity_correction=True`` gives the continuity-corrected Wilson interval (Newcombe 1998,
     method 4), as scipy's ``"wilsoncc"``. Exact 0 and 1 at k = 0 and k = n, where the closed
@@ -84,7 +85,7 @@ def wilson_interval(
     successes: int, n: int, alpha: float = 0.05, alternative: str = "two-sided",
     continuity_correction: bool = False,
 ) -> ProportionCI:
-    """Wilson score interval for ``successes`` out of ``n`` at level 1 - alpha (paper Eq. 3).
+    """Wilson score interval for ``successes`` out of ``n`` at level 1 - alpha.
 
     Two-sided uses z = z_{1-alpha/2}; one-sided (``"greater"`` lower bound, ``"less"``
     upper bound) uses z = z_{1-alpha}. Identical to
@@ -144,7 +145,7 @@ def _score_pvalues(k: int, n: int, threshold: float) -> tuple[float, float]:
 
 
 def verdict(successes: int, n: int, threshold: float, alpha: float = 0.05, method: str = "wilson") -> VerdictResult:
-    """Three-valued pass-rate verdict (paper Def. 3.6, Eq. 4).
+    """Three-valued pass-rate verdict (the AgentAssay paper's stochastic verdict).
 
     With the two-sided 1 - alpha interval [L, U] for the pass rate: PASS if L >= threshold,
     FAIL if U < threshold, INCONCLUSIVE otherwise; with Wilson (the paper's default) each
@@ -156,14 +157,14 @@ def verdict(successes: int, n: int, threshold: float, alpha: float = 0.05, metho
     an agent whose true rate is 0.9 with probability 0.1 (0.16 at n = 17, threshold 0.99),
     and 4/4 at threshold 0.5 PASSes one at 0.5 with probability 0.0625. The exact test holds
     both errors to P(FAIL | p >= threshold) <= alpha and P(PASS | p < threshold) <= alpha at
-    every n and threshold (paper Thm 3.1, now a theorem for Wilson too). It binds only on
-    small samples (at alpha = 0.05 a FAIL for threshold 0.9 up to n = 35, for 0.99 up to
-    n = 474; a PASS at thresholds >= 0.6 with alpha <= 0.05 never, up to n = 1000), so
-    elsewhere the verdict is Wilson's, each decision with the interval's one-sided alpha/2
-    rate asymptotically. With ``method="clopper-pearson"`` the interval is exact already:
-    each error is <= alpha/2.
+    every n and threshold (the soundness the paper proves only for exact intervals, now true
+    for Wilson too). It binds only on small samples (at alpha = 0.05 a FAIL for threshold 0.9
+    up to n = 35, for 0.99 up to n = 474; a PASS at thresholds >= 0.6 with alpha <= 0.05
+    never, up to n = 1000), so elsewhere the verdict is Wilson's, each decision with the
+    interval's one-sided alpha/2 rate asymptotically. With ``method="clopper-pearson"`` the
+    interval is exact already: each error is <= alpha/2.
 
-    Example 3.1 of the paper: 45/50 at threshold 0.85 is INCONCLUSIVE (95 % Wilson interval
+    The paper's worked example: 45/50 at threshold 0.85 is INCONCLUSIVE (95 % Wilson interval
     [0.786, 0.957]), 90/100 too, 180/200 PASSes.
     """
     threshold = check_open_unit("threshold", threshold)
@@ -190,11 +191,12 @@ def verdict(successes: int, n: int, threshold: float, alpha: float = 0.05, metho
 
 
 def sample_size_threshold(pass_rate: float, delta: float, alpha: float = 0.05, beta: float = 0.2) -> int:
-    """Trials for the single-version threshold test, paper Eq. (1).
+    """Trials for the single-version threshold test, as the AgentAssay paper sizes it.
 
     n* = ceil((z_{1-alpha/2} + z_{1-beta})^2 * 2 p (1 - p) / delta^2), with the two-sided
-    quantile the paper specifies for this test (its Remark after Eq. 1). For Example 3.2
-    (p = 0.9, delta = 0.1, alpha = 0.05, beta = 0.1) this is 190, not the paper's "~109".
+    quantile the paper specifies for this test (the regression test uses the one-sided one).
+    For the paper's SPRT example (p = 0.9, delta = 0.1, alpha = 0.05, beta = 0.1) this is
+    190, not the paper's "~109".
     """
     pass_rate = check_open_unit("pass_rate", pass_rate)
     delta = check_open_unit("delta", delta)

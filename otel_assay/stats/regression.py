@@ -1,4 +1,5 @@
-"""Two-version regression tests on pass rates (paper Def. 3.7, 3.8, Thm 3.2; DESIGN §6).
+"""Two-version regression tests on pass rates: the AgentAssay paper's regression verdict,
+effect sizes and power, with a non-inferiority PASS rule in place of the paper's power rule.
 
 Convention everywhere: ``b`` is the baseline, ``c`` the candidate, and a regression is
 p_c < p_b. Differences are p_b - p_c, so a positive difference is a drop.
@@ -80,8 +81,8 @@ def fisher_exact_test(
     """Fisher's exact test for a difference in pass rates, p-value in log space.
 
     ``alternative="greater"`` (default) tests H1: p_b > p_c, i.e. a regression — the one-sided
-    test of paper Def. 3.7. Equals ``scipy.stats.fisher_exact(table, alternative)`` where
-    scipy's p-value does not underflow.
+    test of the AgentAssay paper's regression verdict. Equals
+    ``scipy.stats.fisher_exact(table, alternative)`` where scipy's p-value does not underflow.
     """
     k_b, n_b, k_c, n_c = _check_two_arms(baseline_successes, baseline_n, candidate_successes, candidate_n)
     check_alternative(alternative, _ALTERNATIVES)
@@ -114,9 +115,9 @@ def two_proportion_ztest(
     baseline_successes: int, baseline_n: int, candidate_successes: int, candidate_n: int,
     alternative: str = "greater",
 ) -> ZTestResult:
-    """Two-proportion z-test with the pooled standard error (paper Def. 3.7's alternative
-    to Fisher). ``"greater"`` tests H1: p_b > p_c. When both arms are all-pass or all-fail
-    the pooled SE is 0; there is no evidence of a difference, so z = 0.
+    """Two-proportion z-test with the pooled standard error (the AgentAssay paper's
+    alternative to Fisher). ``"greater"`` tests H1: p_b > p_c. When both arms are all-pass or
+    all-fail the pooled SE is 0; there is no evidence of a difference, so z = 0.
     """
     k_b, n_b, k_c, n_c = _check_two_arms(baseline_successes, baseline_n, candidate_successes, candidate_n)
     check_alternative(alternative, _ALTERNATIVES)
@@ -137,7 +138,8 @@ def two_proportion_ztest(
 
 @dataclass(frozen=True)
 class EffectSizes:
-    """Paper Def. 3.8, signed so that positive means the candidate is worse.
+    """How large a drop is, in the three measures the AgentAssay paper reports (a p-value
+    alone says nothing about size), signed so that positive means the candidate is worse.
 
     ``cohens_h_magnitude`` uses the paper's bands: |h| < 0.2 small, < 0.5 medium, else large.
     ``odds_ratio`` is (odds_b / odds_c); with a zero cell, Haldane's correction adds 0.5 to
@@ -155,7 +157,7 @@ class EffectSizes:
 def effect_sizes(
     baseline_successes: int, baseline_n: int, candidate_successes: int, candidate_n: int
 ) -> EffectSizes:
-    """Absolute difference p̂_b - p̂_c, Cohen's h and the odds ratio (paper Def. 3.8)."""
+    """Absolute difference p̂_b - p̂_c, Cohen's h and the odds ratio."""
     k_b, n_b, k_c, n_c = _check_two_arms(baseline_successes, baseline_n, candidate_successes, candidate_n)
     p_b, p_c = k_b / n_b, k_c / n_c
     h = 2.0 * math.asin(math.sqrt(p_b)) - 2.0 * math.asin(math.sqrt(p_c))
@@ -229,9 +231,10 @@ def regression_power(baseline_rate: float, delta: float, baseline_n: int, candid
                      alpha: float = 0.05) -> float:
     """Prospective power to detect a drop of ``delta`` from ``baseline_rate``.
 
-    The normal approximation behind paper Thm 3.2 / Eq. (6): with SE = sqrt(p_b q_b / n_b +
-    p_c q_c / n_c) and p_c = p_b - delta, power = Phi(delta / SE - z_{1-alpha}). It inverts
-    :func:`sample_size_regression`, so power at n* is >= 1 - beta.
+    The normal approximation behind the AgentAssay paper's regression power and sample
+    size: with SE = sqrt(p_b q_b / n_b + p_c q_c / n_c) and p_c = p_b - delta,
+    power = Phi(delta / SE - z_{1-alpha}). It inverts :func:`sample_size_regression`, so
+    power at n* is >= 1 - beta.
     """
     baseline_rate = _check_rate("baseline_rate", baseline_rate)
     delta = check_open_unit("delta", delta)
@@ -244,7 +247,8 @@ def regression_power(baseline_rate: float, delta: float, baseline_n: int, candid
 
 
 def sample_size_regression(baseline_rate: float, delta: float, alpha: float = 0.05, beta: float = 0.2) -> int:
-    """Trials per arm to detect a drop of ``delta`` with power 1 - beta, paper Eq. (6).
+    """Trials per arm to detect a drop of ``delta`` with power 1 - beta (the AgentAssay
+    paper's sample size for the regression test).
 
     n* = ceil((z_{1-alpha} + z_{1-beta})^2 [p_b q_b + p_c q_c] / delta^2), one-sided quantile
     as the paper specifies for H1: p_c < p_b.
@@ -279,7 +283,8 @@ def _drop_rate(baseline_rate: float, delta: float) -> float:
 
 @dataclass(frozen=True)
 class RegressionResult:
-    """Regression verdict for one scenario (paper Def. 3.7 as amended by DESIGN §6).
+    """Regression verdict for one scenario (the AgentAssay paper's regression verdict with a
+    non-inferiority PASS rule; see :func:`regression_verdict`).
 
     ``pvalue`` is the one-sided Fisher p-value (H1: p_c < p_b); ``pvalue_adjusted`` the
     multiplicity-adjusted one the FAIL rule used (equal to ``pvalue`` for a single test).
@@ -317,8 +322,9 @@ def regression_verdict(
     """Did the candidate's pass rate drop? PASS / FAIL / INCONCLUSIVE.
 
     - FAIL iff the one-sided Fisher exact p-value (H1: p_c < p_b) is < alpha **and** the
-      observed drop p̂_b - p̂_c >= delta (statistical and practical significance, paper
-      Def. 3.7). P(FAIL | no change) <= alpha.
+      observed drop p̂_b - p̂_c >= delta (statistical and practical significance: a drop
+      too small to matter is not a regression, however many trials show it).
+      P(FAIL | no change) <= alpha.
     - PASS iff the one-sided 1 - alpha Newcombe upper bound on p_b - p_c is < delta: a
       non-inferiority test, so P(PASS | true drop >= delta) <= alpha. The bound is built
       from continuity-corrected Wilson intervals (Newcombe's method 11): exact enumeration
@@ -327,9 +333,9 @@ def regression_verdict(
       one stays <= alpha (tests/stats check this exactly over a grid).
     - INCONCLUSIVE otherwise: too few trials to tell a drop of delta from none.
 
-    This replaces the paper's "p >= alpha and power >= 1 - beta" PASS rule (DESIGN §6), which
-    leaves an unchanged agent INCONCLUSIVE most of the time at any n. ``beta`` only feeds the
-    reported prospective ``power`` and ``n_star`` (Eq. 6).
+    This replaces the paper's "p >= alpha and power >= 1 - beta" PASS rule, which leaves an
+    unchanged agent INCONCLUSIVE most of the time at any n (even at 10,000 trials per arm).
+    ``beta`` only feeds the reported prospective ``power`` and ``n_star``.
     """
     return regression_verdicts([baseline_successes], [baseline_n], [candidate_successes], [candidate_n],
                                delta, alpha, beta, correction=None)[0]

@@ -1,4 +1,5 @@
-"""Wald's sequential probability ratio test on trial outcomes (paper Def. 3.9, §7.5).
+"""Wald's sequential probability ratio test on trial outcomes, as the AgentAssay paper adapts
+it to agent testing, with its warm start from earlier trials.
 
 H0: p >= theta (the agent is fine -> PASS) against H1: p <= theta - delta (it regressed ->
 FAIL). After each trial the log-likelihood ratio log L(H1)/L(H0) moves down on a pass and up
@@ -37,7 +38,7 @@ class SPRTDesign:
 
 def sprt_design(theta: float, delta: float, alpha: float = 0.05, beta: float = 0.2,
                 n_max: int | None = None) -> SPRTDesign:
-    """Validate SPRT parameters and compute Wald's boundaries and the LLR steps (paper Eq. 7-8)."""
+    """Validate SPRT parameters and compute Wald's boundaries and the LLR steps."""
     theta = check_open_unit("theta", theta)
     delta = check_open_unit("delta", delta)
     alpha = check_open_unit("alpha", alpha)
@@ -64,8 +65,8 @@ class SPRTState:
 
     ``decision`` is PASS / FAIL (a boundary was crossed), CONTINUE (run more trials) or, once
     ``n_max`` trials ran without crossing, the fixed-sample verdict at truncation
-    (``truncated=True``; ``fixed_sample`` holds the Def. 3.6 result). ``verdict`` maps CONTINUE
-    to INCONCLUSIVE for reporting.
+    (``truncated=True``; ``fixed_sample`` holds the three-valued Wilson verdict). ``verdict``
+    maps CONTINUE to INCONCLUSIVE for reporting.
     """
 
     decision: str
@@ -97,7 +98,7 @@ def _check_outcome(outcome) -> int:
 
 
 class SPRT:
-    """A sequential test you feed one trial outcome at a time (paper Def. 3.9).
+    """A sequential test you feed one trial outcome at a time.
 
     >>> test = SPRT(theta=0.9, delta=0.1, alpha=0.05, beta=0.1)
     >>> state = test.update(True)          # ... until state.done
@@ -106,7 +107,7 @@ class SPRT:
     a resumed test and a fresh one that saw the same trials agree to the last bit.
 
     ``n_max`` truncates the test: if trial ``n_max`` ends without a boundary crossing, the
-    decision becomes the fixed-sample verdict (Def. 3.6, Wilson at ``alpha``) on all trials
+    decision becomes the fixed-sample verdict (three-valued, Wilson at ``alpha``) on all trials
     against ``theta``. Truncation can only add errors where the SPRT would have continued, so
     the truncated test's P(FAIL | H0) is at most alpha + alpha/2 (and typically far less);
     :func:`sprt_operating_characteristics` gives the exact figures.
@@ -114,7 +115,8 @@ class SPRT:
     Warm starts:
     - exact: :meth:`resume` replays earlier trials of the *same* agent version in order;
       the test is then the one you would have had running all along.
-    - heuristic, opt-in: :meth:`with_beta_prior` (paper Def. 7.8) — see its caveat.
+    - heuristic, opt-in: :meth:`with_beta_prior` (the AgentAssay paper's warm-start SPRT) — see
+      its caveat.
     """
 
     def __init__(self, theta: float, delta: float, alpha: float = 0.05, beta: float = 0.2,
@@ -149,18 +151,20 @@ class SPRT:
     @classmethod
     def with_beta_prior(cls, prior_successes: int, prior_n: int, theta: float, delta: float,
                         alpha: float = 0.05, beta: float = 0.2, n_max: int | None = None) -> "SPRT":
-        """Warm start from a Beta prior built from earlier trials (paper Def. 7.8). Opt-in.
+        """Warm start from a Beta prior built from earlier trials (the AgentAssay paper's
+        warm-start SPRT). Opt-in.
 
         Starts the LLR at log[Beta(theta - delta; a0, b0) / Beta(theta; a0, b0)] with
-        a0 = k0 + 1, b0 = n0 - k0 + 1 (Eq. 49). The normalising constants cancel, so this
+        a0 = k0 + 1, b0 = n0 - k0 + 1. The normalising constants cancel, so this
         start is exactly the LLR of the k0 prior passes in n0 prior trials: the prior trials
         count as if they had been run now.
 
         Caveat: that is only sound when the prior trials come from the *same* version and
         the order they ran in did not already cross a boundary (use :meth:`resume` for the
         exact version). From another version the head start is someone else's evidence: the
-        error bounds no longer hold, and can grow to alpha * exp(|initial_llr|) (paper
-        Prop. 7.5(3)) — e.g. x2.1 for 18/20 prior passes at theta = 0.9, delta = 0.1.
+        error bounds no longer hold, and can grow to alpha * exp(|initial_llr|) (the paper's
+        own bound for a mis-calibrated prior) — e.g. x2.1 for 18/20 prior passes at
+        theta = 0.9, delta = 0.1.
         """
         k0, n0 = check_count("prior_successes", prior_successes), check_count("prior_n", prior_n)
         if k0 > n0:
@@ -230,7 +234,9 @@ def sprt_test(outcomes: Iterable, theta: float, delta: float, alpha: float = 0.0
 
 
 def beta_prior_llr(a0: float, b0: float, theta: float, delta: float) -> float:
-    """Paper Eq. (49): log Beta(theta - delta; a0, b0) - log Beta(theta; a0, b0)."""
+    """Starting LLR of the AgentAssay paper's warm-start SPRT: the log ratio of the Beta(a0, b0)
+    density at H1's and at H0's pass rate,
+    log Beta(theta - delta; a0, b0) - log Beta(theta; a0, b0)."""
     if not (a0 > 0 and b0 > 0):
         raise ValueError(f"a0 and b0 must be > 0, got a0={a0!r}, b0={b0!r}")
     d = sprt_design(theta, delta)
@@ -244,13 +250,14 @@ def sprt_expected_n(theta: float, delta: float, alpha: float = 0.05, beta: float
     """Wald's approximate expected number of trials when the true pass rate is ``p``.
 
     E[N | p] = (L(p) a + (1 - L(p)) b) / E_p[lambda], with L(p) Wald's OC function (the
-    probability of PASS) and E_p[lambda] the expected LLR step. At p = theta this is paper
-    Eq. (9) and at p = theta - delta Eq. (10). Note that Eq. (9) as printed divides a negative
-    numerator by KL(H0 || H1) > 0; the expected step under H0 is -KL, so the ratio is positive.
+    probability of PASS) and E_p[lambda] the expected LLR step. At p = theta and at
+    p = theta - delta this is the AgentAssay paper's expected sample size under H0 and H1.
+    Note that the paper's H0 formula as printed divides a negative numerator by
+    KL(H0 || H1) > 0; the expected step under H0 is -KL, so the ratio is positive.
     Wald's formula ignores the overshoot past the boundary, so the true mean is a little larger.
 
-    Example 3.2 (theta = 0.9, delta = 0.1, alpha = 0.05, beta = 0.1): 54.4 under H0 (paper
-    "~52") and 53.5 under H1 (paper "~34", which is wrong).
+    The paper's SPRT example (theta = 0.9, delta = 0.1, alpha = 0.05, beta = 0.1): 54.4 under
+    H0 (paper "~52") and 53.5 under H1 (paper "~34", which is wrong).
     """
     d = sprt_design(theta, delta, alpha, beta)
     p = check_open_unit("p", p)
