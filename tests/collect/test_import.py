@@ -12,7 +12,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans as encode_json
+from ..otlp_json import otlp_json
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as encode_proto
 
 from otel_assay.collect.lake import Lake
@@ -25,7 +25,7 @@ def run_cli(*args):
 
 
 def jsonl(spans, per_line=5) -> bytes:
-    lines = [json.dumps(encode_json(spans[i:i + per_line]).to_dict()) for i in range(0, len(spans), per_line)]
+    lines = [json.dumps(otlp_json(spans[i:i + per_line])) for i in range(0, len(spans), per_line)]
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -43,7 +43,7 @@ def test_import_round_trips_sdk_encoded_files(tmp_path, fmt):
     if fmt.startswith("jsonl"):
         data = jsonl(spans)
     elif fmt == "document":
-        data = json.dumps(encode_json(spans).to_dict(), indent=2).encode()
+        data = json.dumps(otlp_json(spans), indent=2).encode()
     else:
         data = length_prefixed(spans)
     if fmt.endswith(".gz"):
@@ -79,7 +79,7 @@ def test_a_file_imported_before_a_compaction_is_not_imported_again(tmp_path):
 def test_bad_lines_are_reported_and_good_lines_kept(tmp_path):
     spans = recorded_trials(3)
     good = jsonl(spans, per_line=len(spans)).strip()
-    bad_span = encode_json(spans[:1]).to_dict()
+    bad_span = otlp_json(spans[:1])
     bad_span["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = "nothex!!nothex!!"
     f = tmp_path / "mixed.jsonl"
     f.write_bytes(good + b"\n{not json\n\xff\xfe\n" + json.dumps(bad_span).encode() + b"\n")
@@ -190,7 +190,7 @@ def test_a_blank_or_bad_first_line_costs_that_line_only(tmp_path, head, code, er
 
 def test_a_broken_json_document_is_one_error_not_one_per_line(tmp_path):
     f = tmp_path / "doc.json"
-    f.write_bytes(json.dumps(encode_json(recorded_trials(2)).to_dict(), indent=2).encode()[:-200])
+    f.write_bytes(json.dumps(otlp_json(recorded_trials(2)), indent=2).encode()[:-200])
     r = run_cli("import", f, "--dir", tmp_path / "lake")
     assert r.returncode == 4 and r.stderr.count("error:") == 1 and "not valid JSON" in r.stderr, r.stderr
 
@@ -223,7 +223,7 @@ def test_a_damaged_gzip_keeps_the_spans_read_before_the_damage(tmp_path, damage)
 @pytest.mark.parametrize("fmt", ["jsonl", "document"])
 def test_json_with_a_utf8_bom_is_json(tmp_path, fmt):
     spans = recorded_trials(3)
-    data = jsonl(spans) if fmt == "jsonl" else json.dumps(encode_json(spans).to_dict(), indent=2).encode()
+    data = jsonl(spans) if fmt == "jsonl" else json.dumps(otlp_json(spans), indent=2).encode()
     f = tmp_path / f"traces.{fmt}"
     f.write_bytes(b"\xef\xbb\xbf" + data)
     r = run_cli("import", f, "--dir", tmp_path / "lake")
@@ -278,7 +278,7 @@ def test_a_json_array_of_documents_imports_on_one_line_as_when_indented(tmp_path
     spans = recorded_trials(4)
     half = len(spans) // 2
     f = tmp_path / "traces.json"
-    f.write_text(json.dumps([encode_json(spans[:half]).to_dict(), encode_json(spans[half:]).to_dict()], indent=indent))
+    f.write_text(json.dumps([otlp_json(spans[:half]), otlp_json(spans[half:])], indent=indent))
     r = import_files([f], tmp_path / "lake")
     assert r.ok, r.files[0].errors
     assert r.spans_imported == len(spans)
@@ -294,7 +294,7 @@ def test_the_collector_file_exporters_zstd_compressed_messages_are_imported(tmp_
     out = b""
     for i in range(0, len(spans), 5):
         batch = spans[i:i + 5]
-        msg = json.dumps(encode_json(batch).to_dict()).encode() if fmt == "json" else encode_proto(batch).SerializeToString()
+        msg = json.dumps(otlp_json(batch)).encode() if fmt == "json" else encode_proto(batch).SerializeToString()
         z = zstandard.ZstdCompressor().compress(msg)
         out += struct.pack(">I", len(z)) + z
     f = tmp_path / "traces"
@@ -349,7 +349,7 @@ def test_pretty_printed_documents_one_after_another_are_imported(tmp_path):
     # one document nor JSON Lines, the file was refused whole ("not valid JSON: Extra data")
     spans = recorded_trials(4)
     f = tmp_path / "traces.json"
-    f.write_text("".join(json.dumps(encode_json(spans[i:i + 5]).to_dict(), indent=2) + "\n"
+    f.write_text("".join(json.dumps(otlp_json(spans[i:i + 5]), indent=2) + "\n"
                          for i in range(0, len(spans), 5)))
     r = run_cli("import", f, "--dir", tmp_path / "lake")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -361,7 +361,7 @@ def test_pretty_printed_documents_cut_off_at_the_end_keep_the_documents_before(t
     # a copy of a `jq .` file still being written ends inside its last document: the file
     # was refused whole, losing every complete document before it
     spans = recorded_trials(4)
-    docs = [json.dumps(encode_json(spans[i:i + 5]).to_dict(), indent=2) + "\n" for i in range(0, len(spans), 5)]
+    docs = [json.dumps(otlp_json(spans[i:i + 5]), indent=2) + "\n" for i in range(0, len(spans), 5)]
     f = tmp_path / "traces.json"
     f.write_text("".join(docs[:-1]) + docs[-1][:len(docs[-1]) // 2])
     r = run_cli("import", f, "--dir", tmp_path / "lake")

@@ -13,7 +13,7 @@ import urllib.request
 
 import grpc
 import pytest
-from opentelemetry.exporter.otlp.json.common.trace_encoder import encode_spans as encode_json
+from ..otlp_json import otlp_json
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as encode_proto
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http import Compression
@@ -70,7 +70,7 @@ def test_grpc_and_http_exporters_round_trip_every_span(tmp_path, collector_facto
 def test_http_json_round_trip_and_hex_ids(tmp_path, collector_factory):
     spans = recorded_trials(3)
     c = collector_factory(tmp_path / "lake", grpc=False)
-    body = json.dumps(encode_json(spans).to_dict()).encode()
+    body = json.dumps(otlp_json(spans)).encode()
     status, headers, resp = post(c.http_url, body, "application/json")
     assert status == 200 and headers["Content-Type"] == "application/json"
     assert json.loads(resp) == {}
@@ -385,7 +385,7 @@ def test_a_chunked_body_is_read_from_a_real_client_and_from_raw_chunks(tmp_path,
     r = conn.getresponse()
     assert r.status == 200 and pb.ExportTraceServiceResponse.FromString(r.read()) == pb.ExportTraceServiceResponse()
     # the connection stays open for the next request
-    doc = json.dumps(encode_json(second).to_dict()).encode()
+    doc = json.dumps(otlp_json(second)).encode()
     conn.request("POST", "/v1/traces", iter([doc]), encode_chunked=True, headers={"Content-Type": "application/json"})
     r = conn.getresponse()
     assert r.status == 200 and json.loads(r.read()) == {}
