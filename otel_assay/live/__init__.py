@@ -5,7 +5,7 @@
   retries of infrastructure errors, per-trial timeouts, concurrency, resumption from the lake.
 - :mod:`.stochastic` — the ``@stochastic`` decorator for pytest (see ``otel_assay.pytest_plugin``).
 - :mod:`.mutation` — mutation testing of agent configurations (paper §5).
-- :mod:`.commands` — ``otel-assay run`` and ``otel-assay mutate``.
+- :mod:`.display` — what ``otel-assay run`` and ``otel-assay mutate`` show.
 """
 
 _LAZY = {
