@@ -13,7 +13,8 @@ import threading
 
 import click
 
-from ..errors import DataError, UsageError, is_utf8
+from ..errors import DataError, UsageError
+from ..report.output import FORMATS
 from .options import FiniteFloatRange, lake_option
 
 
@@ -273,7 +274,7 @@ class _SqlCommand(click.Command):
 @click.command(cls=_SqlCommand)
 @click.argument("lake")
 @click.argument("query")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="Output format.")
 def sql(lake, query, fmt):
     """Run a read-only SQL query over the lake's views.
@@ -286,48 +287,10 @@ def sql(lake, query, fmt):
     Example:
       otel-assay sql traces "SELECT name, count(*) FROM spans GROUP BY ALL"
     """
-    import duckdb
-
-    from ..analyze.engine import Engine, is_read_only_sql, looks_like_select
-    from ..collect.lake import LakeError
+    from ..analyze.sql import query_lake
     from ..report.output import write_table
 
-    only = "only read-only queries (SELECT, WITH, DESCRIBE, ...) are allowed"
-    if not is_utf8(query):
-        raise UsageError("the query is not valid UTF-8 text (check the shell's locale or the file it came from)")
-    try:
-        statements = duckdb.extract_statements(query)
-    except duckdb.Error as e:
-        if not looks_like_select(query):
-            first = query.split(None, 1)[0][:40] if query.strip() else ""
-            raise UsageError(f"the query starts with {first!r}: {only}; check the first word for a typo") from None
-        raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
-    if len(statements) != 1:
-        raise UsageError("give one query" + (f", not {len(statements)} (separated by ';'); run `sql` once per query"
-                                             if statements else ""))
-    if not is_read_only_sql(query):
-        kind = statements[0].type.name
-        what = ("EXPLAIN runs only on a query (EXPLAIN ANALYZE executes the statement)" if kind == "EXPLAIN"
-                else f"{kind} statements are not allowed")
-        raise UsageError(f"{what}: {only}")
-    try:
-        eng = Engine(lake)
-    except LakeError as e:
-        raise DataError(str(e)) from None
-    try:
-        eng.lock_down()
-        table = eng.query(query)
-    except duckdb.PermissionException as e:
-        raise UsageError(f"the query may only read the lake's views: {e}") from None
-    except _query_mistakes() as e:
-        if "Failed to read file" in str(e):
-            raise  # a corrupt page, not the query: main() reports it as a lake error (exit 4)
-        raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
-    # any other DuckDB error (a page that cannot be read, out of memory) is the lake's or the
-    # machine's: main() reports it with what to do (exit 4)
-    finally:
-        eng.close()
-    write_table(table, fmt)
+    write_table(query_lake(lake, query), fmt)
 
 
 def _check_tls(cert, key) -> None:
@@ -342,15 +305,6 @@ def _check_tls(cert, key) -> None:
     except (ssl.SSLError, OSError) as e:
         raise UsageError(f"--tls-cert {cert} / --tls-key {key}: cannot load them ({e}); give a PEM certificate "
                          "(chain) and its PEM private key") from None
-
-
-def _query_mistakes() -> tuple:
-    """DuckDB's exception kinds that mean the query is wrong, not the lake."""
-    import duckdb
-
-    return (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException, duckdb.ConversionException,
-            duckdb.OutOfRangeException, duckdb.NotImplementedException, duckdb.TypeMismatchException,
-            duckdb.SyntaxException, duckdb.InvalidTypeException, duckdb.InvalidInputException)
 
 
 def register(group: click.Group) -> None:
