@@ -1,8 +1,11 @@
-"""The CLI's two expected-error kinds and their exit codes (DESIGN §8), and Ctrl-C."""
+"""The two expected-error kinds and their exit codes, and Ctrl-C.
+
+Library code raises these; the command line prints the message (never a traceback) and
+exits with the error's code. They do not depend on click, so that no library module needs
+the command line's framework.
+"""
 
 from __future__ import annotations
-
-import click
 
 EXIT_DEPLOY = 0
 EXIT_BLOCK = 1
@@ -11,13 +14,27 @@ EXIT_USAGE = 3
 EXIT_DATA = 4
 
 
-class UsageError(click.ClickException):
+class AssayError(Exception):
+    """An expected error: ``message`` says what was wrong and what to do; ``exit_code`` is the
+    command's exit code."""
+
+    exit_code = EXIT_DATA
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def format_message(self) -> str:
+        return self.message
+
+
+class UsageError(AssayError):
     """A bad flag, value, selector or configuration: exit 3. The message says what to change."""
 
     exit_code = EXIT_USAGE
 
 
-class DataError(click.ClickException):
+class DataError(AssayError):
     """No matching trials, unreadable, corrupt or missing data: exit 4. The message says what was found."""
 
     exit_code = EXIT_DATA

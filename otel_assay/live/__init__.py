@@ -7,7 +7,7 @@
 - :mod:`.stochastic` — the ``@stochastic`` decorator for pytest (see ``otel_assay.pytest_plugin``).
 - :mod:`.mutation` — mutation testing of agent configurations (the AgentAssay paper's
   prompt, tool, model and context mutations: does the suite notice a broken agent?).
-- :mod:`.commands` — ``otel-assay run`` and ``otel-assay mutate``.
+- :mod:`.display` — what ``otel-assay run`` and ``otel-assay mutate`` show.
 """
 
 _LAZY = {

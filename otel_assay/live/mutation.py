@@ -42,7 +42,6 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-from ..clitypes import UNIT, FiniteFloatRange
 from ..errors import UsageError
 
 CLASSES = ("prompt", "tool", "model", "context")
@@ -486,88 +485,3 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
 def Verdict_is_decisive(v0, v1) -> bool:  # noqa: N802 - reads as a predicate on two verdicts
     """Condition 1 counts a flip between decisive verdicts (PASS <-> FAIL) only."""
     return {v0.value, v1.value} == {"PASS", "FAIL"}
-
-
-# ================================================================== CLI
-def register_mutate(cli) -> None:
-    import json
-
-    import click
-
-    from ..gate_cli import ReportsCommand
-
-    @cli.command("mutate", cls=ReportsCommand)
-    @click.argument("scenarios_file", metavar="SCENARIOS.yaml", type=click.Path(dir_okay=False))
-    @click.option("--factory", "factory_spec", required=True, metavar="MODULE:CALLABLE",
-                  help="make_agent(config) -> agent callable; config is an "
-                       "otel_assay.live.mutation.AgentConfig (.prompt, .tools, .model, .context, .extra).")
-    @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-                  help="The agent config (YAML: prompt, tools, model, context, models, downgrades).")
-    @click.option("--dir", "lake_dir", default=lambda: __import__("os").environ.get("OTEL_ASSAY_DIR", "traces"),
-                  type=click.Path(file_okay=False), help="The span lake directory [default: $OTEL_ASSAY_DIR or traces].")
-    @click.option("--operators", default=None, metavar="A,B,...",
-                  help=f"Operators or classes to apply (selective mutation; default all). Operators: "
-                       f"{', '.join(OPERATORS)}; classes: {', '.join(CLASSES)}.")
-    @click.option("--seed", type=int, default=0, show_default=True,
-                  help="Seed of the mutant generator (which instructions, tools, examples are changed).")
-    @click.option("--per-operator", type=click.IntRange(min=1), default=1, show_default=True,
-                  help="Distinct mutants generated per operator.")
-    @click.option("--original-trials", type=click.IntRange(min=5), default=100, show_default=True,
-                  help="Counted trials of the unmutated agent per scenario: the pass rate mutants are compared with.")
-    @click.option("--n-max", type=click.IntRange(min=5), default=200, show_default=True,
-                  help="Most counted trials per mutant and scenario before the SPRT must stop.")
-    @click.option("--delta", type=UNIT, default=0.2, show_default=True,
-                  help="Pass-rate change (either way) that kills a mutant.")
-    @click.option("--alpha", type=UNIT, default=0.05, show_default=True,
-                  help="False-kill rate of each mutant's test.")
-    @click.option("--min-score", type=FiniteFloatRange(0, 1), default=None,
-                  help="Exit 1 when the mutation score is below this.")
-    @click.option("--version", default="mutation", show_default=True, help="Version label of the trials.")
-    @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), metavar="FILE",
-                  help="Write the report (every mutant, its status and trials) as JSON.")
-    @click.pass_context
-    def mutate(ctx, scenarios_file, factory_spec, config_path, lake_dir, operators, seed, per_operator,
-               original_trials, n_max, delta, alpha, min_score, version, json_path):
-        """Mutation testing (paper §5): mutate the agent config, run the scenarios on each mutant,
-        and report which mutants the suite kills, overall and per operator class.
-
-        Exit 0, or 1 when the mutation score is below --min-score; 3 usage error, 4 data error.
-        """
-        from rich.console import Console
-        from rich.table import Table
-
-        from .commands import sigterm_interrupts
-        from .scenarios import import_object, load_scenarios
-
-        from ..gate_cli import check_output_paths, remove_stale_reports
-        from ..report.output import stdout_reader_may_leave
-        check_output_paths(json=json_path)  # before the trials are paid for, not after
-        remove_stale_reports(json_path)
-        sigterm_interrupts()
-        suite = load_scenarios(scenarios_file)
-        factory = import_object(factory_spec, "--factory")
-        cfg = AgentConfig.load(config_path)
-        ops = [o.strip() for o in operators.split(",") if o.strip()] if operators is not None else None
-        if ops == []:  # `--operators ,` or "": not "all of them" by accident
-            raise UsageError(f"--operators {operators!r} names no operator; give one or more of "
-                             f"{', '.join(OPERATORS)}, or leave the option out for all")
-        rep = run_mutation(suite, factory, cfg, lake=lake_dir, version=version, operators=ops, seed=seed,
-                           per_operator=per_operator, original_trials=original_trials, n_max=n_max, delta=delta,
-                           alpha=alpha)
-        t = Table(title="mutation testing")
-        for col in ("mutant", "class", "change", "status", "trials", "why"):
-            t.add_column(col)
-        for r in rep.results:
-            t.add_row(r.mutant.id, r.mutant.cls, r.mutant.description, r.status, str(r.trials), r.reason)
-        fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-        with stdout_reader_may_leave():  # `mutate ... | head`: the exit code and --json stay the run's
-            Console(markup=False, emoji=False).print(t)
-            click.echo(f"mutation score {fmt(rep.score)} ({rep.counts()}); per class: "
-                       + ", ".join(f"{c} {fmt(v)}" for c, v in rep.per_class.items()) + f"; {rep.trials} trials")
-        if json_path:
-            try:
-                with open(json_path, "w", encoding="utf-8") as f:
-                    json.dump(rep.as_dict(), f, indent=2, default=str)
-            except OSError as e:
-                raise UsageError(f"cannot write {json_path}: {e.strerror}") from None
-        ctx.exit(1 if (min_score is not None and (rep.score or 0.0) < min_score) else 0)

@@ -355,7 +355,7 @@ def check_baseline(lake: str, baseline: str) -> None:
     malformed selector is a usage error, one that matches no trial already in the lake a
     data error (the baseline's trials must be there before the candidate runs)."""
     from ..analyze.select import Selection, SelectorError
-    from ..gate import _open, _select
+    from ..gate.lakes import open_lake as _open, select as _select
 
     try:
         Selection.parse([baseline])

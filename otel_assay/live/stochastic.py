@@ -128,7 +128,7 @@ def _baseline_counts(lake: str, selector: str, scenario: str) -> tuple[int, int]
     from ..analyze.engine import Engine
     from ..collect.lake import LakeError
     from ..errors import DataError
-    from ..gate import _select
+    from ..gate.lakes import select as _select
 
     try:
         eng = Engine(lake)

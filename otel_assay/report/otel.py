@@ -9,8 +9,11 @@ spans of this scope (``otel_assay.gate``).
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from .. import semconv
+from ..errors import UsageError
 
 EXPLANATION = "gen_ai.evaluation.explanation"
 GATE_SCOPE = "otel_assay.gate"  # the trials view leaves out traces of this scope only
@@ -35,6 +38,28 @@ def _events(result):
            semconv.GEN_AI_EVALUATION_SCORE_LABEL: result.decision,
            semconv.GEN_AI_EVALUATION_SCORE_VALUE: {"deploy": 1.0, "block": 0.0, "manual": 0.5}[result.decision],
            EXPLANATION: "; ".join(result.reasons)[:4000]}
+
+
+def check_target(target: str | None, lake) -> None:
+    """Refuse an emit target that cannot work before the analysis runs: after it, the
+    failure would only be a warning."""
+    if target and target != "lake" and not (target.startswith(("http://", "https://")) and _has_host(target)):
+        raise UsageError(f"--emit-otel {target!r}: use `lake` or an OTLP/HTTP URL such as "
+                         "http://127.0.0.1:4318/v1/traces")
+    if target == "lake" and not Path(lake).is_dir():
+        # a glob or a single file is no place to write spans into
+        raise UsageError(f"--emit-otel lake writes into the lake directory, and {lake} is not one; "
+                         "give LAKE as a directory or emit to an OTLP/HTTP URL")
+
+
+def _has_host(url: str) -> bool:
+    """Whether ``url`` names a host (``http://`` or a typo in the port does not)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    return bool(parts.hostname)
 
 
 class EmitError(RuntimeError):

@@ -9,9 +9,10 @@ import math
 import os
 import sys
 from decimal import Decimal
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FORMATS = ("table", "csv", "json")
 
@@ -141,6 +142,10 @@ def write_table(table: pa.Table, fmt: str = "table", out: TextIO | None = None, 
 
 
 def _write_table(table: pa.Table, fmt: str, out: TextIO, max_width: int) -> None:
+    # imported here: the command line reads FORMATS from this module at start-up, and
+    # pyarrow would add a tenth of a second to every `otel-assay --help`
+    import pyarrow as pa
+
     names = table.column_names
     columns = []
     for col in table.columns:

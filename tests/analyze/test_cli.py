@@ -110,7 +110,7 @@ def test_every_option_of_every_command_has_help():
     import click
 
     from otel_assay.cli import cli
-    from otel_assay.live.commands import register
+    from otel_assay.cli.live import register
     if "run" not in cli.commands:
         register(cli)
     bare = [(name, p.opts) for name, c in cli.commands.items() for p in c.params

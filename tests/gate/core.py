@@ -9,8 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from otel_assay import gate
-from otel_assay.gate import Arm, GateConfig, ScenarioResult
+from otel_assay.gate import CHECKS, SKIPPED, Arm, GateConfig, ScenarioResult
+from otel_assay.gate.decision import decide
+from otel_assay.gate.family import Family
+from otel_assay.gate.fingerprint import fingerprint_checks
+from otel_assay.gate.pass_rate import pass_rate_checks
+from otel_assay.gate.regression import regression_checks
 
 
 @dataclass
@@ -46,16 +50,16 @@ def judge(scenarios: list[Scenario], cfg: GateConfig) -> tuple[str, list[Scenari
     (no coverage minimum, no contracts; unpaired trials, as cfg.pairing = "off")."""
     results = [ScenarioResult(s.name, _arm(s.outcomes_b), _arm(s.outcomes_c), cfg.for_scenario(s.name))
                for s in scenarios]
-    family = gate._Family(cfg.alpha, cfg.correction)
-    gate._pass_rate_checks(results, cfg, family)
-    gate._regression_checks(results, {}, {}, cfg, family)
+    family = Family(cfg.alpha, cfg.correction)
+    pass_rate_checks(results, cfg, family)
+    regression_checks(results, {}, {}, cfg, family)
     if any(r.settings.checks["fingerprint"] for r in results):
         features = [f"f{j}" for j in range(scenarios[0].fingerprints_b.shape[1])]
         fp_b, counted_b = _table(scenarios, "b", features)
         fp_c, counted_c = _table(scenarios, "c", features)
-        gate._fingerprint_checks(results, fp_b, fp_c, counted_b, counted_c, cfg, {}, lambda _m: None, family)
+        fingerprint_checks(results, fp_b, fp_c, counted_b, counted_c, cfg, {}, lambda _m: None, family)
     info = family.correct()
-    suite = {name: True for name in gate.CHECKS
-             if any(c.name == name and c.gating and c.verdict != gate.SKIPPED for r in results for c in r.checks)}
-    decision, _ = gate._decide(results, suite, None)
+    suite = {name: True for name in CHECKS
+             if any(c.name == name and c.gating and c.verdict != SKIPPED for r in results for c in r.checks)}
+    decision, _ = decide(results, suite, None)
     return decision, results, info

@@ -79,7 +79,7 @@ def test_scenario_overrides():
 
 
 def test_command_line_thresholds_beat_per_scenario_ones_too(tmp_path):
-    from otel_assay.gate_cli import _config
+    from otel_assay.cli.gate import _config
 
     path = tmp_path / "assay.yaml"
     path.write_text("threshold: 0.8\ndelta: 0.1\nscenarios:\n  hard:\n    threshold: 0.6\n    delta: 0.2\n"

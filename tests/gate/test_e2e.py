@@ -131,7 +131,7 @@ def test_verdicts_go_back_into_otel(agent_lakes, tmp_path):
 
 def _demo_command() -> str:
     from otel_assay.cli import cli as group
-    from otel_assay import gate_cli
+    from otel_assay.cli import gate as gate_cli
     return next(name for name, cmd in group.commands.items() if cmd is gate_cli.demo)
 
 

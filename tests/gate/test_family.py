@@ -124,7 +124,8 @@ def test_one_failed_trial_is_not_a_threshold_fail(tmp_path):
 
 
 def test_the_permutation_count_policy():
-    from otel_assay.gate import MAX_PERMUTATIONS, _Family, _permutations
+    from otel_assay.gate.family import Family as _Family
+    from otel_assay.gate.fingerprint import MAX_PERMUTATIONS, permutations as _permutations
 
     holm = _Family(0.05, "holm")
     assert _permutations(9999, holm.level(2)) == 9999  # small suites keep the configured count

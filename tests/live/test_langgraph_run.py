@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = os.environ.get("OTEL_ASSAY_LANGGRAPH_PYTHON", "/work/venvs/capture-main/bin/python")
-RUN = ("import click; from otel_assay.cli import cli; from otel_assay.live.commands import register; "
+RUN = ("import click; from otel_assay.cli import cli; from otel_assay.cli.live import register; "
        "register(cli); cli()")
 
 pytestmark = pytest.mark.skipif(not os.path.exists(PY), reason=f"no LangGraph environment at {PY}")

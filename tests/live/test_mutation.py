@@ -62,7 +62,7 @@ def test_mutate_cli(tmp_path):
     import yaml
 
     from otel_assay.cli import cli as root
-    from otel_assay.live.commands import register
+    from otel_assay.cli.live import register
     if "mutate" not in root.commands:
         register(root)
     sc = tmp_path / "s.yaml"

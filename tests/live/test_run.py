@@ -33,7 +33,7 @@ def suite(**over):
 def cli():
     import click  # noqa: F401
     from otel_assay.cli import cli as root
-    from otel_assay.live.commands import register
+    from otel_assay.cli.live import register
     if "run" not in root.commands:
         register(root)
     return root
@@ -362,7 +362,7 @@ def test_example_scenario_file_loads():
 
 
 def test_progress_display_rows(tmp_path):
-    from otel_assay.live.commands import _bar, _row
+    from otel_assay.live.display import bar as _bar, row as _row
     seen = []
     r = run_suite(suite(), Router(0.99, seed=7), version="v", lake=str(tmp_path), progress=lambda runs: seen.append(
         [_row(s) for s in runs]))

@@ -1,21 +1,27 @@
-"""CLI commands over the analysis views: steps, trials, fingerprint, coverage, stability,
-pass-rates and label. Each opens the lake, selects trials and prints a view."""
+"""The analysis views of selected trials, printed: steps, trials, pass rates, fingerprints,
+coverage, stability; and labelling traces. Each opens the lake, selects trials and writes
+a view as a table, CSV or JSON.
+
+Every error is a UsageError (exit 3) or DataError (exit 4) saying what to do: a lake that
+cannot be read or a selection that matches nothing is the user's to fix, not a traceback.
+"""
 
 from __future__ import annotations
 
 import contextlib
 
-import click
+import duckdb
 import pyarrow as pa
 
-from ..clitypes import FiniteFloatRange
+from ..collect.lake import LakeError
 from ..errors import DataError, UsageError
-from ..report.output import FORMATS, write_table
-from ..stats.coverage import DEFAULT_STATE_LAMBDA
+from ..report.output import write_table
+from .coverage import coverage_report, coverage_sets
+from .engine import Engine
+from .fingerprint import fingerprint_matrix
+from .labels import LabelError, read_labels_csv, unmatched_keys, write_labels
+from .select import NoTrialsError, Selection, SelectorError, select_trials
 
-SELECTOR_HELP = ("Trial selector key=value (repeatable, ANDed; keys: version, scenario, run, model, "
-                 "outcome; an empty value selects trials without one: outcome=). Example: --select version=v2 "
-                 "--select scenario=refund.")
 STABILITY_SCORES = ("tool_usage_stability", "response_consistency", "redundancy", "cost_per_progress")
 
 # the columns the terminal table shows (csv and json get every column)
@@ -27,27 +33,10 @@ _TABLE_COLUMNS = {
 }
 
 
-def _common(f):
-    f = click.option("--prices", type=click.Path(dir_okay=False), default=None,
-                     help="CSV price table (provider,model,input_usd_per_mtok,output_usd_per_mtok) "
-                          "replacing the shipped one; also $OTEL_ASSAY_PRICES.")(f)
-    f = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-                     help="Output format.")(f)
-    f = click.option("--select", "selectors", multiple=True, metavar="KEY=VALUE", help=SELECTOR_HELP)(f)
-    f = click.argument("lake")(f)
-    return f
-
-
 @contextlib.contextmanager
 def _open(lake: str, selectors, prices):
     """An engine with the selected trials in temp table ``selected_trials``; errors become
     exit 3 (usage) or 4 (data)."""
-    import duckdb
-
-    from ..collect.lake import LakeError
-    from .engine import Engine
-    from .select import NoTrialsError, Selection, SelectorError, select_trials
-
     try:
         selection = Selection.parse(selectors)
     except SelectorError as e:
@@ -81,29 +70,19 @@ def _view(eng, view: str, order: str) -> pa.Table:
 
 
 def steps(lake, selectors, fmt, prices):
-    """One row per agent step of the selected trials (the steps view).
-
-    Every instrumentation dialect is normalised (OTel GenAI of any vintage, OpenInference,
-    OpenLLMetry, LangSmith, AutoGen and CrewAI native). The terminal table shows the main
-    columns; --format csv/json gives all of them.
-    """
+    """One row per agent step of the selected trials (the steps view); the table shows the main columns."""
     with _open(lake, selectors, prices) as eng:
         _show(_view(eng, "steps", "trace_id, seq"), fmt, "steps")
 
 
 def trials(lake, selectors, fmt, prices):
-    """One row per trial (trace) with scenario, version, outcome, error class, counts,
-    tokens, cost and duration (the trials view)."""
+    """One row per selected trial (the trials view)."""
     with _open(lake, selectors, prices) as eng:
         _show(_view(eng, "trials", "start_time_unix_nano, trace_id"), fmt, "trials")
 
 
 def pass_rates(lake, selectors, fmt, prices):
-    """Per-protocol and intent-to-treat pass rates per scenario and version.
-
-    Infrastructure errors, pre-validation failures and empty runs are excluded from the
-    per-protocol rate; a timeout after a tool call counts as a failure.
-    """
+    """Per-protocol and intent-to-treat pass rates per scenario and version of the selected trials."""
     with _open(lake, selectors, prices) as eng:
         # `trials` holds the selected trials only (_open), so the rates are theirs
         write_table(eng.query("SELECT * FROM pass_rates ORDER BY scenario, version"), fmt)
@@ -122,28 +101,15 @@ def _names(value: str | None, option: str) -> list[str] | None:
 
 
 def fingerprint(lake, selectors, fmt, prices, tools):
-    """The behavioural fingerprint of each selected trial (paper Def. 7.1).
-
-    Columns are documented in queries/fingerprints.sql; `tool:<name>` columns are the
-    tool-usage frequencies over the tool vocabulary (--tools, default: every tool the
-    selected trials called).
-    """
-    from .fingerprint import fingerprint_matrix
-
+    """The behavioural fingerprint of each selected trial, over ``tools`` (default: every tool they called)."""
     vocabulary = _names(tools, "--tools")
     with _open(lake, selectors, prices) as eng:
         write_table(fingerprint_matrix(eng, "selected_trials", vocabulary), fmt)
 
 
 def coverage(lake, selectors, fmt, prices, tools, models, state_lambda, show_sets):
-    """Coverage of the selected trials: tool, decision path (Chao1), state, boundary and
-    model coverage, and their geometric mean over the defined dimensions.
-
-    Tools available come from --tools, else from the tool definitions recorded on LLM
-    spans; model coverage needs --models (otherwise n/a). --sets prints the sets instead.
-    """
-    from .coverage import coverage_report, coverage_sets
-
+    """Coverage of the selected trials per dimension and overall, or (``show_sets``) the sets
+    it is computed from."""
     with _open(lake, selectors, prices) as eng:
         sets = coverage_sets(eng, "selected_trials")
     available = _names(tools, "--tools")
@@ -194,11 +160,7 @@ def _parse_floors(floors) -> dict[str, float]:
 
 
 def stability(lake, selectors, fmt, prices, floors, per_trial):
-    """Stability sub-scores (tool usage stability, response consistency, redundancy, cost
-    per progress): across the trials of each scenario and version (score, weakest_score,
-    variance) or, with --per-trial, per trial. drift_flags lists the sub-scores strictly
-    below their floor (default 0.5; --floor 0.6 or --floor redundancy=0.8).
-    """
+    """Stability sub-scores per scenario and version (or per trial), with the drift flags below ``floors``."""
     floor = _parse_floors(floors)
     with _open(lake, selectors, prices) as eng:
         scored = "{}" if per_trial else "mean_{}"
@@ -211,17 +173,9 @@ def stability(lake, selectors, fmt, prices, floors, per_trial):
     write_table(table, fmt)
 
 
-def label(lake, file):
-    """Label traces that carry no assay.* attributes.
-
-    FILE is a CSV with one key column (trace_id, gen_ai.conversation.id or session.id) and
-    any of scenario, version, outcome (pass/fail), run, score. The labels go to a new file
-    under LAKE/labels/; span files are never modified. Labels merge column by column: a later
-    file's non-empty values win, the columns it leaves out or empty keep earlier labels.
-    """
-    from ..collect.lake import LakeError
-    from .labels import LabelError, read_labels_csv, unmatched_keys, write_labels
-
+def label(lake, file) -> tuple[int, str, int]:
+    """Write the labels of CSV ``file`` into the lake; return (keys labelled, the label file,
+    keys that match no trace yet)."""
     try:
         table = read_labels_csv(file)
     except LabelError as e:
@@ -233,35 +187,4 @@ def label(lake, file):
         path = write_labels(lake, table)
     except LakeError as e:
         raise DataError(str(e)) from None
-    click.echo(f"labelled {table.num_rows} key(s): {path}")
-    if missing:
-        # not an error: conversation and session labels also apply to traces recorded later
-        click.echo(f"warning: {missing} of {table.num_rows} key(s) match no trace in {lake} yet; check the "
-                   "key column if they should", err=True)
-
-
-def register(cli: click.Group) -> None:
-    """Add the analysis commands to the ``otel-assay`` group."""
-    cli.command("steps")(_common(steps))
-    cli.command("trials")(_common(trials))
-    cli.command("pass-rates")(_common(pass_rates))
-    cli.command("fingerprint")(click.option(
-        "--tools", default=None, metavar="A,B,...",
-        help="Tool vocabulary for the tool-usage columns (default: tools the selected trials called).")(
-        _common(fingerprint)))
-    cov = _common(coverage)
-    cov = click.option("--sets", "show_sets", is_flag=True, help="Print the coverage sets, not the metrics.")(cov)
-    cov = click.option("--lambda", "state_lambda", type=FiniteFloatRange(min=0, min_open=True),
-                       default=DEFAULT_STATE_LAMBDA, show_default=True,
-                       help="λ of state coverage 1 - exp(-states/λ): the expected number of abstract states.")(cov)
-    cov = click.option("--models", default=None, metavar="A,B,...", help="Target models (model coverage).")(cov)
-    cov = click.option("--tools", default=None, metavar="A,B,...",
-                       help="Tools available (default: tool definitions recorded on LLM spans).")(cov)
-    cli.command("coverage")(cov)
-    stab = _common(stability)
-    stab = click.option("--per-trial", is_flag=True, help="One row per trial instead of per scenario and version.")(stab)
-    stab = click.option("--floor", "floors", multiple=True, metavar="[NAME=]VALUE",
-                        help="Drift floor for all sub-scores or one (repeatable; default 0.5).")(stab)
-    cli.command("stability")(stab)
-    cli.command("label")(click.option("--file", "file", required=True, type=click.Path(dir_okay=False),
-                                      help="Labels CSV.")(click.argument("lake", type=click.Path(file_okay=False))(label)))
+    return table.num_rows, path, missing

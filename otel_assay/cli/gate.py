@@ -1,8 +1,8 @@
-"""CLI commands of the gate layer: gate, regress, verdict, report, init, demo.
+"""The gate's commands: gate, regress, verdict, report, init, demo.
 
-Each is a thin click shell over :mod:`otel_assay.gate` and :mod:`otel_assay.report`.
-Exit codes: 0 deploy/PASS, 1 block/FAIL, 2 manual/INCONCLUSIVE, 3 usage or configuration
-error, 4 data error.
+Each is a thin click shell over :mod:`otel_assay.gate` and :mod:`otel_assay.report`, which
+it imports when it runs (start-up time: see the package). Exit codes: 0 deploy/PASS,
+1 block/FAIL, 2 manual/INCONCLUSIVE, 3 usage or configuration error, 4 data error.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from pathlib import Path
 
 import click
 
-from .clitypes import UNIT
-from .errors import UsageError
+from ..errors import UsageError
+from ..report.files import check_output_paths, remove_stale_reports, write_reports
+from ..report.otel import check_target
+from .options import UNIT, ReportsCommand
 
 
 SEL_HELP = ("key=value[,key=value] over the trials; keys: version, scenario, run, model, outcome; "
@@ -71,18 +73,9 @@ def _common_options(f):
 
 
 def _config(config_path, threshold=None, alpha=None, delta=None):
-    from .gate import load_config
+    from ..gate import load_config, with_overrides
 
-    cfg = load_config(config_path)
-    if alpha is not None:
-        cfg.alpha = alpha
-    # the command line beats the whole config file, its per-scenario values included
-    for key, value in (("threshold", threshold), ("delta", delta)):
-        if value is not None:
-            setattr(cfg, key, value)
-            for over in cfg.scenarios.values():
-                over.pop(key, None)
-    return cfg
+    return with_overrides(load_config(config_path), threshold=threshold, alpha=alpha, delta=delta)
 
 
 @contextlib.contextmanager
@@ -100,76 +93,10 @@ def _progress():
         yield lambda msg: prog.update(task, description=msg)
 
 
-def check_output_paths(*, config: str | None = None, **paths) -> None:
-    """Refuse report paths in a directory that does not exist before the analysis runs, not
-    after (click's ``dir_okay=False`` already refuses a path that is a directory); and two
-    reports on one file (the second would replace the first) or a report on the config."""
-    seen: dict[Path, str] = {Path(config).resolve(): "--config"} if config else {}
-    for flag, path in paths.items():
-        if path is not None and str(path).strip() in ("", "-"):
-            raise UsageError(f"--{flag} {str(path)!r}: give a file path (the terminal report already goes to stdout)")
-        if path and not Path(path).parent.is_dir():
-            parent = Path(path).parent
-            if parent.exists():  # a file: "create it first" would send the user looking for nothing
-                raise UsageError(f"--{flag} {path}: {parent} is a file, not a directory; give a path in a directory")
-            raise UsageError(f"--{flag} {path}: directory {parent} does not exist; create it first")
-        if path:
-            other = seen.setdefault(Path(path).resolve(), f"--{flag}")
-            if other != f"--{flag}":
-                raise UsageError(f"--{flag} {path} is also the file of {other}; give each report its own file")
-
-
-def remove_stale_reports(*paths, config: str | None = None) -> None:
-    """Delete reports an earlier run left at these paths. Should this run stop with an error
-    (exit 3 or 4) they would pass for its own: CI steps upload whatever file is there. Only
-    regular files go (never a device such as /dev/stdout, nor what a symlink points to), and
-    never the ``config`` (a report path may name it by mistake: check_output_paths refuses
-    that) nor a file called "-" (which --json - does not mean)."""
-    keep = Path(config).resolve() if config else None
-    for path in paths:
-        if path and str(path).strip() not in ("", "-"):
-            p = Path(path)
-            if p.is_file() and not p.is_symlink() and p.resolve() != keep:
-                p.unlink(missing_ok=True)
-
-
-def _report_paths_in(args: list[str]) -> list[str]:
-    """The --json/--junit/--html files named in a command line click could not parse (never
-    a file that is also the --config)."""
-    flags, found, config = ("--json", "--junit", "--html"), [], set()
-    for i, a in enumerate(args):
-        for flag in (*flags, "--config"):
-            value = None
-            if a == flag and i + 1 < len(args):
-                value = args[i + 1]
-            elif a.startswith(flag + "="):
-                value = a[len(flag) + 1:]
-            if value is not None and flag == "--config":
-                config.add(value)
-            elif value is not None:
-                found.append(value)
-    config = {Path(c).resolve() for c in config}
-    return [f for f in found if f and not f.startswith("-") and Path(f).resolve() not in config]
-
-
-class ReportsCommand(click.Command):
-    """A command that writes reports: a command line that does not parse (exit 3: a flag
-    misspelt, a value out of range) still removes the reports an earlier run left at the
-    paths it names, as every other error does; CI would publish them as this run's."""
-
-    def parse_args(self, ctx, args):
-        given = list(args)  # click consumes ``args`` as it parses
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError:
-            remove_stale_reports(*_report_paths_in(given))
-            raise
-
-
 def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, quiet: bool,
                    exit_with_decision: bool = True) -> None:
-    from .report.output import stdout_reader_may_leave
-    from .report.terminal import render
+    from ..report.output import stdout_reader_may_leave
+    from ..report.terminal import render
 
     # a reader that stops early (`gate ... | head`) changes neither the decision nor the reports
     with stdout_reader_may_leave():
@@ -178,24 +105,9 @@ def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, qu
             click.echo(f"decision: {result.decision} ({code})")
         else:
             render(result, exit_with_decision=exit_with_decision)
-    try:
-        if json_path:
-            from .report.json_report import write_json
-            write_json(result, json_path)
-        if junit_path:
-            from .report.junit import write_junit
-            write_junit(result, junit_path)
-        if html_path:
-            from .report.html import write_html
-            write_html(result, html_path)
-    except OSError as e:
-        # the reports written before this one go too: they would pass for the results of a
-        # run that exits 3 (and their exit_code says otherwise)
-        remove_stale_reports(json_path, junit_path, html_path)
-        raise UsageError(f"cannot write the report: {e}; exit 3 instead of the decision's "
-                         f"{result.exit_code}: a report CI expects must not go missing unnoticed") from None
+    write_reports(result, json_path=json_path, junit_path=junit_path, html_path=html_path)
     if emit_otel:
-        from .report.otel import EmitError, emit_results
+        from ..report.otel import EmitError, emit_results
         try:
             n = emit_results(result, emit_otel, lake)
         except EmitError as e:
@@ -208,38 +120,16 @@ def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, qu
             click.echo(f"{what} report: {path}", err=True)
 
 
-def _has_host(url: str) -> bool:
-    # a URL without a host (http://, a typo) would only fail after the analysis, as a warning
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-    except ValueError:
-        return False
-    return bool(parts.hostname)
-
-
-def _check_emit_target(target, lake) -> None:
-    if target and target != "lake" and not (target.startswith(("http://", "https://")) and _has_host(target)):
-        raise UsageError(f"--emit-otel {target!r}: use `lake` or an OTLP/HTTP URL such as "
-                         "http://127.0.0.1:4318/v1/traces")
-    if target == "lake" and not Path(lake).is_dir():
-        # a glob or a single file is no place to write spans into
-        raise UsageError(f"--emit-otel lake writes into the lake directory, and {lake} is not one; "
-                         "give LAKE as a directory or emit to an OTLP/HTTP URL")
-
-
 def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, threshold, alpha, delta, json_path,
          junit_path, html_path, emit_otel, quiet, *, exit_with_decision=True):
-    from .gate import run_gate
+    from ..gate import run_gate
 
     # before any check that can stop the run with exit 3, the report paths' own included (a
     # missing directory, two reports on one file): the reports of an earlier run must not
     # stay behind to be uploaded as this run's
     remove_stale_reports(json_path, junit_path, html_path, config=config_path)
     check_output_paths(json=json_path, junit=junit_path, html=html_path, config=config_path)
-    _check_emit_target(emit_otel, lake)
+    check_target(emit_otel, lake)
     cfg = _config(config_path, threshold, alpha, delta)
     with _progress() as say:
         result = run_gate(lake, cfg, baseline=baseline, candidate=candidate, baseline_lake=baseline_lake,
@@ -327,7 +217,7 @@ def verdict(ctx, lake, select, threshold, alpha, config_path, json_path, junit_p
     Example:
       otel-assay verdict traces --select version=v2 --threshold 0.85
     """
-    from .gate import run_verdict
+    from ..gate import run_verdict
 
     remove_stale_reports(json_path, junit_path, html_path, config=config_path)  # first, as in _run
     check_output_paths(json=json_path, junit=junit_path, html=html_path, config=config_path)
@@ -343,7 +233,7 @@ def verdict(ctx, lake, select, threshold, alpha, config_path, json_path, junit_p
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init(path, force):
     """Write a commented starter gate configuration to PATH (default assay.yaml)."""
-    from .gate import STARTER_CONFIG
+    from ..gate import STARTER_CONFIG
 
     p = Path(path)
     if p.exists() and not force:
@@ -371,8 +261,8 @@ def demo(out_dir, trials, seed):
     DIR/junit.xml. Needs the langgraph extra: pip install 'otel-assay[langgraph]'.
     Exits 0 when the demo ran (the gate's own exit code is printed).
     """
-    from .demo import run_demo
-    from .report.terminal import render
+    from ..demo import run_demo
+    from ..report.terminal import render
 
     result = run_demo(out_dir, trials=trials, seed=seed, log=lambda m: click.echo(m, err=True))
     render(result.gate, exit_with_decision=False)  # the demo exits 0 whatever the gate decided
@@ -383,10 +273,6 @@ def demo(out_dir, trials, seed):
                "--html report.html")
 
 
-COMMANDS = (gate, regress, verdict, report, init, demo)
-
-
-def register(cli: click.Group) -> None:
-    """Add the gate commands to the ``otel-assay`` group."""
-    for cmd in COMMANDS:
-        cli.add_command(cmd)
+def register(group: click.Group) -> None:
+    for command in (gate, regress, verdict, report, init, demo):
+        group.add_command(command)

@@ -1,8 +1,6 @@
-"""The ``otel-assay`` command line: each command is a thin click shell over a library function.
+"""Commands over the lake itself: collect (the OTLP receiver), import, compact and sql.
 
-Exit codes (DESIGN §8): 0 deploy/PASS, 1 block/FAIL, 2 manual/INCONCLUSIVE, 3 usage or
-configuration error, 4 data error. Expected errors print one message saying what was wrong
-and what to do, never a traceback.
+Each imports the library it runs when it runs (start-up time: see the package).
 """
 
 from __future__ import annotations
@@ -15,36 +13,13 @@ import threading
 
 import click
 
-from . import __version__
-from .clitypes import FiniteFloatRange
-from .errors import EXIT_DATA, EXIT_USAGE, DataError, UsageError, interrupted, is_utf8
-
-
-def default_lake() -> str:
-    return os.environ.get("OTEL_ASSAY_DIR", "traces")
-
-
-lake_option = click.option(
-    "--dir", "lake_dir", default=default_lake, show_default="$OTEL_ASSAY_DIR or ./traces",
-    type=click.Path(file_okay=False), help="The span lake directory.",
-)
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="otel-assay")
-def cli() -> None:
-    """otel-assay: did this change make my agent worse?
-
-    Capture agent steps as OpenTelemetry spans, keep them in a Parquet span lake, and
-    judge versions with statistics that hold up.
-
-    Exit codes: 0 deploy/PASS, 1 block/FAIL, 2 manual/INCONCLUSIVE, 3 usage or
-    configuration error, 4 data error.
-    """
+from ..errors import DataError, UsageError
+from ..report.output import FORMATS
+from .options import FiniteFloatRange, lake_option
 
 
 # ---------------------------------------------------------------------------- collect
-@cli.command()
+@click.command()
 @lake_option
 @click.option("--grpc", "grpc_addr", default="127.0.0.1:4317", show_default=True, metavar="HOST:PORT",
               help="OTLP/gRPC listen address; 'off' disables it.")
@@ -80,8 +55,8 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
     SIGTERM or SIGINT flushes and exits 0 (4 when that last Parquet write fails: the spans
     stay in the log for the next start). Prints one line per listener when ready.
     """
-    from .collect.lake import LakeError
-    from .collect.receiver import Collector, Receiver, is_loopback, parse_hostport
+    from ..collect.lake import LakeError
+    from ..collect.receiver import Collector, Receiver, is_loopback, parse_hostport
 
     addrs = {}
     for proto, value, port in (("grpc", grpc_addr, 4317), ("http", http_addr, 4318)):
@@ -102,7 +77,7 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
         raise UsageError("--tls-cert and --tls-key go together")
     if tls_cert:
         _check_tls(tls_cert, tls_key)
-    from .collect.wal import WALLocked
+    from ..collect.wal import WALLocked
 
     try:
         collector = Collector(lake_dir, max_buffered_spans=max_buffered_spans, flush_seconds=flush_seconds, fsync=fsync)
@@ -148,7 +123,7 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
 
 
 # ---------------------------------------------------------------------------- import
-@cli.command("import")
+@click.command("import")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @lake_option
 def import_(paths, lake_dir):
@@ -165,8 +140,8 @@ def import_(paths, lake_dir):
     stores its spans once. Exits 4 if any file, record or span could not be imported (the
     rest is still imported).
     """
-    from .collect.importer import expand_inputs, import_files
-    from .collect.lake import LakeError
+    from ..collect.importer import expand_inputs, import_files
+    from ..collect.lake import LakeError
 
     inputs = expand_inputs(list(paths), lake_dir)
     if inputs.missing:
@@ -223,7 +198,7 @@ def import_(paths, lake_dir):
 
 
 # ---------------------------------------------------------------------------- compact
-@cli.command()
+@click.command()
 @lake_option
 @click.option("--target-mib", type=click.IntRange(min=1), default=256, show_default=True,
               help="Merge a partition's files into files of about this size (on disk).")
@@ -243,7 +218,7 @@ def compact(lake_dir, target_mib, grace_seconds, step_files):
     compaction per lake at a time: a second one is refused (exit 3). A compaction that was
     killed loses nothing; the next one removes its temporary files.
     """
-    from .collect.lake import Lake, LakeBusy, LakeError
+    from ..collect.lake import Lake, LakeBusy, LakeError
 
     if not os.path.isdir(lake_dir):
         # the default (./traces) is easy to hit by accident: say how to name the lake
@@ -259,7 +234,7 @@ def compact(lake_dir, target_mib, grace_seconds, step_files):
                f"{r.rows_in - r.rows_out} duplicates dropped); deleted {r.deleted_files} replaced files")
     unreadable = list(r.skipped)
     if step_files:
-        from .analyze.stepfiles import write_step_files
+        from ..analyze.stepfiles import write_step_files
 
         try:
             sr = write_step_files(lake_dir, grace_seconds=grace_seconds)
@@ -296,10 +271,10 @@ class _SqlCommand(click.Command):
         return super().parse_args(ctx, args)
 
 
-@cli.command(cls=_SqlCommand)
+@click.command(cls=_SqlCommand)
 @click.argument("lake")
 @click.argument("query")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="Output format.")
 def sql(lake, query, fmt):
     """Run a read-only SQL query over the lake's views.
@@ -312,48 +287,10 @@ def sql(lake, query, fmt):
     Example:
       otel-assay sql traces "SELECT name, count(*) FROM spans GROUP BY ALL"
     """
-    import duckdb
+    from ..analyze.sql import query_lake
+    from ..report.output import write_table
 
-    from .analyze.engine import Engine, is_read_only_sql, looks_like_select
-    from .collect.lake import LakeError
-    from .report.output import write_table
-
-    only = "only read-only queries (SELECT, WITH, DESCRIBE, ...) are allowed"
-    if not is_utf8(query):
-        raise UsageError("the query is not valid UTF-8 text (check the shell's locale or the file it came from)")
-    try:
-        statements = duckdb.extract_statements(query)
-    except duckdb.Error as e:
-        if not looks_like_select(query):
-            first = query.split(None, 1)[0][:40] if query.strip() else ""
-            raise UsageError(f"the query starts with {first!r}: {only}; check the first word for a typo") from None
-        raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
-    if len(statements) != 1:
-        raise UsageError("give one query" + (f", not {len(statements)} (separated by ';'); run `sql` once per query"
-                                             if statements else ""))
-    if not is_read_only_sql(query):
-        kind = statements[0].type.name
-        what = ("EXPLAIN runs only on a query (EXPLAIN ANALYZE executes the statement)" if kind == "EXPLAIN"
-                else f"{kind} statements are not allowed")
-        raise UsageError(f"{what}: {only}")
-    try:
-        eng = Engine(lake)
-    except LakeError as e:
-        raise DataError(str(e)) from None
-    try:
-        eng.lock_down()
-        table = eng.query(query)
-    except duckdb.PermissionException as e:
-        raise UsageError(f"the query may only read the lake's views: {e}") from None
-    except _query_mistakes() as e:
-        if "Failed to read file" in str(e):
-            raise  # a corrupt page, not the query: main() reports it as a lake error (exit 4)
-        raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
-    # any other DuckDB error (a page that cannot be read, out of memory) is the lake's or the
-    # machine's: main() reports it with what to do (exit 4)
-    finally:
-        eng.close()
-    write_table(table, fmt)
+    write_table(query_lake(lake, query), fmt)
 
 
 def _check_tls(cert, key) -> None:
@@ -370,76 +307,6 @@ def _check_tls(cert, key) -> None:
                          "(chain) and its PEM private key") from None
 
 
-CORRUPT_HINT = ("if a Parquet file is corrupt, `otel-assay compact --dir LAKE` names the unreadable files "
-                "(and merges the rest); move them out of the lake or restore them")
-
-
-def _query_mistakes() -> tuple:
-    """DuckDB's exception kinds that mean the query is wrong, not the lake."""
-    import duckdb
-
-    return (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException, duckdb.ConversionException,
-            duckdb.OutOfRangeException, duckdb.NotImplementedException, duckdb.TypeMismatchException,
-            duckdb.SyntaxException, duckdb.InvalidTypeException, duckdb.InvalidInputException)
-
-
-def _register_commands() -> None:
-    from . import gate_cli
-    from .analyze import commands as analyze_commands
-    from .live import commands as live_commands
-    from .oracles import commands as oracle_commands
-
-    analyze_commands.register(cli)
-    gate_cli.register(cli)
-    oracle_commands.register(cli)
-    live_commands.register(cli)
-
-
-_register_commands()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: click with usage errors mapped to exit 3 (click's own default is 2)."""
-    try:
-        rv = cli.main(args=argv, prog_name="otel-assay", standalone_mode=False)
-    except click.exceptions.UsageError as e:  # includes BadParameter, NoSuchOption
-        e.show()
-        sys.exit(EXIT_USAGE)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        click.echo("Aborted.", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except Exception as e:
-        if interrupted(e):
-            sys.exit(130)
-        # whatever escaped the commands must not exit 1, which CI reads as "block"
-        sys.exit(_unexpected(e))
-    sys.exit(rv if isinstance(rv, int) else 0)
-
-
-def _unexpected(e: Exception) -> int:
-    """Report an error no command handled and return exit 4 (DESIGN §8: the lake could not be judged)."""
-    import duckdb
-
-    first = (str(e).splitlines() or [""])[0][:500]
-    if isinstance(e, duckdb.OutOfMemoryException):
-        click.echo(f"otel-assay: out of memory while analysing the lake: {first}\n"
-                   "give it more memory with OTEL_ASSAY_MEMORY_LIMIT (the gate's default is 1.5GB), or analyse fewer trials",
-                   err=True)
-    elif isinstance(e, duckdb.Error):
-        # a file that passed the open-time check but is corrupt inside, a file removed mid-run, ...
-        click.echo(f"otel-assay: reading the lake failed: {type(e).__name__}: {first}\n{CORRUPT_HINT}", err=True)
-    elif isinstance(e, OSError):
-        click.echo(f"otel-assay: {type(e).__name__}: {first}\ncheck that the path exists and that you may read "
-                   "and write it", err=True)
-    else:
-        import traceback
-
-        traceback.print_exception(e)
-        click.echo(f"otel-assay: internal error: {type(e).__name__}: {first}\n"
-                   "this is a bug in otel-assay; please report it with the traceback above", err=True)
-    return EXIT_DATA
+def register(group: click.Group) -> None:
+    for command in (collect, import_, compact, sql):
+        group.add_command(command)

@@ -1,0 +1,66 @@
+"""A read-only SQL query over a lake's views (``otel-assay sql``).
+
+The query may only read the lake's views. Anything else (a write, a second statement, a
+statement EXPLAIN ANALYZE would execute) is refused before the lake is opened, with what is
+allowed; and the engine is locked down so that the query cannot read other files either.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+
+from ..collect.lake import LakeError
+from ..errors import DataError, UsageError, is_utf8
+from .engine import Engine, is_read_only_sql, looks_like_select
+
+_ONLY = "only read-only queries (SELECT, WITH, DESCRIBE, ...) are allowed"
+# DuckDB's exception kinds that mean the query is wrong, not the lake
+_QUERY_MISTAKES = (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException,
+                   duckdb.ConversionException, duckdb.OutOfRangeException, duckdb.NotImplementedException,
+                   duckdb.TypeMismatchException, duckdb.SyntaxException, duckdb.InvalidTypeException,
+                   duckdb.InvalidInputException)
+
+
+def query_lake(lake: str, query: str) -> pa.Table:
+    """The result of one read-only ``query`` over the views of ``lake`` (a lake directory, a
+    Parquet file or a glob). A wrong query is a UsageError, a lake that cannot be opened a
+    DataError; any other DuckDB error (a page that cannot be read, out of memory) is the
+    lake's or the machine's and propagates for the caller to report."""
+    _check(query)
+    try:
+        eng = Engine(lake)
+    except LakeError as e:
+        raise DataError(str(e)) from None
+    try:
+        eng.lock_down()
+        return eng.query(query)
+    except duckdb.PermissionException as e:
+        raise UsageError(f"the query may only read the lake's views: {e}") from None
+    except _QUERY_MISTAKES as e:
+        if "Failed to read file" in str(e):
+            raise  # a corrupt page, not the query: a lake error (exit 4)
+        raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
+    finally:
+        eng.close()
+
+
+def _check(query: str) -> None:
+    """Refuse anything but one read-only statement, saying what is allowed."""
+    if not is_utf8(query):
+        raise UsageError("the query is not valid UTF-8 text (check the shell's locale or the file it came from)")
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as e:
+        if not looks_like_select(query):
+            first = query.split(None, 1)[0][:40] if query.strip() else ""
+            raise UsageError(f"the query starts with {first!r}: {_ONLY}; check the first word for a typo") from None
+        raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
+    if len(statements) != 1:
+        raise UsageError("give one query" + (f", not {len(statements)} (separated by ';'); run `sql` once per query"
+                                             if statements else ""))
+    if not is_read_only_sql(query):
+        kind = statements[0].type.name
+        what = ("EXPLAIN runs only on a query (EXPLAIN ANALYZE executes the statement)" if kind == "EXPLAIN"
+                else f"{kind} statements are not allowed")
+        raise UsageError(f"{what}: {_ONLY}")

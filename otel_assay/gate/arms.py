@@ -1,0 +1,84 @@
+"""Each arm's trials as numpy columns, per scenario: the counts every check starts from.
+
+A trial counts unless its error class excludes it (infrastructure, pre-validation, empty
+runs); a counted trial without an outcome is judged only by the checks that need none.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import stats
+from .result import Arm
+
+
+def arm_trials(eng, table: str) -> dict[str, np.ndarray]:
+    t = eng.query(f"SELECT trace_id, scenario, trial_index, counted, passed, error_class, "
+                  f"start_time_unix_nano FROM trials SEMI JOIN {table} USING (trace_id) "
+                  f"ORDER BY scenario, start_time_unix_nano, trace_id")
+    cols = {name: t.column(name).to_numpy(zero_copy_only=False) for name in t.column_names}
+    return cols
+
+
+def by_scenario(cols: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """Per-scenario views of an arm's trial columns (contiguous: sorted by scenario)."""
+    sc = cols["scenario"]
+    out = {}
+    if len(sc) == 0:
+        return out
+    starts = np.flatnonzero(np.r_[True, sc[1:] != sc[:-1]])
+    ends = np.r_[starts[1:], len(sc)]
+    for s, e in zip(starts, ends):
+        out[str(sc[s])] = {k: v[s:e] for k, v in cols.items()}
+    return out
+
+
+def summary(t: dict[str, np.ndarray], alpha: float) -> Arm:
+    counted = t["counted"].astype(bool)
+    passed = t["passed"]
+    known = counted & np.array([p is not None and p == p for p in passed], dtype=bool)
+    passes = int(sum(bool(p) for p in passed[known]))
+    excluded: dict[str, int] = {}
+    for cls in t["error_class"][~counted]:
+        excluded[str(cls)] = excluded.get(str(cls), 0) + 1
+    arm = Arm(trials=len(counted), counted=int(counted.sum()), with_outcome=int(known.sum()), passes=passes,
+              excluded=excluded)
+    if arm.with_outcome:
+        ci = stats.wilson_interval(passes, arm.with_outcome, alpha)
+        arm.rate, arm.ci_low, arm.ci_high = ci.estimate, ci.low, ci.high
+    return arm
+
+
+# error classes of trials that stopped before completing without failing (assay.incomplete):
+# Ctrl-C, a graph paused for a human, a stream its caller stopped (spelt as the trials view
+# normalises error classes: "_" becomes "-")
+INCOMPLETE_CLASSES = frozenset({"interrupted", "caller-stopped"})
+
+
+def complete_trials(arms: dict[str, dict[str, np.ndarray]]) -> tuple[set[str], int]:
+    """Trace ids of the counted trials that ran to their end, and how many counted ones did not.
+
+    Pass rates know an interrupted trial's outcome is unknown; its fingerprint would still
+    enter the T² test as a run with fewer steps and tokens, so a candidate interrupted more
+    often (a human pausing it, a UI stopping streams) would read as a behaviour shift."""
+    complete, left = set(), 0
+    for a in arms.values():
+        for t, k, cls in zip(a["trace_id"], a["counted"], a["error_class"]):
+            if not k:
+                continue
+            if cls in INCOMPLETE_CLASSES:
+                left += 1
+            else:
+                complete.add(str(t))
+    return complete, left
+
+
+def outcomes(t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(trial_index, passed) of the counted trials with a known outcome, in run order."""
+    counted = t["counted"].astype(bool)
+    known = np.array([p is not None and p == p for p in t["passed"]], dtype=bool) & counted
+    idx = t["trial_index"][known]
+    return idx, np.array([bool(p) for p in t["passed"][known]], dtype=bool)
+
+
+# ================================================================== checks

@@ -1,0 +1,220 @@
+"""The fingerprint check: Hotelling T² on the behavioural fingerprints of each scenario's trials.
+
+FAIL when the mean fingerprint moved; PASS reports the smallest shift the test could have
+seen, so "no shift" is read with its power.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import stats
+from ..analyze.fingerprint import fingerprint_matrix, tool_vocabulary
+from .config import GateConfig
+from .family import Family
+from .lakes import engines
+from .result import FAIL, INCONCLUSIVE, PASS, Check
+
+# Bookkeeping columns of the fingerprint matrix that are not features.
+_ID_COLUMNS = ("trace_id", "scenario", "version", "run_id")
+# The most permutations the gate draws for one fingerprint test (about 1-2 s per scenario at
+# 100 trials on a CI core). See permutations().
+MAX_PERMUTATIONS = 199_999
+# The permutation p-value's floor 1 / (B + 1) is held at a tenth of the family's per-test level
+# when the cap allows: a shift whose true p-value is a fifth of that level then FAILs with
+# probability > 0.99 (at most 8 of B relabellings may beat it), where a floor just under the
+# level would lose it whenever one relabelling does (probability 1 - e^-5).
+_PERMUTATION_RESOLUTION = 10
+
+
+def fingerprint_tables(eng_b, eng_c, table_b: str, table_c: str):
+    # both arms (and the vocabulary) read these: compute them once per lake, not per query
+    for eng in engines(eng_b, eng_c):
+        eng.materialize(["fingerprint_tools", "fingerprints"])
+    vocab = sorted(set(tool_vocabulary(eng_b, table_b)) | set(tool_vocabulary(eng_c, table_c)))
+    return fingerprint_matrix(eng_b, table_b, vocab), fingerprint_matrix(eng_c, table_c, vocab)
+
+
+def _matrix(table, features: list[str], rows: np.ndarray) -> np.ndarray:
+    return np.column_stack([table.column(f).to_numpy(zero_copy_only=False)[rows].astype(float)
+                            for f in features]) if features else np.zeros((len(rows), 0))
+
+
+def fingerprint_checks(results, fp_b, fp_c, complete_b: set, complete_c: set, cfg: GateConfig, plots: dict,
+                        progress: Callable[[str], None], family: Family) -> list[str]:
+    notes = []
+    names = all_names = [n for n in fp_c.column_names if n not in _ID_COLUMNS]
+    excluded = [n for n in cfg.exclude_features if n in names]
+    names = [n for n in names if n not in cfg.exclude_features]
+    # columns with a missing value (e.g. cost of an unpriced model) cannot enter the test
+    missing = [n for n in names if fp_b.column(n).null_count or fp_c.column(n).null_count]
+    # nor can NaN or infinity (span data such as an llm.cost.total of "nan"): T² has no
+    # meaning for them, and one such span must not stop the gate
+    nonfinite = [n for n in names if n not in missing and not all(
+        np.isfinite(fp.column(n).to_numpy(zero_copy_only=False).astype(float)).all() for fp in (fp_b, fp_c))]
+    features = [n for n in names if n not in missing and n not in nonfinite]
+    if missing:
+        why = []
+        if any(n.startswith("cost") for n in missing):
+            why.append("cost needs a priced model: set OTEL_ASSAY_PRICES to a price table CSV; the gate "
+                       "commands have no --prices option")
+        if any(n.endswith("_tokens") or n == "tokens_per_step" for n in missing):
+            why.append("token counts need LLM calls that report gen_ai.usage.input_tokens or output_tokens")
+        notes.append(f"fingerprint features left out for missing values: {', '.join(missing)}"
+                     + (f" ({'; '.join(why)})" if why else ""))
+    if nonfinite:
+        notes.append(f"fingerprint features left out for values that are not finite numbers (NaN or infinity "
+                     f"in the spans): {', '.join(nonfinite)}")
+    # a misspelt exclusion would leave the feature in the test, silently (tool:<name> columns
+    # exist only for the tools these trials called, so those are not checked)
+    unknown = [n for n in cfg.exclude_features if n not in all_names and not n.startswith("tool:")]
+    if unknown:
+        notes.append(f"fingerprint.exclude names no fingerprint feature: {', '.join(unknown)} (features: "
+                     f"{', '.join(n for n in all_names if not n.startswith('tool:'))}, tool:<name>)")
+
+    def rows_by_scenario(fp, trials):
+        tid = fp.column("trace_id").to_numpy(zero_copy_only=False)
+        sc = fp.column("scenario").to_numpy(zero_copy_only=False)
+        keep = np.fromiter((t in trials for t in tid), bool, len(tid))
+        out: dict[str, np.ndarray] = {}
+        order = np.flatnonzero(keep)
+        for s in np.unique(sc[order].astype(str)) if len(order) else []:
+            out[s] = order[sc[order] == s]
+        return out
+
+    rb, rc = rows_by_scenario(fp_b, complete_b), rows_by_scenario(fp_c, complete_c)
+    todo = []
+    for r in results:
+        if not r.settings.checks["fingerprint"]:
+            continue
+        if r.scenario not in rb or r.scenario not in rc:
+            side = "baseline" if r.scenario not in rb else "candidate"
+            r.checks.append(Check("fingerprint", INCONCLUSIVE, f"no {side} trials for this scenario: no comparison"))
+            continue
+        if not features:
+            r.checks.append(Check("fingerprint", INCONCLUSIVE, "no fingerprint feature is left to compare: "
+                                  "fingerprint.exclude (and any feature a note says was left out) removes all "
+                                  "of them; exclude fewer, or turn the check off with checks: {fingerprint: false}"))
+            continue
+        todo.append(r)
+    # the family's per-test level once these tests join it: the permutation p-value must be
+    # able to get below it, or no fingerprint could FAIL (1 / (B + 1) >= alpha / m: from 500
+    # scenarios at the default 9999 permutations)
+    level = family.level(family.size + len(todo))
+    n_perm = permutations(cfg.permutations, level)
+    found = []
+    for i, r in enumerate(todo):
+        progress(f"fingerprint {r.scenario} ({i + 1}/{len(todo)})")
+        xb, xc = _matrix(fp_b, features, rb[r.scenario]), _matrix(fp_c, features, rc[r.scenario])
+        h = stats.hotelling_t2(xb, xc, alpha=cfg.alpha, beta=r.settings.beta, n_permutations=n_perm,
+                               seed=cfg.seed, feature_names=features, top_k=5)
+        found.append(h)
+        plots.setdefault("pca", {})[r.scenario] = _pca_points(xb, xc)
+    if any(h.method == "permutation" for h in found) and 1.0 / (n_perm + 1) >= level:
+        notes.append(f"fingerprint: {n_perm} permutations (the most the gate draws: {MAX_PERMUTATIONS}, or "
+                     f"fingerprint.permutations) give p-values no smaller than 1/{n_perm + 1}, not below "
+                     f"{level:.3g}, the level {cfg.correction} holds the smallest of the suite's "
+                     f"{family.size + len(todo)} FAIL tests to: a fingerprint tested by permutation (below 100 "
+                     "trials per scenario) cannot FAIL; raise fingerprint.permutations, or gate fewer scenarios "
+                     "or checks at once")
+    for r, h in zip(todo, found):
+        crit = _t2_critical(h, cfg.alpha)
+        st = {"t2": None if math.isinf(h.statistic) else h.statistic, "f": h.f_statistic,
+              "df": list(h.df) if h.df else None, "pvalue": h.pvalue, "pvalue_adjusted": None,
+              "neg_log10_pvalue": h.neg_log10_pvalue, "method": h.method, "n_permutations": h.n_permutations,
+              "d_eff": h.d_eff, "n_features": h.n_features, "shrinkage": h.shrinkage, "n_baseline": h.n_baseline,
+              "n_candidate": h.n_candidate, "min_detectable_shift": h.min_detectable_shift, "t2_critical": crit,
+              # a pooled SD of rounding noise (a feature constant within each arm) gives an
+              # astronomically large smd: it means "separated", which null (±inf) says
+              "top_features": [{"name": f.name, "smd": None if not abs(f.smd) < 1e6 else f.smd,
+                                "baseline_mean": f.baseline_mean, "candidate_mean": f.candidate_mean}
+                               for f in h.top_features],
+              "excluded_features": excluded + missing}
+        if h.verdict is stats.Verdict.INCONCLUSIVE:
+            # too few trials for any p-value below alpha: no test, so not in the family
+            r.checks.append(Check("fingerprint", INCONCLUSIVE, h.reason, stats=st))
+            continue
+        check = Check("fingerprint", INCONCLUSIVE, "", stats=st)
+        r.checks.append(check)
+
+        def finish(adjusted, check=check, h=h, scenario=r.scenario, beta=r.settings.beta):
+            p_adj = adjusted[0]
+            check.stats["pvalue_adjusted"] = p_adj
+            # the power figures at the level the family holds its strictest test to, not at
+            # alpha: a shift detectable only at alpha is not one this gate would block on.
+            # A T² past this critical value FAILs under any of the corrections
+            level = family.level()
+            shift = (stats.hotelling_detectable_shift(h.n_baseline, h.n_candidate, h.d_eff, level, beta)
+                     if h.min_detectable_shift is not None else None)
+            check.stats["min_detectable_shift"] = shift
+            check.stats["t2_critical"] = _t2_critical(h, level)
+            check.stats["power_level"] = level
+            mds = f"; smallest detectable shift {shift:.2f} SD" if shift else ""
+            moved = ", ".join(f.name for f in h.top_features[:3] if f.smd != 0)
+            tag = family.adjusted_tag()
+            if p_adj < cfg.alpha:
+                check.verdict, check.reason = FAIL, (f"behaviour shifted: {tag}p={p_adj:.3g} < alpha={cfg.alpha} "
+                                                     f"(d_eff={h.d_eff}); moved most: {moved}")
+            else:
+                check.verdict, check.reason = PASS, (f"no shift detected: {tag}p={p_adj:.3g} "
+                                                     f"(d_eff={h.d_eff}){mds}")
+            plots.setdefault("t2", {})[scenario] = {"t2": check.stats["t2"], "critical": check.stats["t2_critical"],
+                                                    "verdict": check.verdict}
+
+        family.add(check, [h.pvalue], finish)
+    return notes
+
+
+def permutations(configured: int, level: float) -> int:
+    """Random relabellings for a permutation p-value that has to reach ``level``: at least the
+    configured number, raised until the floor 1 / (B + 1) is a tenth of the level, at most
+    MAX_PERMUTATIONS (or the configured number, if larger).
+
+    Why not the F approximation instead: below 100 trials per scenario, and whenever the
+    covariance is shrunk, the F reference does not hold its level; the exact permutation
+    p-value does."""
+    wanted = math.ceil(_PERMUTATION_RESOLUTION / level) - 1
+    return max(configured, min(wanted, MAX_PERMUTATIONS))
+
+
+def _t2_critical(h, alpha: float) -> float | None:
+    """The T² a shift must reach to be significant at alpha (from the F reference)."""
+    if not h.df:
+        return None
+    # imported here: scipy costs a noticeable part of a gate run's start, and only this needs it
+    from scipy.special import fdtri
+
+    d1, d2 = h.df
+    n = h.n_baseline + h.n_candidate
+    return float(fdtri(d1, d2, 1.0 - alpha) * (n - 2) * d1 / d2)
+
+
+def _pca_points(xb: np.ndarray, xc: np.ndarray, limit: int = 300) -> dict[str, Any]:
+    """The first two principal components of both arms, up to ``limit`` trials each, for plotting."""
+    x = np.vstack([xb, xc])
+    if x.shape[0] < 3 or x.shape[1] == 0:
+        return {"baseline": [], "candidate": [], "explained": [0.0, 0.0]}
+    sd = x.std(axis=0)
+    keep = sd > 1e-12
+    if not keep.any():
+        return {"baseline": [], "candidate": [], "explained": [0.0, 0.0]}
+    z = (x[:, keep] - x[:, keep].mean(axis=0)) / sd[keep]
+    rng = np.random.default_rng(0)
+    fit = z if len(z) <= 5000 else z[rng.choice(len(z), 5000, replace=False)]
+    _, s, vt = np.linalg.svd(fit, full_matrices=False)
+    comps = vt[:2].T
+    if comps.shape[1] == 1:
+        comps = np.column_stack([comps, np.zeros(len(comps))])
+    pts = z @ comps
+    share = (s ** 2) / max((s ** 2).sum(), 1e-300)
+
+    def sample(p):
+        if len(p) > limit:
+            p = p[np.sort(rng.choice(len(p), limit, replace=False))]
+        return [[round(float(a), 4), round(float(b), 4)] for a, b in p]
+
+    return {"baseline": sample(pts[: len(xb)]), "candidate": sample(pts[len(xb):]),
+            "explained": [float(share[0]), float(share[1]) if len(share) > 1 else 0.0]}
