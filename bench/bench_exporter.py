@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from otel_assay.collect import Lake, ParquetSpanExporter
+from otel_assay.collect import ParquetSpanExporter
+from otel_assay.lake import Lake
 
 ATTRS = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders",
          "gen_ai.tool.call.id": "call_abc123", "gen_ai.tool.call.arguments": '{"order_id": 1234}',

@@ -565,8 +565,8 @@ def _lakes(eng_b, eng_c) -> list:
 
 def _open(lake) -> Any:
     from .analyze.engine import Engine
-    from .collect.lake import memory_limit_from_env
-    from .collect.lake import LakeError
+    from .lake.files import memory_limit_from_env
+    from .lake.files import LakeError
 
     if not isinstance(lake, (str, os.PathLike)):
         return lake

@@ -44,7 +44,7 @@ def _open(lake: str, selectors, prices):
     exit 3 (usage) or 4 (data)."""
     import duckdb
 
-    from ..collect.lake import LakeError
+    from ..lake.files import LakeError
     from .engine import Engine
     from .select import NoTrialsError, Selection, SelectorError, select_trials
 
@@ -219,7 +219,7 @@ def label(lake, file):
     under LAKE/labels/; span files are never modified. Labels merge column by column: a later
     file's non-empty values win, the columns it leaves out or empty keep earlier labels.
     """
-    from ..collect.lake import LakeError
+    from ..lake.files import LakeError
     from .labels import LabelError, read_labels_csv, unmatched_keys, write_labels
 
     try:

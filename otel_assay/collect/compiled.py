@@ -26,8 +26,8 @@ import pyarrow as pa
 
 from .. import semconv
 from .otlp import MalformedOTLP, TooManyRows
-from .schema import (EMPTY_TABLES, PARTITION_TIME, SPAN_EVENTS_SCHEMA, SPAN_LINKS_SCHEMA, SPANS_SCHEMA, Limits,
-                     _safe_string_array, make_resource, resource_maps, stringify)
+from ..lake.rows import _safe_string_array, make_resource, resource_maps, stringify
+from ..lake.schema import EMPTY_TABLES, PARTITION_TIME, SPAN_EVENTS_SCHEMA, SPAN_LINKS_SCHEMA, SPANS_SCHEMA, Limits
 
 try:
     from . import _otlpc
@@ -63,7 +63,7 @@ def _map(n: int, offsets: bytes, keys: tuple, values: tuple) -> pa.MapArray:
 
 class CompiledBatch:
     """The spans of one request as read by ``_otlpc``: what the receiver needs of a
-    :class:`~otel_assay.collect.schema.SpanBatch` (nothing is ever rejected here)."""
+    :class:`~otel_assay.lake.rows.SpanBatch` (nothing is ever rejected here)."""
 
     rejected = 0
 
@@ -169,7 +169,7 @@ def convert_sdk(spans: list, limits: Limits, prepare, *, lake_order: bool = Fals
     the way ``SpanBatch.add_sdk_span`` stores them, and the spans it left to that Python path
     (one with events, links or a trace state, a value over a limit or not valid UTF-8, a span
     of another class...); None without the extension. ``prepare`` turns an SDK resource into
-    a :class:`~otel_assay.collect.schema.Resource`. With ``lake_order`` the rows come in the
+    a :class:`~otel_assay.lake.rows.Resource`. With ``lake_order`` the rows come in the
     order the lake writes them (trace id, start, span id; ties as given), not as given."""
     global _SDK_SPAN_TYPES
     if not available() or min(limits.max_value_chars, limits.max_key_chars, limits.max_attributes) < 0:

@@ -14,8 +14,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from . import compiled
-from .lake import Lake, LakeError
-from .schema import DEFAULT_LIMITS, Limits, Resource, SpanBatch, make_resource
+from ..lake.files import Lake, LakeError
+from ..lake.rows import Resource, SpanBatch, make_resource
+from ..lake.schema import DEFAULT_LIMITS, Limits
 
 log = logging.getLogger("otel_assay.collect")
 

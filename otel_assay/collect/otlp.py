@@ -13,7 +13,8 @@ import json
 from typing import Any, Iterator, NamedTuple
 
 
-from .schema import Limits, Resource, SpanBatch, make_resource
+from ..lake.rows import Resource, SpanBatch, make_resource
+from ..lake.schema import Limits
 
 
 class MalformedOTLP(ValueError):

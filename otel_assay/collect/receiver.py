@@ -34,10 +34,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import compiled
-from .lake import Lake, check_lake_file
+from ..lake.files import Lake, check_lake_file
 from .otlp import (MalformedOTLP, TooManyRows, add_json, add_protobuf, json_rows, parse_json, parse_protobuf,
                    protobuf_rows)
-from .schema import DEFAULT_LIMITS, Limits, SpanBatch
+from ..lake.rows import SpanBatch
+from ..lake.schema import DEFAULT_LIMITS, Limits
 from .wal import WALError, WriteAheadLog, decode, read_segment
 
 log = logging.getLogger("otel_assay.collect")

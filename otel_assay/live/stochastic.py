@@ -125,7 +125,7 @@ class StochasticResult:
 
 def _baseline_counts(lake: str, selector: str, scenario: str) -> tuple[int, int]:
     from ..analyze.engine import Engine
-    from ..collect.lake import LakeError
+    from ..lake.files import LakeError
     from ..errors import DataError
     from ..gate import _select
 

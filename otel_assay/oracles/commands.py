@@ -51,7 +51,7 @@ def _open_selected(lake: str, selectors, table: str):
     """An engine over LAKE with the selected trials' rows in temp table ``table``."""
     from ..analyze.engine import Engine
     from ..analyze.select import NoTrialsError, Selection, SelectorError, select_trials
-    from ..collect.lake import LakeError
+    from ..lake.files import LakeError
 
     try:
         selection = Selection.parse(selectors)

@@ -27,7 +27,8 @@ from opentelemetry.proto.common.v1.common_pb2 import (
 
 from otel_assay.collect import compiled, synthetic
 from otel_assay.collect.otlp import MalformedOTLP, add_protobuf, parse_protobuf
-from otel_assay.collect.schema import DEFAULT_LIMITS, Limits, SpanBatch
+from otel_assay.lake.rows import SpanBatch
+from otel_assay.lake.schema import DEFAULT_LIMITS, Limits
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("OTEL_ASSAY_PURE_PYTHON") == "1", reason="the compiled decoder is turned off")

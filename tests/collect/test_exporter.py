@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_assay.collect import ParquetSpanExporter
-from otel_assay.collect.lake import LakeError
+from otel_assay.lake.files import LakeError
 
 from .conftest import agent_trial, expected_view, lake_view, make_provider, recorded_trials
 
@@ -82,7 +82,7 @@ def test_burst_of_100k_spans_is_not_dropped(tmp_path):
     tp.shutdown()
     assert exp.spans_received == exp.spans_written == 100_000
     import pyarrow.parquet as pq
-    from otel_assay.collect.lake import Lake
+    from otel_assay.lake.files import Lake
     assert sum(pq.read_metadata(f).num_rows for f in Lake(tmp_path / "lake").live_files()) == 100_000
 
 
@@ -207,7 +207,7 @@ def test_spans_of_traces_taking_turns_and_arrays_land_as_sent(tmp_path):
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.trace import SpanContext
 
-    from otel_assay.collect.lake import Lake
+    from otel_assay.lake.files import Lake
 
     arrays = {"strings": ("stop", "é", 'q"uote', "\\n"), "empty": (), "ints": (1, 2), "bools": (True, False),
               "floats": (1.5, float("nan")), "mixed": ("a", 1)}
@@ -238,7 +238,7 @@ def test_a_hand_built_span_the_sdk_would_not_allow_does_not_corrupt_its_neighbou
     from opentelemetry.sdk.trace import Event, ReadableSpan
     from opentelemetry.trace import Link, SpanContext
 
-    from otel_assay.collect.lake import Lake
+    from otel_assay.lake.files import Lake
 
     res = Resource.create({})
 

@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from otel_assay.collect.otlp import MalformedOTLP, add_json, parse_json
-from otel_assay.collect.schema import SpanBatch
+from otel_assay.lake.rows import SpanBatch
 
 TRACE = "5B8EFFF798038103D269B633813FC60C"  # upper case is allowed: OTLP/JSON ids are case-insensitive hex
 SPAN = "EEE19B7EC3C1B174"
@@ -139,7 +139,7 @@ def test_a_repeated_attribute_key_is_stored_once_and_the_lake_reads_in_python(tm
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-    from otel_assay.collect.lake import Lake
+    from otel_assay.lake.files import Lake
     from otel_assay.collect.otlp import add_protobuf, parse_protobuf
 
     b = SpanBatch()

@@ -21,7 +21,8 @@ from otel_assay.collect import compiled
 from otel_assay.collect.otlp import (MalformedOTLP, TooManyRows, add_json, json_rows, parse_protobuf,
                                      protobuf_rows)
 from otel_assay.collect.receiver import MIN_REQUEST_ROWS, Collector, Receiver
-from otel_assay.collect.schema import DEFAULT_LIMITS, SpanBatch
+from otel_assay.lake.rows import SpanBatch
+from otel_assay.lake.schema import DEFAULT_LIMITS
 
 from .test_receiver import post
 

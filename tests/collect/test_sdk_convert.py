@@ -35,7 +35,8 @@ from otel_assay import semconv
 from otel_assay.analyze.engine import Engine
 from otel_assay.collect import compiled
 from otel_assay.collect.exporter import ParquetSpanExporter
-from otel_assay.collect.schema import DEFAULT_LIMITS, Limits, SpanBatch, make_resource
+from otel_assay.lake.rows import SpanBatch, make_resource
+from otel_assay.lake.schema import DEFAULT_LIMITS, Limits
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("OTEL_ASSAY_PURE_PYTHON") == "1", reason="the compiled converter is turned off")
@@ -409,7 +410,7 @@ def test_lake_order_gives_the_rows_sorted_as_the_lake_writes_them(seed):
 
 
 def test_a_flush_of_one_part_is_written_without_reordering(tmp_path, monkeypatch):
-    from otel_assay.collect import lake
+    from otel_assay.lake import files as lake
 
     taken = []
     real_take = lake._take
@@ -573,7 +574,7 @@ def test_spans_left_to_the_python_path_keep_their_order(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_during_the_last_flush_counts_what_it_did_not_write(tmp_path, monkeypatch):
-    from otel_assay.collect.lake import Lake
+    from otel_assay.lake.files import Lake
 
     def interrupted(self, tables, **kw):
         raise KeyboardInterrupt

@@ -1,13 +1,10 @@
-"""The span lake's tables and the columnar builder every collector path fills.
+"""The one row builder: :class:`SpanBatch` turns spans, however they were read, into the
+lake's columns.
 
-One row per span (``spans``), one per span event (``span_events``), one per link
-(``span_links``): reference/storage.md §2. Hot GenAI and ``assay.*`` keys get typed
-columns (``semconv.PROMOTED_SPAN_ATTRIBUTES``); every other attribute lives in a
-``MAP<VARCHAR, VARCHAR>`` with its value turned into a string by :func:`stringify`.
-
-The three collector paths (in-process exporter, OTLP receiver, file import) differ only in
-how they read a span; all of them call :meth:`SpanBatch.add_span`, so validation, limits
-and promotion are the same whichever way a span arrives.
+Every reader (the in-process exporter, the OTLP receiver, file import) only turns its
+input into the neutral keyword record of :meth:`SpanBatch.add_span`; validation, limits,
+truncation, promotion and dropped counts live here once, so a span is stored the same
+whichever way it arrives.
 """
 
 from __future__ import annotations
@@ -23,76 +20,9 @@ import pyarrow as pa
 from opentelemetry.trace import SpanKind, StatusCode
 
 from .. import semconv
+from .schema import (DEFAULT_LIMITS, EMPTY_TABLES, INT32_MAX, INT64_MAX, PARTITION_TIME, SPAN_EVENTS_SCHEMA,
+                     SPAN_LINKS_SCHEMA, SPANS_SCHEMA, TRUNCATION_MARK, Limits)
 
-SCHEMA_VERSION = "1"
-SCHEMA_METADATA = {b"otel_assay.schema_version": SCHEMA_VERSION.encode()}
-
-STRING_MAP = pa.map_(pa.string(), pa.string())
-
-_PROMOTED_TYPES = {"string": pa.string(), "int64": pa.int64(), "double": pa.float64()}
-
-SPANS_SCHEMA = pa.schema(
-    [
-        ("trace_id", pa.string()),
-        ("span_id", pa.string()),
-        ("parent_span_id", pa.string()),
-        ("trace_state", pa.string()),
-        ("name", pa.string()),
-        ("kind", pa.int8()),
-        ("start_time_unix_nano", pa.int64()),
-        ("duration_ns", pa.int64()),
-        ("status_code", pa.int8()),
-        ("status_message", pa.string()),
-        ("service_name", pa.string()),
-        ("scope_name", pa.string()),
-        ("scope_version", pa.string()),
-    ]
-    + [(col, _PROMOTED_TYPES[t]) for col, _key, t in semconv.PROMOTED_SPAN_ATTRIBUTES]
-    + [
-        ("attributes", STRING_MAP),
-        ("resource_attributes", STRING_MAP),
-        ("dropped_attributes_count", pa.int32()),
-        ("dropped_events_count", pa.int32()),
-        ("dropped_links_count", pa.int32()),
-    ],
-    metadata=SCHEMA_METADATA,
-)
-
-SPAN_EVENTS_SCHEMA = pa.schema(
-    [
-        ("trace_id", pa.string()),
-        ("span_id", pa.string()),
-        ("time_unix_nano", pa.int64()),
-        ("name", pa.string()),
-        ("attributes", STRING_MAP),
-        ("dropped_attributes_count", pa.int32()),
-    ],
-    metadata=SCHEMA_METADATA,
-)
-
-SPAN_LINKS_SCHEMA = pa.schema(
-    [
-        ("trace_id", pa.string()),
-        ("span_id", pa.string()),
-        ("linked_trace_id", pa.string()),
-        ("linked_span_id", pa.string()),
-        ("trace_state", pa.string()),
-        ("attributes", STRING_MAP),
-        ("dropped_attributes_count", pa.int32()),
-    ],
-    metadata=SCHEMA_METADATA,
-)
-
-TABLES = {"spans": SPANS_SCHEMA, "span_events": SPAN_EVENTS_SCHEMA, "span_links": SPAN_LINKS_SCHEMA}
-
-# Time columns sort and delta-encode well; span ids are (nearly) unique, so a dictionary of
-# them is as large as the column and costs time to build: both are stored plain. Everything
-# else is dictionary-encoded.
-DELTA_COLUMNS = {"start_time_unix_nano", "duration_ns", "time_unix_nano"}
-PLAIN_COLUMNS = {"span_id", "parent_span_id"}
-
-INT64_MAX = (1 << 63) - 1
-INT32_MAX = (1 << 31) - 1
 _ZERO16 = bytes(16)
 _ZERO8 = bytes(8)
 # decoded protobuf KeyValues, per Limits (see _fastpb): bounded, small values only
@@ -100,39 +30,11 @@ _KV_CACHES: dict = {}
 _CACHE_ENTRIES = 100_000
 _CACHEABLE_BYTES = 512
 
-# Events and links are partitioned by their span's start time, carried in this column
-# while rows are buffered and dropped by the writer.
-PARTITION_TIME = "_span_start_time_unix_nano"
-EMPTY_TABLES = {
-    "spans": SPANS_SCHEMA.empty_table(),
-    "span_events": SPAN_EVENTS_SCHEMA.append(pa.field(PARTITION_TIME, pa.int64())).empty_table(),
-    "span_links": SPAN_LINKS_SCHEMA.append(pa.field(PARTITION_TIME, pa.int64())).empty_table(),
-}
 
 _PROMOTED = {key: (col, t) for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES}
 _PROMOTED_COLUMNS = [col for col, _key, _t in semconv.PROMOTED_SPAN_ATTRIBUTES]
 _PROMOTED_SET = frozenset(_PROMOTED_COLUMNS)
 _PROMOTED_STRING = {key: col for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES if t == "string"}
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-span limits that keep one hostile span from exhausting memory or the lake.
-
-    Values over ``max_value_chars`` are truncated and marked; attributes past
-    ``max_attributes`` are dropped and counted in ``dropped_attributes_count`` (the same
-    rule the OTel SDK applies with OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT).
-    """
-
-    max_attributes: int = 1024
-    max_value_chars: int = 256 * 1024
-    max_key_chars: int = 1024
-    max_events: int = 1024
-    max_links: int = 1024
-
-
-DEFAULT_LIMITS = Limits()
-TRUNCATION_MARK = "…[truncated by otel-assay]"
 
 
 def _jsonable(value: Any) -> Any:
@@ -148,7 +50,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def stringify(value: Any) -> str | None:
-    """An attribute value as stored in the lake's string maps (storage.md §2.1).
+    """An attribute value as stored in the lake's string maps .
 
     str as is; bool as ``true``/``false``; int and float in canonical decimal
     (``repr``, shortest round-trip); bytes as base64; arrays and key-value lists as
@@ -339,7 +241,7 @@ _decode_keyvalue = None
 
 def _protobuf_decoder():
     global _decode_keyvalue
-    from ._fastpb import decode_keyvalue
+    from ..collect._fastpb import decode_keyvalue
 
     _decode_keyvalue = decode_keyvalue
     return decode_keyvalue
@@ -867,7 +769,7 @@ class SpanBatch:
                     self._warm(l.attributes)
                 dropped = self._pb_attrs_into(span_attrs, span.attributes, promoted)
             except Exception as e:  # invalid UTF-8 or malformed KeyValue bytes; nothing was appended
-                from ._fastpb import NotUTF8
+                from ..collect._fastpb import NotUTF8
 
                 self.reject(str(e) if isinstance(e, NotUTF8) else f"malformed attribute: {type(e).__name__}: {str(e)[:200]}")
                 continue
