@@ -1,6 +1,5 @@
-"""The compiled extension's two readers: the OTLP receiver's decoder (a protobuf request
-straight into Arrow columns) and the in-process exporter's converter (SDK spans into the same
-columns, ``convert_sdk``, whose rules are described there).
+"""The compiled extension: the OTLP receiver's decoder (a protobuf request straight into
+Arrow columns) and its row counter.
 
 ``_otlpc`` (C, built at install when a compiler is there) reads the common request, whose
 spans are all plain: attribute values (of spans, events and links) that are strings, ints,
@@ -12,7 +11,7 @@ extension is not built) goes to the Python path, ``otlp.parse_protobuf`` and
 ``otlp.add_protobuf``, which has every rule; the two give the same rows for the requests the
 compiled decoder reads (tests compare them on the same bytes).
 
-``OTEL_ASSAY_PURE_PYTHON=1`` turns both off (for comparing with the Python paths).
+``OTEL_ASSAY_PURE_PYTHON=1`` turns the decoder off (for comparing with the Python path).
 """
 
 from __future__ import annotations
@@ -67,14 +66,11 @@ class CompiledBatch:
 
     rejected = 0
 
-    def __init__(self, decoded: tuple, limits: Limits, *, prepared: bool = False):
+    def __init__(self, decoded: tuple, limits: Limits):
         (self.n, self._cols, self._promoted, self._map_offsets, self.keys, groups, resources,
          self._n_events, self._ev_map_offsets, self._n_links, self._ln_map_offsets) = decoded
         self.reject_reasons: dict[str, int] = {}
         self._groups = groups
-        if prepared:  # convert_sdk's: schema.Resource objects already
-            self._resources = resources
-            return
         from ._fastpb import decode_keyvalue
 
         # resource attributes are decoded here, as otlp.add_protobuf does, with its errors
@@ -155,33 +151,6 @@ def decode(body: bytes, limits: Limits, max_rows: int | None = None) -> Compiled
     if isinstance(decoded, int):
         raise TooManyRows(decoded, max_rows, exact=False)
     return None if decoded is None else CompiledBatch(decoded, limits)
-
-
-def _sdk_span_types() -> tuple:
-    from opentelemetry.sdk import trace as sdk_trace
-
-    return tuple(t for t in (sdk_trace.ReadableSpan, sdk_trace.Span, getattr(sdk_trace, "_Span", None))
-                 if isinstance(t, type))
-
-
-def convert_sdk(spans: list, limits: Limits, prepare, *, lake_order: bool = False) -> tuple[CompiledBatch, list] | None:
-    """The in-process exporter's spans (SDK ``ReadableSpan``s) as rows, read by ``_otlpc``
-    the way ``SpanBatch.add_sdk_span`` stores them, and the spans it left to that Python path
-    (one with events, links or a trace state, a value over a limit or not valid UTF-8, a span
-    of another class...); None without the extension. ``prepare`` turns an SDK resource into
-    a :class:`~otel_assay.lake.rows.Resource`. With ``lake_order`` the rows come in the
-    order the lake writes them (trace id, start, span id; ties as given), not as given."""
-    global _SDK_SPAN_TYPES
-    if not available() or min(limits.max_value_chars, limits.max_key_chars, limits.max_attributes) < 0:
-        return None  # (negative limits: nonsense the Python path compares as given)
-    if _SDK_SPAN_TYPES is None:
-        _SDK_SPAN_TYPES = _sdk_span_types()
-    rows, declined = _otlpc.convert_sdk(spans, _SDK_SPAN_TYPES, _PROMOTED, limits.max_value_chars,
-                                        limits.max_key_chars, limits.max_attributes, prepare, stringify, lake_order)
-    return CompiledBatch(rows, limits, prepared=True), declined
-
-
-_SDK_SPAN_TYPES: tuple | None = None
 
 
 def count_rows(body: bytes) -> int | None:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import pyarrow as pa
-from opentelemetry.trace import SpanKind, StatusCode
 
 from .. import semconv
 from .schema import (DEFAULT_LIMITS, EMPTY_TABLES, INT32_MAX, INT64_MAX, PARTITION_TIME, SPAN_EVENTS_SCHEMA,
@@ -247,41 +246,6 @@ def _protobuf_decoder():
     return decode_keyvalue
 
 
-def _sdk_items(attributes) -> Iterable[tuple[str, Any]]:
-    """(key, value) pairs of SDK attributes. The SDK's BoundedAttributes is a generic
-    MutableMapping whose items() costs two Python calls per key (a fifth of the exporter's
-    time per span); its plain dict is read directly when the attributes are immutable (as
-    an ended span's are), which is when the SDK itself reads it without its lock."""
-    if not attributes:
-        return ()
-    d = getattr(attributes, "_dict", None)
-    if type(d) is dict and getattr(attributes, "_immutable", False):
-        return d.items()
-    return attributes.items()
-
-
-def _sdk_bounded(span, private: str, public: str, dropped: str) -> tuple[Any, int]:
-    """A ReadableSpan's attributes, events or links and how many the SDK dropped, from its
-    private bounded container when there: the public properties copy it (into a tuple or a
-    mapping proxy), and their dropped counts check its type against an ABC, a microsecond
-    per span on the exporter's hot path."""
-    items = getattr(span, private, None)
-    if items is None:
-        return getattr(span, public), getattr(span, dropped)
-    return items, getattr(items, "dropped", 0)
-
-
-# the SDK's SpanKind is 0-based; OTLP reserves 0 for UNSPECIFIED. Keyed by the members'
-# _value_ (enum .value is a property, and a member's hash a Python call); a kind or code that
-# is no SDK enum member fails the lookup and rejects the span
-_OTLP_KIND = {k._value_: k.value + 1 for k in SpanKind}
-_STATUS_CODE = {c._value_: c.value for c in StatusCode}
-# the spans columns the SDK path fills, in the order of SpanBatch._sdk_appends
-_SDK_SPAN_COLUMNS = ("trace_id", "span_id", "parent_span_id", "trace_state", "name", "kind", "start_time_unix_nano",
-                     "duration_ns", "status_code", "status_message", "service_name", "scope_name", "scope_version",
-                     "dropped_attributes_count", "dropped_events_count", "dropped_links_count")
-
-
 class SpanBatch:
     """Columnar buffers for the three lake tables. Not thread-safe: one per producer."""
 
@@ -306,9 +270,6 @@ class SpanBatch:
         self.rejected = 0
         self.reject_reasons: dict[str, int] = {}
         self.truncated_values = 0
-        # the SDK path's column appends, bound once (the lists are only ever changed in place)
-        self._sdk_appends = tuple(self._span_cols[c].append for c in _SDK_SPAN_COLUMNS)
-        self._last_trace: tuple[int, str] = (0, "")  # the last SDK span's trace id, as int and hex
         self._kv_cache: dict = _KV_CACHES.setdefault(limits, {})
 
     def __len__(self) -> int:
@@ -328,11 +289,9 @@ class SpanBatch:
         self.reject_reasons[reason] = count
         self.rejected += 1
 
-    def _attrs_into(self, maps: _Maps, attributes: Iterable[tuple[str, Any]], promoted: dict | None,
-                    unique: bool = False) -> int:
+    def _attrs_into(self, maps: _Maps, attributes: Iterable[tuple[str, Any]], promoted: dict | None) -> int:
         """Append attributes to ``maps``; return how many were dropped by the limits or as a
-        repeated key. ``unique``: the keys come from a mapping (the SDK's), so the check for
-        repeated keys is skipped on the exporter's hot path."""
+        repeated key."""
         limits = self.limits
         max_attributes, max_key, max_value = limits.max_attributes, limits.max_key_chars, limits.max_value_chars
         keys, values = maps.keys, maps.values
@@ -385,7 +344,7 @@ class SpanBatch:
             add_key(key)
             add_value(s)
             n += 1
-        if not unique and n > 1 and len(set(keys[first:])) != n:
+        if n > 1 and len(set(keys[first:])) != n:
             dropped += _keep_first_of_each_key(keys, values, first)
         maps.offsets.append(len(keys))
         return dropped
@@ -454,6 +413,33 @@ class SpanBatch:
             self.reject(f"malformed span: {e}")
             return False
 
+        n = len(self)
+        try:
+            self._append(trace_id, span_id, parent_span_id, name, kind, start_time_unix_nano, end_time_unix_nano,
+                         status_code, status_message, trace_state, scope_name, scope_version, resource, attributes,
+                         events, links, dropped_attributes_count, dropped_events_count, dropped_links_count)
+        except BaseException as e:
+            # a value whose text cannot be read (an object of other code whose __str__ fails)
+            # is found while the span's rows are appended: without taking them back they became
+            # the next span's, and the exception lost the caller's whole batch. Anything but an
+            # Exception (Ctrl-C, an exit) is taken back too, so the columns still line up, and
+            # raised: the caller decides what becomes of the span
+            while True:  # idempotent: a Ctrl-C landing in it truncates again
+                try:
+                    self._truncate(n)
+                    break
+                except KeyboardInterrupt as again:
+                    e = again
+            if not isinstance(e, Exception):
+                raise e
+            self.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
+            return False
+        return True
+
+    def _append(self, trace_id, span_id, parent_span_id, name, kind, start_time_unix_nano, end_time_unix_nano,
+                status_code, status_message, trace_state, scope_name, scope_version, resource, attributes,
+                events, links, dropped_attributes_count, dropped_events_count, dropped_links_count) -> None:
+        """The rows of a span add_span has validated."""
         limits = self.limits
         cols = self._span_cols
         promoted: dict[str, Any] = {}
@@ -508,127 +494,6 @@ class SpanBatch:
         cols["dropped_attributes_count"].append(_count(dropped_attributes_count + dropped))
         cols["dropped_events_count"].append(_count(dropped_events_count))
         cols["dropped_links_count"].append(_count(dropped_links_count))
-        return True
-
-    # ------------------------------------------------------------------ SDK hot path
-    def add_sdk_span(self, span, resource: Resource) -> bool:
-        """Append an OpenTelemetry SDK ``ReadableSpan`` (the in-process exporter's hot loop).
-
-        Same rules as :meth:`add_span`; SDK ids are integers, so only their range needs checking.
-        """
-        # SpanContext is the tuple (trace_id, span_id, is_remote, trace_flags, trace_state, ...):
-        # indexed, not read through its properties (a Python call each)
-        ctx = span.context
-        tid, sid = ctx[0], ctx[1]
-        start, end = span.start_time or 0, span.end_time or 0
-        if not 0 < tid < (1 << 128) or not 0 < sid < (1 << 64):
-            self.reject("trace_id or span_id is zero or out of range")
-            return False
-        if not 0 < start <= end <= INT64_MAX:
-            self.reject("span has no valid start/end time (not ended, or ends before it starts)")
-            return False
-        n = len(self._span_promoted)
-        try:
-            return self._append_sdk_span(span, resource, ctx, tid, sid, start, end)
-        except BaseException as e:
-            # a span built by other code than the SDK can hold what the SDK never lets through
-            # (a set, an object): without the rollback its attributes, appended before the
-            # failure, became the next span's, and the exception lost the caller's whole batch.
-            # Anything but an Exception (Ctrl-C, an exit) is rolled back too, so the columns
-            # still line up, and raised: the caller decides what becomes of the span
-            while True:  # idempotent: a Ctrl-C landing in it (at its first line, in a loop) truncates again
-                try:
-                    self._truncate(n)
-                    break
-                except KeyboardInterrupt as again:
-                    e = again
-            if not isinstance(e, Exception):
-                raise e
-            self.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
-            return False
-
-    def _append_sdk_span(self, span, resource: Resource, ctx, tid: int, sid: int, start: int, end: int) -> bool:
-        # The exporter's per-span cost is paid on the agent's thread, between its steps,
-        # where every lookup and call costs several times what it does in a loop: the column
-        # appends are bound once per batch, the spans of a trace (which end one after another)
-        # format its id once, and the enum tables are read by value (an Enum's hash is a
-        # Python call)
-        limits = self.limits
-        max_value = limits.max_value_chars
-        promoted: dict[str, Any] = {}
-        attributes, sdk_dropped = _sdk_bounded(span, "_attributes", "attributes", "dropped_attributes")
-        dropped = self._attrs_into(self._span_attrs, _sdk_items(attributes), promoted, True)
-        last_tid, trace_hex = self._last_trace
-        if tid != last_tid:
-            trace_hex = format(tid, "032x")
-            self._last_trace = (tid, trace_hex)
-        span_hex = format(sid, "016x")
-        parent = span.parent
-        status = span.status
-        scope = span.instrumentation_scope
-        ts = ctx[4]
-        name = span.name
-        description = status.description
-        (trace_ids, span_ids, parent_ids, trace_states, names, kinds, starts, durations, status_codes,
-         status_messages, service_names, scope_names, scope_versions, dropped_attrs, dropped_evs,
-         dropped_lns) = self._sdk_appends
-        trace_ids(trace_hex)
-        span_ids(span_hex)
-        parent_ids(format(parent[1], "016x") if parent is not None and parent[1] else None)
-        trace_states(ts.to_header() or None if ts else None)
-        names((name if len(name) <= max_value else _limit(name, limits)) if name else "")
-        kinds(_OTLP_KIND[span.kind._value_])
-        starts(start)
-        durations(end - start)
-        status_codes(_STATUS_CODE[status.status_code._value_])
-        status_messages((description if len(description) <= max_value else _limit(description, limits))
-                        if description else None)
-        service_names(resource.service_name)
-        scope_names(scope.name or None if scope else None)
-        scope_versions(scope.version or None if scope else None)
-        self._span_promoted.append(promoted)
-        self._span_res.add(resource)
-        events, dropped_events = _sdk_bounded(span, "_events", "events", "dropped_events")
-        if events:
-            events = list(events)
-            if len(events) > limits.max_events:
-                dropped_events += len(events) - limits.max_events
-                events = events[: limits.max_events]
-            ev = self._ev_cols
-            ev_rows, row = self._ev_span_row, len(self._span_promoted) - 1
-            for e in events:
-                e_dropped = self._attrs_into(self._ev_attrs, _sdk_items(e.attributes), None, True)
-                ev["trace_id"].append(trace_hex)
-                ev["span_id"].append(span_hex)
-                ev["time_unix_nano"].append(min(max(e.timestamp or 0, 0), INT64_MAX))
-                ev["name"].append(_limit(e.name, limits) or "")
-                ev["dropped_attributes_count"].append(e_dropped)
-                ev[PARTITION_TIME].append(start)
-                ev_rows.append(row)
-        links, dropped_links = _sdk_bounded(span, "_links", "links", "dropped_links")
-        if links:
-            links = list(links)
-            if len(links) > limits.max_links:
-                dropped_links += len(links) - limits.max_links
-                links = links[: limits.max_links]
-            ln = self._ln_cols
-            ln_rows, row = self._ln_span_row, len(self._span_promoted) - 1
-            for l in links:
-                l_dropped = self._attrs_into(self._ln_attrs, _sdk_items(l.attributes), None, True)
-                lc = l.context
-                ln["trace_id"].append(trace_hex)
-                ln["span_id"].append(span_hex)
-                ln["linked_trace_id"].append(format(lc.trace_id, "032x"))
-                ln["linked_span_id"].append(format(lc.span_id, "016x"))
-                ln["trace_state"].append(lc.trace_state.to_header() or None if lc.trace_state else None)
-                ln["dropped_attributes_count"].append(l_dropped)
-                ln[PARTITION_TIME].append(start)
-                ln_rows.append(row)
-        dropped += sdk_dropped
-        dropped_attrs(dropped if dropped < INT32_MAX else INT32_MAX)
-        dropped_evs(dropped_events if dropped_events < INT32_MAX else INT32_MAX)
-        dropped_lns(dropped_links if dropped_links < INT32_MAX else INT32_MAX)
-        return True
 
     def _truncate(self, n: int) -> None:
         """Drop everything appended for spans from row ``n`` on (their events and links too)."""

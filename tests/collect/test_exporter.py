@@ -43,14 +43,15 @@ def test_two_providers_spans_in_one_export_keep_their_own_resource(tmp_path):
 
 
 def test_what_the_sdk_dropped_under_its_span_limits_is_counted(tmp_path):
-    # the exporter reads the SDK's private bounded containers for speed; their dropped
-    # counts must still reach the lake, as the public properties report them
+    # the dropped counts the SDK's public properties report reach the lake, an event's own
+    # too (as it reaches the lake through the receiver, from the SDK's OTLP exporter)
     from opentelemetry import trace as trace_api
     from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
     exp = ParquetSpanExporter(tmp_path / "lake")
     mem = InMemorySpanExporter()
-    tp = TracerProvider(span_limits=SpanLimits(max_span_attributes=2, max_events=1, max_links=1))
+    tp = TracerProvider(span_limits=SpanLimits(max_span_attributes=2, max_events=1, max_links=1,
+                                               max_event_attributes=1))
     tp.add_span_processor(SimpleSpanProcessor(exp))
     tp.add_span_processor(SimpleSpanProcessor(mem))
     tracer = tp.get_tracer("limits")
@@ -60,7 +61,7 @@ def test_what_the_sdk_dropped_under_its_span_limits_is_counted(tmp_path):
     with tracer.start_as_current_span("limited", links=[link, link], attributes={
             "a": "1", "b": "2", "c": "3", "gen_ai.tool.name": "lookup"}) as span:  # the SDK keeps the newest
         for i in range(3):
-            span.add_event(f"e{i}")
+            span.add_event(f"e{i}", {"x": 1, "y": 2})
     tp.shutdown()
     sdk = [s for s in mem.get_finished_spans() if s.name == "limited"][0]
     assert (sdk.dropped_attributes, sdk.dropped_events, sdk.dropped_links) == (2, 2, 1)
@@ -69,6 +70,10 @@ def test_what_the_sdk_dropped_under_its_span_limits_is_counted(tmp_path):
         f"SELECT dropped_attributes_count, dropped_events_count, dropped_links_count, tool_name "
         f"FROM read_parquet('{tmp_path}/lake/spans/*/*.parquet') WHERE name = 'limited'").fetchall()
     assert row == [(2, 2, 1, "lookup")]
+    assert sdk.events[0].dropped_attributes == 1
+    rows = duckdb.sql(f"SELECT dropped_attributes_count, cardinality(attributes) "
+                      f"FROM read_parquet('{tmp_path}/lake/span_events/*/*.parquet')").fetchall()
+    assert rows == [(1, 1)]
 
 
 
