@@ -22,12 +22,6 @@ from .. import semconv
 from .schema import (DEFAULT_LIMITS, EMPTY_TABLES, INT32_MAX, INT64_MAX, PARTITION_TIME, SPAN_EVENTS_SCHEMA,
                      SPAN_LINKS_SCHEMA, SPANS_SCHEMA, TRUNCATION_MARK, Limits)
 
-_ZERO16 = bytes(16)
-_ZERO8 = bytes(8)
-# decoded protobuf KeyValues, per Limits (see _fastpb): bounded, small values only
-_KV_CACHES: dict = {}
-_CACHE_ENTRIES = 100_000
-_CACHEABLE_BYTES = 512
 
 
 _PROMOTED = {key: (col, t) for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES}
@@ -233,19 +227,6 @@ def _count(n: int) -> int:
     return min(max(n, 0), INT32_MAX)
 
 
-# _fastpb's KeyValue decoder, bound on first use: importing it loads protobuf, which the
-# in-process exporter never needs; an import statement in _kv_entry cost half of its time
-_decode_keyvalue = None
-
-
-def _protobuf_decoder():
-    global _decode_keyvalue
-    from ..collect._fastpb import decode_keyvalue
-
-    _decode_keyvalue = decode_keyvalue
-    return decode_keyvalue
-
-
 class SpanBatch:
     """Columnar buffers for the three lake tables. Not thread-safe: one per producer."""
 
@@ -270,7 +251,6 @@ class SpanBatch:
         self.rejected = 0
         self.reject_reasons: dict[str, int] = {}
         self.truncated_values = 0
-        self._kv_cache: dict = _KV_CACHES.setdefault(limits, {})
 
     def __len__(self) -> int:
         return len(self._span_cols["trace_id"])
@@ -514,189 +494,6 @@ class SpanBatch:
                 del lst[k:]
             del maps.offsets[k + 1:]
             del maps.keys[maps.offsets[-1]:], maps.values[maps.offsets[-1]:]
-
-    # ------------------------------------------------------------------ protobuf hot path
-    # The OTLP receiver's hot loop: the same rules as add_span, reading protobuf messages
-    # directly (ids as bytes, AnyValue oneofs) without building intermediate Python values.
-    # It is what lets one core ingest tens of thousands of spans per second; keep it in
-    # step with add_span (tests compare both paths on the same data).
-    def _kv_entry(self, b: bytes) -> tuple:
-        """(key or None if unusable, promotion column, promoted value, map value) of a KeyValue."""
-        key, value = (_decode_keyvalue or _protobuf_decoder())(b)
-        limits = self.limits
-        col = pval = None
-        target = _PROMOTED.get(key)
-        if target is not None:
-            t = target[1]
-            if ((t == "string" and isinstance(value, str))
-                    or (t == "int64" and isinstance(value, int) and not isinstance(value, bool))
-                    or (t == "double" and isinstance(value, float))):
-                col, pval = target[0], value
-                if t == "string" and len(value) > limits.max_value_chars:
-                    pval = value[: limits.max_value_chars] + TRUNCATION_MARK
-                    self.truncated_values += 1
-        sval = stringify(value)
-        if sval is not None and len(sval) > limits.max_value_chars:
-            sval = sval[: limits.max_value_chars] + TRUNCATION_MARK
-            self.truncated_values += 1
-        return (key if len(key) <= limits.max_key_chars else None), col, pval, sval
-
-    def _warm(self, kvs) -> None:
-        cache = self._kv_cache
-        for b in kvs:
-            if b not in cache:
-                ent = self._kv_entry(b)
-                if len(b) <= _CACHEABLE_BYTES:
-                    cache[b] = ent
-
-    def _pb_attrs_into(self, maps: _Maps, kvs, promoted: dict | None) -> int:
-        """Append serialized KeyValues (bytes) to ``maps``; a decode error raises with nothing
-        of them appended (what was is taken back)."""
-        cache = self._kv_cache
-        keys, values = maps.keys, maps.values
-        first = len(keys)
-        max_attributes = self.limits.max_attributes
-        n = dropped = 0
-        try:
-            for b in kvs:
-                ent = cache.get(b)
-                if ent is None:
-                    ent = self._kv_entry(b)
-                    if len(b) <= _CACHEABLE_BYTES:  # repeated small attributes; never a 10 MB value
-                        if len(cache) >= _CACHE_ENTRIES:
-                            cache.clear()
-                        cache[b] = ent
-                key, col, pval, sval = ent
-                if col is not None and promoted is not None and col not in promoted:
-                    promoted[col] = pval
-                    continue
-                if key is None or n >= max_attributes:
-                    dropped += 1
-                    continue
-                keys.append(key)
-                values.append(sval)
-                n += 1
-        except BaseException:
-            del keys[first:], values[first:]
-            raise
-        if n > 1 and len(set(keys[first:])) != n:
-            dropped += _keep_first_of_each_key(keys, values, first)
-        maps.offsets.append(len(keys))
-        return dropped
-
-    def add_protobuf_spans(self, spans, resource: Resource, scope_name: str, scope_version: str) -> int:
-        """Append OTLP protobuf ``Span`` messages of one scope; return how many were accepted."""
-        limits = self.limits
-        cols = self._span_cols
-        c_trace, c_span, c_parent = cols["trace_id"], cols["span_id"], cols["parent_span_id"]
-        c_state, c_name, c_kind = cols["trace_state"], cols["name"], cols["kind"]
-        c_start, c_dur, c_code, c_msg = cols["start_time_unix_nano"], cols["duration_ns"], cols["status_code"], cols["status_message"]
-        c_service, c_scope, c_scope_v = cols["service_name"], cols["scope_name"], cols["scope_version"]
-        c_dropped_a, c_dropped_e, c_dropped_l = (cols["dropped_attributes_count"], cols["dropped_events_count"],
-                                                 cols["dropped_links_count"])
-        c_promoted = self._span_promoted
-        res_rows, res_index = self._span_res.rows.append, self._span_res.index(resource)
-        span_attrs = self._span_attrs
-        scope_name = scope_name or None
-        scope_version = scope_version or None
-        accepted = 0
-        for span in spans:
-            tid, sid, pid = span.trace_id, span.span_id, span.parent_span_id
-            start, end = span.start_time_unix_nano, span.end_time_unix_nano
-            kind, status = span.kind, span.status
-            code = status.code
-            if len(tid) != 16 or tid == _ZERO16:
-                self.reject("trace_id must be 16 bytes (32 hex digits) and not all zeros")
-                continue
-            if len(sid) != 8 or sid == _ZERO8:
-                self.reject("span_id must be 8 bytes (16 hex digits) and not all zeros")
-                continue
-            if pid and len(pid) != 8:
-                self.reject("parent_span_id must be 8 bytes (16 hex digits) or empty")
-                continue
-            if not 0 < start <= INT64_MAX or not 0 < end <= INT64_MAX:
-                self.reject("start_time_unix_nano and end_time_unix_nano must be positive int64 nanosecond timestamps")
-                continue
-            if end < start:
-                self.reject("end_time_unix_nano is before start_time_unix_nano")
-                continue
-            if not 0 <= kind <= 5 or not 0 <= code <= 2:
-                self.reject("kind or status.code is not a valid enum value")
-                continue
-            trace_hex = tid.hex()
-            span_hex = sid.hex()
-            promoted: dict = {}
-            events, links = span.events, span.links
-            try:
-                for e in events:  # decode event and link attributes first: a bad one rejects
-                    self._warm(e.attributes)  # the span before anything of it is appended
-                for l in links:
-                    self._warm(l.attributes)
-                dropped = self._pb_attrs_into(span_attrs, span.attributes, promoted)
-            except Exception as e:  # invalid UTF-8 or malformed KeyValue bytes; nothing was appended
-                from ..collect._fastpb import NotUTF8
-
-                self.reject(str(e) if isinstance(e, NotUTF8) else f"malformed attribute: {type(e).__name__}: {str(e)[:200]}")
-                continue
-            c_trace.append(trace_hex)
-            c_span.append(span_hex)
-            c_parent.append(pid.hex() if pid and pid != _ZERO8 else None)
-            c_state.append(span.trace_state or None)
-            name = span.name
-            c_name.append(name if len(name) <= limits.max_value_chars else name[: limits.max_value_chars] + TRUNCATION_MARK)
-            c_kind.append(kind)
-            c_start.append(start)
-            c_dur.append(end - start)
-            c_code.append(code)
-            msg = status.message
-            c_msg.append((msg if len(msg) <= limits.max_value_chars else msg[: limits.max_value_chars] + TRUNCATION_MARK) or None)
-            c_service.append(resource.service_name)
-            c_scope.append(scope_name)
-            c_scope_v.append(scope_version)
-            c_promoted.append(promoted)
-            res_rows(res_index)
-            dropped_events = span.dropped_events_count
-            dropped_links = span.dropped_links_count
-            if events:
-                if len(events) > limits.max_events:
-                    dropped_events += len(events) - limits.max_events
-                    events = events[: limits.max_events]
-                ev = self._ev_cols
-                ev_rows, row = self._ev_span_row, len(cols["trace_id"]) - 1
-                for e in events:
-                    e_dropped = e.dropped_attributes_count + self._pb_attrs_into(self._ev_attrs, e.attributes, None)
-                    ev["trace_id"].append(trace_hex)
-                    ev["span_id"].append(span_hex)
-                    ev["time_unix_nano"].append(min(e.time_unix_nano, INT64_MAX))
-                    ev["name"].append(_limit(e.name, limits) or "")
-                    ev["dropped_attributes_count"].append(min(e_dropped, INT32_MAX))
-                    ev[PARTITION_TIME].append(start)
-                    ev_rows.append(row)
-            if links:
-                if len(links) > limits.max_links:
-                    dropped_links += len(links) - limits.max_links
-                    links = links[: limits.max_links]
-                ln = self._ln_cols
-                ln_rows, row = self._ln_span_row, len(cols["trace_id"]) - 1
-                for l in links:
-                    if len(l.trace_id) != 16 or len(l.span_id) != 8 or not any(l.trace_id) or not any(l.span_id):
-                        dropped_links += 1  # a link to a malformed span context links to nothing
-                        continue
-                    l_dropped = l.dropped_attributes_count + self._pb_attrs_into(self._ln_attrs, l.attributes, None)
-                    ln["trace_id"].append(trace_hex)
-                    ln["span_id"].append(span_hex)
-                    ln["linked_trace_id"].append(l.trace_id.hex())
-                    ln["linked_span_id"].append(l.span_id.hex())
-                    ln["trace_state"].append(l.trace_state or None)
-                    ln["dropped_attributes_count"].append(min(l_dropped, INT32_MAX))
-                    ln[PARTITION_TIME].append(start)
-                    ln_rows.append(row)
-            dropped += span.dropped_attributes_count
-            c_dropped_a.append(dropped if dropped < INT32_MAX else INT32_MAX)
-            c_dropped_e.append(dropped_events if dropped_events < INT32_MAX else INT32_MAX)
-            c_dropped_l.append(dropped_links if dropped_links < INT32_MAX else INT32_MAX)
-            accepted += 1
-        return accepted
 
     def _promoted_columns(self) -> dict[str, list]:
         n = len(self._span_promoted)
