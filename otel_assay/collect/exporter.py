@@ -32,12 +32,6 @@ def _env_float(name: str, default: float) -> float:
         return default
 
 
-def _hex_id(value: int, digits: int) -> str:
-    # an id out of range or negative becomes text that is no id of the right length, which
-    # the row builder rejects with the span
-    return format(value, f"0{digits}x")
-
-
 def _items(attributes) -> Iterable[tuple[str, Any]]:
     """The (key, value) pairs of SDK attributes. A span's ``attributes`` is a read-only proxy
     of the SDK's BoundedAttributes, whose generic ``items()`` costs two Python calls per key;
@@ -60,16 +54,18 @@ def sdk_span_record(span: ReadableSpan, resource: Resource) -> dict:
 
     The SDK numbers SpanKind from 0 (INTERNAL); OTLP and the lake reserve 0 for
     UNSPECIFIED, so the kind is shifted by one. Dropped counts are the SDK's own (what its
-    span limits cut), to which the row builder adds what the lake's limits cut.
+    span limits cut), to which the row builder adds what the lake's limits cut. An id out
+    of range or negative formats as text that is no id of the right length, which the row
+    builder rejects.
     """
     ctx = span.context
     parent = span.parent
     status = span.status
     scope = span.instrumentation_scope
     return dict(
-        trace_id=_hex_id(ctx.trace_id, 32),
-        span_id=_hex_id(ctx.span_id, 16),
-        parent_span_id=_hex_id(parent.span_id, 16) if parent is not None and parent.span_id else None,
+        trace_id=format(ctx.trace_id, "032x"),
+        span_id=format(ctx.span_id, "016x"),
+        parent_span_id=format(parent.span_id, "016x") if parent is not None and parent.span_id else None,
         name=span.name or "",
         kind=span.kind.value + 1,
         start_time_unix_nano=span.start_time or 0,
@@ -82,7 +78,7 @@ def sdk_span_record(span: ReadableSpan, resource: Resource) -> dict:
         resource=resource,
         attributes=_items(span.attributes),
         events=[(e.timestamp or 0, e.name, _items(e.attributes), e.dropped_attributes) for e in span.events],
-        links=[(_hex_id(l.context.trace_id, 32), _hex_id(l.context.span_id, 16), _trace_state(l.context.trace_state),
+        links=[(format(l.context.trace_id, "032x"), format(l.context.span_id, "016x"), _trace_state(l.context.trace_state),
                 _items(l.attributes), l.dropped_attributes)
                for l in span.links],
         dropped_attributes_count=span.dropped_attributes,

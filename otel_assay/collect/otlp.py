@@ -2,7 +2,7 @@
 
 JSON is mapped straight to rows, not through ``google.protobuf.json_format``: OTLP/JSON
 ids are hex, and the generic protobuf JSON parser would read a 32-digit hex trace id as
-base64 and silently produce a 24-byte garbage id (reference/storage.md §3).
+base64 and silently produce a 24-byte garbage id.
 """
 
 from __future__ import annotations

@@ -377,15 +377,18 @@ class SpanBatch:
             # "message": 5) failed in the middle of the appends, or in tables(), and took the
             # whole request with it
             for what, v in (("name", name), ("status.message", status_message), ("traceState", trace_state),
-                            ("scope.name", scope_name), ("scope.version", scope_version),
-                            *(("link traceState", l[2]) for l in links)):
-                if v is not None and not isinstance(v, str):
+                            ("scope.name", scope_name), ("scope.version", scope_version)):
+                if v is not None and type(v) is not str and not isinstance(v, str):
                     raise SpanRejected(f"{what} must be a string, got {type(v).__name__}")
-            # a link to a malformed span context links to nothing: dropped and counted, the
-            # span itself is fine
-            good = [l for l in links if _is_hex_id(l[0], 32) and _is_hex_id(l[1], 16)]
-            dropped_links_count += len(links) - len(good)
-            links = good
+            if links:
+                for l in links:
+                    if l[2] is not None and not isinstance(l[2], str):
+                        raise SpanRejected(f"link traceState must be a string, got {type(l[2]).__name__}")
+                # a link to a malformed span context links to nothing: dropped and counted, the
+                # span itself is fine
+                good = [l for l in links if _is_hex_id(l[0], 32) and _is_hex_id(l[1], 16)]
+                dropped_links_count += len(links) - len(good)
+                links = good
         except SpanRejected as e:
             self.reject(str(e))
             return False
