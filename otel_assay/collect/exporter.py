@@ -168,9 +168,9 @@ class ParquetSpanExporter(SpanExporter):
             if self._timer is None:  # first span in a forked child
                 self._start_timer()
             self.spans_received += len(spans)
-            self._add(spans)
-            if self._oldest is None and len(self._batch):
+            if self._oldest is None and spans:  # before the rows: an interrupt may leave some
                 self._oldest = time.monotonic()
+            self._add(spans)
             full = len(self._batch) >= self.max_rows
         if full:
             self._flush()
@@ -179,17 +179,24 @@ class ParquetSpanExporter(SpanExporter):
     def _add(self, spans: Sequence[ReadableSpan]) -> None:
         """Turn exported spans into rows (with ``_lock`` held). A span that cannot be read
         (one built by other code than the SDK: no context, a value whose text fails) is
-        rejected and counted; the others are stored."""
+        rejected and counted; the others are stored. An interrupt (Ctrl-C, an exit) stops
+        the conversion: the spans it did not reach are counted lost, so that every span
+        received is written, rejected or lost."""
         batch = self._batch
         before = batch.rejected
+        done = 0
         try:
             for span in spans:
                 try:
                     record = sdk_span_record(span, self._resource(span.resource))
                 except Exception as e:
                     batch.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
-                    continue
-                batch.add_span(**record)
+                else:
+                    batch.add_span(**record)  # takes its rows back if interrupted
+                done += 1
+        except BaseException:
+            self.spans_lost += len(spans) - done
+            raise
         finally:
             self.spans_rejected += batch.rejected - before
 

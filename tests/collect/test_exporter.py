@@ -391,3 +391,35 @@ def test_every_span_export_accepted_during_a_shutdown_is_written(tmp_path):
         for th in threads:
             th.join()
         assert sum(accepted) == exp.spans_received == exp.spans_written and exp.spans_lost == 0
+
+
+def test_an_interrupt_while_converting_keeps_the_spans_before_it_and_counts_the_rest_lost(tmp_path):
+    """Ctrl-C lands in the text of a span's value: that span's rows are taken back (they
+    must not become the next span's), the spans before it are written, and the ones it did
+    not reach are counted lost: every span received is written, rejected or lost."""
+    import pyarrow.parquet as pq
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext
+
+    from otel_assay.lake.files import Lake
+
+    class Interrupting:
+        def __str__(self):
+            raise KeyboardInterrupt
+
+    res = Resource.create({})
+
+    def span(sid, attrs):
+        return ReadableSpan(f"s{sid}", context=SpanContext(1, sid, is_remote=False), attributes=attrs,
+                            start_time=10, end_time=20, resource=res)
+
+    exp = ParquetSpanExporter(tmp_path / "lake")
+    with pytest.raises(KeyboardInterrupt):
+        exp.export([span(1, {"a": "1"}), span(2, {"b": "2", "odd": Interrupting()}), span(3, {"c": "3"})])
+    exp.export([span(4, {"d": "4"})])
+    exp.shutdown()
+    assert (exp.spans_received, exp.spans_written, exp.spans_rejected, exp.spans_lost) == (4, 2, 0, 2)
+    rows = sorted((r["span_id"], r["attributes"]) for f in Lake(tmp_path / "lake").live_files()
+                  for r in pq.read_table(f, columns=["span_id", "attributes"]).to_pylist())
+    assert rows == [(f"{1:016x}", [("a", "1")]), (f"{4:016x}", [("d", "4")])]
