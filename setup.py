@@ -1,6 +1,5 @@
 """The compiled parts, two small C extensions:
-- otel_assay/collect/_otlpc.c: the OTLP receiver's compiled decoder and the in-process
-  exporter's compiled span converter;
+- otel_assay/collect/_otlpc.c: the OTLP receiver's compiled decoder;
 - otel_assay/capture/_capturec.c: the attribute cleaning every captured span goes through, and
   the LangChain adapter's loop over a chat call's message history (each message's JSON is
   cached; the loop joins the cached texts).

@@ -8,6 +8,8 @@ written (force_flush), and (c) a burst of 100,000 spans: produced vs written.
 exporter needs. So the SDK's processor with an exporter that discards every batch is
 measured too (`bsp_discarding_*`), and the difference from it is the exporter's own cost
 (`exporter_own_cpu_us_per_span`: converting to Arrow, encoding and writing Parquet).
+The conversion alone (`convert_cpu_us_per_span`: finished SDK spans read through their
+public properties into the row builder, then into Arrow tables) is timed on its own.
 
 The added cost is given in CPU time of the process (all threads: the exporter works on the
 BatchSpanProcessor's thread, which on an idle second core hides from wall time but is
@@ -27,7 +29,12 @@ import pyarrow.parquet as pq
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from otel_assay.collect import Lake, ParquetSpanExporter
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from otel_assay.collect import ParquetSpanExporter
+from otel_assay.collect.exporter import sdk_span_record
+from otel_assay.lake import Lake, SpanBatch
+from otel_assay.lake.rows import make_resource
 
 ATTRS = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_orders",
          "gen_ai.tool.call.id": "call_abc123", "gen_ai.tool.call.arguments": '{"order_id": 1234}',
@@ -43,6 +50,34 @@ def spans(tracer, n: int) -> None:
 class _Discarding(SpanExporter):
     def export(self, spans):
         return SpanExportResult.SUCCESS
+
+
+class _Keeping(SpanExporter):
+    def __init__(self):
+        self.spans = []
+
+    def export(self, spans):
+        self.spans.extend(spans)
+        return SpanExportResult.SUCCESS
+
+
+def convert_cpu_per_span(n: int, repeat: int) -> float:
+    """CPU seconds per span to turn finished SDK spans into the lake's Arrow tables."""
+    keep = _Keeping()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(keep))
+    spans(tp.get_tracer("bench"), n)
+    resource = make_resource(keep.spans[0].resource.attributes.items())
+    best = float("inf")
+    for _ in range(repeat):
+        c = time.process_time()
+        batch = SpanBatch()
+        for span in keep.spans:
+            batch.add_span(**sdk_span_record(span, resource))
+        rows = batch.tables()["spans"].num_rows
+        best = min(best, time.process_time() - c)
+        assert rows == n, (rows, n)
+    return best / n
 
 
 def main() -> None:
@@ -92,6 +127,7 @@ def main() -> None:
     b_wall, b_cpu = min(r[0] for r in runs_b), min(r[1] for r in runs_b)
     d_cpu = min(r[1] for r in runs_d)
     e_wall, e_cpu = min(r[0] for r in runs_e), min(r[1] for r in runs_e)
+    convert = convert_cpu_per_span(n, args.repeat)
     print(json.dumps({
         "bench": "inprocess_exporter",
         "spans": n,
@@ -102,6 +138,7 @@ def main() -> None:
         "target_added_us": 30,
         "bsp_discarding_added_cpu_us_per_span": round((d_cpu - b_cpu) * 1e6, 2),
         "exporter_own_cpu_us_per_span": round((e_cpu - d_cpu) * 1e6, 2),
+        "convert_cpu_us_per_span": round(convert * 1e6, 2),
         "burst_produced": results["produced"],
         "burst_written": results["written"],
         "burst_dropped": results["produced"] - results["written"],

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from otel_assay.collect.lake import Lake
-from otel_assay.collect.schema import SPANS_SCHEMA, STRING_MAP
+from otel_assay.lake.files import Lake
+from otel_assay.lake.schema import SPANS_SCHEMA, STRING_MAP
 
 T0 = 1_700_000_000_000_000_000
 SPANS_PER_TRIAL = 20

@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from otel_assay.collect import Lake, synthetic
-from otel_assay.collect.lake import SORT_KEYS, _days, _file_slices, _sort_order, _take, _write_files, write_parquet_atomic
+from otel_assay.collect import synthetic
+from otel_assay.lake import Lake
+from otel_assay.lake.files import SORT_KEYS, _days, _file_slices, _sort_order, _take, _write_files, write_parquet_atomic
 from otel_assay.collect.otlp import add_protobuf, parse_protobuf
-from otel_assay.collect.schema import SpanBatch
+from otel_assay.lake.rows import SpanBatch
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from otel_assay.collect import synthetic
-from otel_assay.collect.lake import Lake
+from otel_assay.lake.files import Lake
 
 
 def proc_stat(pid: int) -> tuple[float, float]:
@@ -122,10 +122,10 @@ def breakdown(bodies: list[bytes], lake: Path, passes: int = 3) -> dict[str, flo
     long-running collector does once)."""
     import pyarrow as pa
 
-    from otel_assay.collect.lake import Lake
+    from otel_assay.lake.files import Lake
     from otel_assay.collect.otlp import add_protobuf, parse_protobuf
     from otel_assay.collect.receiver import _span_keys, _RecentKeys
-    from otel_assay.collect.schema import SpanBatch
+    from otel_assay.lake.rows import SpanBatch
     from otel_assay.collect.wal import WriteAheadLog
 
     clock = time.process_time

@@ -29,8 +29,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from otel_assay.collect.lake import write_parquet_atomic
-from otel_assay.collect.schema import SPANS_SCHEMA
+from otel_assay.lake.files import write_parquet_atomic
+from otel_assay.lake.schema import SPANS_SCHEMA
 
 T0 = 1_700_000_000_000_000_000
 TOOLS = [f"tool_{i:02d}" for i in range(30)]

@@ -18,9 +18,9 @@ from typing import Any, Mapping, Sequence
 import duckdb
 import pyarrow as pa
 
-from ..collect.lake import (STEP_FILE_KEY, Lake, LakeError, duckdb_connect, inspect_lake_file, missing_columns_sql,
-                             parquet_schema, sql_list)
-from ..collect.schema import TABLES
+from ..lake.files import (STEP_FILE_KEY, Lake, LakeError, duckdb_connect, inspect_lake_file, missing_columns_sql,
+                          parquet_schema, sql_list)
+from ..lake.schema import TABLES
 from ..errors import UsageError, is_utf8
 from .canonical import canonical_json_arrow
 from .labels import LABELS_SCHEMA, label_files

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..collect.lake import LakeError, write_parquet_atomic
+from ..lake.files import LakeError, write_parquet_atomic
 
 LABELS_DIR = "labels"
 

@@ -13,7 +13,7 @@ import contextlib
 import duckdb
 import pyarrow as pa
 
-from ..collect.lake import LakeError
+from ..lake.files import LakeError
 from ..errors import DataError, UsageError
 from ..report.output import write_table
 from .coverage import coverage_report, coverage_sets

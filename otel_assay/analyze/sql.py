@@ -10,7 +10,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from ..collect.lake import LakeError
+from ..lake.files import LakeError
 from ..errors import DataError, UsageError, is_utf8
 from .engine import Engine, is_read_only_sql, looks_like_select
 

@@ -44,7 +44,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..collect.lake import _DT_RE, STEP_FILE_KEY, Lake, LakeError, check_lake_file, sql_list
+from ..lake.files import _DT_RE, STEP_FILE_KEY, Lake, LakeError, check_lake_file, sql_list
 
 STEPS_DIR = "steps"
 

@@ -55,7 +55,7 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
     SIGTERM or SIGINT flushes and exits 0 (4 when that last Parquet write fails: the spans
     stay in the log for the next start). Prints one line per listener when ready.
     """
-    from ..collect.lake import LakeError
+    from ..lake.files import LakeError
     from ..collect.receiver import Collector, Receiver, is_loopback, parse_hostport
 
     addrs = {}
@@ -141,7 +141,7 @@ def import_(paths, lake_dir):
     rest is still imported).
     """
     from ..collect.importer import expand_inputs, import_files
-    from ..collect.lake import LakeError
+    from ..lake.files import LakeError
 
     inputs = expand_inputs(list(paths), lake_dir)
     if inputs.missing:
@@ -218,7 +218,7 @@ def compact(lake_dir, target_mib, grace_seconds, step_files):
     compaction per lake at a time: a second one is refused (exit 3). A compaction that was
     killed loses nothing; the next one removes its temporary files.
     """
-    from ..collect.lake import Lake, LakeBusy, LakeError
+    from ..lake.files import Lake, LakeBusy, LakeError
 
     if not os.path.isdir(lake_dir):
         # the default (./traces) is easy to hit by accident: say how to name the lake

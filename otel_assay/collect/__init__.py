@@ -1,6 +1,6 @@
-"""Collection: the lake schema and writer, the in-process exporter, the OTLP receiver, file import."""
+"""Collection: readers that turn spans into lake rows — the in-process exporter, the OTLP
+receiver, file import."""
 
 from .exporter import ParquetSpanExporter
-from .lake import Lake, LakeError
 
-__all__ = ["ParquetSpanExporter", "Lake", "LakeError"]
+__all__ = ["ParquetSpanExporter"]

@@ -1,18 +1,17 @@
-"""The compiled extension's two readers: the OTLP receiver's decoder (a protobuf request
-straight into Arrow columns) and the in-process exporter's converter (SDK spans into the same
-columns, ``convert_sdk``, whose rules are described there).
+"""The receiver's one entry for protobuf requests, :func:`protobuf_batch`, and its one fast
+path, the compiled decoder ``_otlpc`` (C, built at install when a compiler is there).
 
-``_otlpc`` (C, built at install when a compiler is there) reads the common request, whose
-spans are all plain: attribute values (of spans, events and links) that are strings, ints,
-bools or finite doubles, valid UTF-8 within the limits, no repeated keys, nothing to
-reject, drop or cut. It fills the buffers of the ``spans``, ``span_events`` and
-``span_links`` tables without a Python object per span, event, link or attribute, in a
-quarter of the Python path's CPU time. Any other request (and every request when the
-extension is not built) goes to the Python path, ``otlp.parse_protobuf`` and
-``otlp.add_protobuf``, which has every rule; the two give the same rows for the requests the
-compiled decoder reads (tests compare them on the same bytes).
+The simple path (``otlp.parse_protobuf`` and ``otlp.add_protobuf``: the generated OTLP
+classes into the row builder) has every rule. The compiled decoder reads only the common
+request, whose spans are all plain: attribute values (of spans, events and links) that are
+strings, ints, bools or finite doubles, valid UTF-8 within the limits, no repeated keys,
+nothing to reject, drop or cut. It fills the buffers of the ``spans``, ``span_events`` and
+``span_links`` tables without a Python object per span, event, link or attribute (agent
+traces: 1.1 us of CPU per span, against 15 on the simple path), and declines every other
+request, which then takes the simple path. Whatever it reads must come out as the simple path's tables, byte for
+byte (a differential fuzz test holds it to that).
 
-``OTEL_ASSAY_PURE_PYTHON=1`` turns both off (for comparing with the Python paths).
+``OTEL_ASSAY_PURE_PYTHON`` set to 1, true, yes or on forces the simple path.
 """
 
 from __future__ import annotations
@@ -23,11 +22,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from .. import semconv
-from .otlp import MalformedOTLP, TooManyRows
-from .schema import (EMPTY_TABLES, PARTITION_TIME, SPAN_EVENTS_SCHEMA, SPAN_LINKS_SCHEMA, SPANS_SCHEMA, Limits,
-                     _safe_string_array, make_resource, resource_maps, stringify)
+from ..lake.rows import SpanBatch, _safe_string_array, make_resource, resource_maps
+from ..lake.schema import EMPTY_TABLES, PARTITION_TIME, SPAN_EVENTS_SCHEMA, SPAN_LINKS_SCHEMA, SPANS_SCHEMA, Limits
+from .otlp import MalformedOTLP, TooManyRows, add_protobuf, parse_protobuf, pb_attributes, request_rows
 
 try:
     from . import _otlpc
@@ -39,9 +39,18 @@ _PROMOTED = [(key, _TYPES[t]) for _col, key, t in semconv.PROMOTED_SPAN_ATTRIBUT
 _PROMOTED_COLUMNS = {col: i for i, (col, _key, _t) in enumerate(semconv.PROMOTED_SPAN_ATTRIBUTES)}
 
 
+PURE_PYTHON_ENV = "OTEL_ASSAY_PURE_PYTHON"
+
+
+def pure_python() -> bool:
+    """Whether OTEL_ASSAY_PURE_PYTHON asks for the simple path (1, true, yes or on, in any
+    case: one spelling silently ignored would measure the wrong path)."""
+    return os.environ.get(PURE_PYTHON_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def available() -> bool:
     """Whether requests can take the compiled decoder (built, and not turned off)."""
-    return _otlpc is not None and os.environ.get("OTEL_ASSAY_PURE_PYTHON", "") not in ("1", "true")
+    return _otlpc is not None and not pure_python()
 
 
 def _array(typ: pa.DataType, n: int, col: tuple) -> pa.Array:
@@ -63,23 +72,20 @@ def _map(n: int, offsets: bytes, keys: tuple, values: tuple) -> pa.MapArray:
 
 class CompiledBatch:
     """The spans of one request as read by ``_otlpc``: what the receiver needs of a
-    :class:`~otel_assay.collect.schema.SpanBatch` (nothing is ever rejected here)."""
+    :class:`~otel_assay.lake.rows.SpanBatch` (nothing is ever rejected here)."""
 
     rejected = 0
 
-    def __init__(self, decoded: tuple, limits: Limits, *, prepared: bool = False):
+    def __init__(self, decoded: tuple, limits: Limits):
         (self.n, self._cols, self._promoted, self._map_offsets, self.keys, groups, resources,
          self._n_events, self._ev_map_offsets, self._n_links, self._ln_map_offsets) = decoded
         self.reject_reasons: dict[str, int] = {}
         self._groups = groups
-        if prepared:  # convert_sdk's: schema.Resource objects already
-            self._resources = resources
-            return
-        from ._fastpb import decode_keyvalue
-
-        # resource attributes are decoded here, as otlp.add_protobuf does, with its errors
+        # resource attributes come serialized, and are read here with the generated class, as the
+        # simple path reads them; one that is not UTF-8 leaves the spans without their resource
         try:
-            self._resources = [make_resource([decode_keyvalue(b) for b in kvs], limits) for kvs in resources]
+            self._resources = [make_resource(pb_attributes(map(KeyValue.FromString, kvs)), limits)
+                               for kvs in resources]
         except Exception as e:
             raise MalformedOTLP(f"malformed resource attributes: {type(e).__name__}: {str(e)[:200]}") from None
 
@@ -143,6 +149,29 @@ class CompiledBatch:
         return rows
 
 
+def protobuf_batch(body: bytes, limits: Limits, max_rows: int) -> tuple["CompiledBatch | SpanBatch", int]:
+    """The rows of a protobuf request, and how many spans it held: read by the compiled
+    decoder when it is built and takes the request, else by the simple path.
+
+    Raises :class:`TooManyRows` for a request of more than ``max_rows`` spans, events and
+    links before decoding them, :class:`MalformedOTLP` for bytes that are no request.
+    """
+    fast = decode(body, limits, max_rows)  # stops past max_rows
+    if fast is not None:
+        return fast, len(fast)
+    # the simple path parses the whole request before any code of ours sees a span: the rows
+    # are counted on the wire first where the extension can, else once parsed
+    counted = count_rows(body)
+    if counted is not None and counted > max_rows:
+        raise TooManyRows(counted, max_rows)
+    parsed = parse_protobuf(body)
+    if counted is None and (rows := request_rows(parsed)) > max_rows:
+        raise TooManyRows(rows, max_rows)
+    batch = SpanBatch(limits)
+    received = add_protobuf(parsed, batch)
+    return batch, received
+
+
 def decode(body: bytes, limits: Limits, max_rows: int | None = None) -> CompiledBatch | None:
     """The request's spans, or None when it needs the Python path (see the module doc).
 
@@ -155,33 +184,6 @@ def decode(body: bytes, limits: Limits, max_rows: int | None = None) -> Compiled
     if isinstance(decoded, int):
         raise TooManyRows(decoded, max_rows, exact=False)
     return None if decoded is None else CompiledBatch(decoded, limits)
-
-
-def _sdk_span_types() -> tuple:
-    from opentelemetry.sdk import trace as sdk_trace
-
-    return tuple(t for t in (sdk_trace.ReadableSpan, sdk_trace.Span, getattr(sdk_trace, "_Span", None))
-                 if isinstance(t, type))
-
-
-def convert_sdk(spans: list, limits: Limits, prepare, *, lake_order: bool = False) -> tuple[CompiledBatch, list] | None:
-    """The in-process exporter's spans (SDK ``ReadableSpan``s) as rows, read by ``_otlpc``
-    the way ``SpanBatch.add_sdk_span`` stores them, and the spans it left to that Python path
-    (one with events, links or a trace state, a value over a limit or not valid UTF-8, a span
-    of another class...); None without the extension. ``prepare`` turns an SDK resource into
-    a :class:`~otel_assay.collect.schema.Resource`. With ``lake_order`` the rows come in the
-    order the lake writes them (trace id, start, span id; ties as given), not as given."""
-    global _SDK_SPAN_TYPES
-    if not available() or min(limits.max_value_chars, limits.max_key_chars, limits.max_attributes) < 0:
-        return None  # (negative limits: nonsense the Python path compares as given)
-    if _SDK_SPAN_TYPES is None:
-        _SDK_SPAN_TYPES = _sdk_span_types()
-    rows, declined = _otlpc.convert_sdk(spans, _SDK_SPAN_TYPES, _PROMOTED, limits.max_value_chars,
-                                        limits.max_key_chars, limits.max_attributes, prepare, stringify, lake_order)
-    return CompiledBatch(rows, limits, prepared=True), declined
-
-
-_SDK_SPAN_TYPES: tuple | None = None
 
 
 def count_rows(body: bytes) -> int | None:

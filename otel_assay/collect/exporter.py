@@ -7,21 +7,16 @@ import os
 import threading
 import time
 import weakref
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
-import pyarrow as pa
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from . import compiled
-from .lake import Lake, LakeError
-from .schema import DEFAULT_LIMITS, Limits, Resource, SpanBatch, make_resource
+from ..lake.files import Lake, LakeError
+from ..lake.rows import Resource, SpanBatch, make_resource
+from ..lake.schema import DEFAULT_LIMITS, Limits
 
 log = logging.getLogger("otel_assay.collect")
-
-# spans export() holds before it converts them to rows (see _convert_held)
-CONVERT_SPANS = 512
-
 
 def _env_int(name: str, default: int) -> int:
     try:
@@ -37,18 +32,67 @@ def _env_float(name: str, default: float) -> float:
         return default
 
 
-def _joined(parts: list[dict[str, pa.Table]]) -> dict[str, pa.Table]:
-    """The rows of several batches as one set of tables (the writer sorts them)."""
-    if len(parts) == 1:
-        return parts[0]
-    return {name: pa.concat_tables([p[name] for p in parts]) for name in parts[0]}
+def _items(attributes) -> Iterable[tuple[str, Any]]:
+    """The (key, value) pairs of SDK attributes. A span's ``attributes`` is a read-only proxy
+    of the SDK's BoundedAttributes, whose generic ``items()`` costs two Python calls per key;
+    its ``copy()`` is a plain dict, iterated in C (a third of the conversion's time)."""
+    if not attributes:
+        return ()
+    try:
+        return attributes.copy().items()
+    except AttributeError:  # a mapping of other code, without copy()
+        return attributes.items()
+
+
+def _trace_state(state) -> str | None:
+    return state.to_header() or None if state else None
+
+
+def sdk_span_record(span: ReadableSpan, resource: Resource) -> dict:
+    """An SDK ``ReadableSpan`` as the row builder's keyword record, read through the SDK's
+    public properties only.
+
+    The SDK numbers SpanKind from 0 (INTERNAL); OTLP and the lake reserve 0 for
+    UNSPECIFIED, so the kind is shifted by one. Dropped counts are the SDK's own (what its
+    span limits cut), to which the row builder adds what the lake's limits cut. An id out
+    of range or negative formats as text that is no id of the right length, which the row
+    builder rejects.
+    """
+    ctx = span.context
+    parent = span.parent
+    status = span.status
+    scope = span.instrumentation_scope
+    return dict(
+        trace_id=format(ctx.trace_id, "032x"),
+        span_id=format(ctx.span_id, "016x"),
+        parent_span_id=format(parent.span_id, "016x") if parent is not None and parent.span_id else None,
+        name=span.name or "",
+        kind=span.kind.value + 1,
+        start_time_unix_nano=span.start_time or 0,
+        end_time_unix_nano=span.end_time or 0,
+        status_code=status.status_code.value,
+        status_message=status.description or None,
+        trace_state=_trace_state(ctx.trace_state),
+        scope_name=scope.name if scope else None,
+        scope_version=scope.version if scope else None,
+        resource=resource,
+        attributes=_items(span.attributes),
+        events=[(e.timestamp or 0, e.name, _items(e.attributes), e.dropped_attributes) for e in span.events],
+        links=[(format(l.context.trace_id, "032x"), format(l.context.span_id, "016x"), _trace_state(l.context.trace_state),
+                _items(l.attributes), l.dropped_attributes)
+               for l in span.links],
+        dropped_attributes_count=span.dropped_attributes,
+        dropped_events_count=span.dropped_events,
+        dropped_links_count=span.dropped_links,
+    )
 
 
 class ParquetSpanExporter(SpanExporter):
     """Buffer finished spans and write them to the lake as Parquet files.
 
-    ``export`` holds spans and converts them to rows 512 at a time (``CONVERT_SPANS``) and
-    at every flush; a span that cannot be read is counted in ``spans_rejected`` then.
+    ``export`` converts spans to rows as they come (behind a ``BatchSpanProcessor`` on its
+    worker thread, off the application's); a span that cannot be read is counted in
+    ``spans_rejected``.
 
     A file is written when ``max_rows`` spans are buffered or the oldest buffered span is
     ``max_age_s`` old (a background thread checks), on ``force_flush()`` and on
@@ -95,16 +139,12 @@ class ParquetSpanExporter(SpanExporter):
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._batch = SpanBatch(limits)
-        self._parts: list[compiled.CompiledBatch] = []  # rows the compiled converter made, beside _batch
-        self._part_rows = 0
-        self._held: list[ReadableSpan] = []  # exported, not yet converted (see _convert_held)
         # (tables, rows) of flushes whose write failed, oldest first: rewritten before anything
         # newer at the next flush, so spans that arrive while a write is failing wait their turn
         self._unwritten: list[tuple[dict, int]] = []
         self._dropping = False  # spans were dropped in this outage (warned once)
         self._oldest: float | None = None
         self._resources: dict[int, tuple[object, Resource]] = {}
-        self._last_resource: tuple[object, Resource | None] = (object(), None)
         self.spans_received = 0
         self.spans_written = 0
         self.spans_rejected = 0
@@ -127,77 +167,38 @@ class ParquetSpanExporter(SpanExporter):
                 return SpanExportResult.FAILURE
             if self._timer is None:  # first span in a forked child
                 self._start_timer()
-            self._held.extend(spans)
             self.spans_received += len(spans)
-            if self._oldest is None and self._held:
+            if self._oldest is None and spans:  # before the rows: an interrupt may leave some
                 self._oldest = time.monotonic()
-            if len(self._held) >= CONVERT_SPANS:
-                self._convert_held()
-            full = len(self._batch) + self._part_rows + len(self._held) >= self.max_rows
+            self._add(spans)
+            full = len(self._batch) >= self.max_rows
         if full:
             self._flush()
         return SpanExportResult.SUCCESS
 
-    def _convert_held(self) -> None:
-        """Turn the spans held by export() into rows (with ``_lock`` held).
-
-        Spans are held and converted together rather than one by one as they end: the
-        converter then runs as one loop, with its code and the SDK's in the CPU's caches,
-        at less than half the cost per span of converting each between an agent's steps
-        (whose code evicts it). ``CONVERT_SPANS`` bounds what is held unconverted.
-
-        The compiled converter (``compiled.convert_sdk``) takes the common span, at a
-        fraction of the Python loop's cost; the spans it leaves (with events, links, a value
-        over a limit...) go through ``SpanBatch.add_sdk_span``, which has every rule."""
-        held, self._held = self._held, []
-        if not held:
-            return
-        done = 0  # held[done:] is what a Ctrl-C (or an exit) keeps held
-        exit_: BaseException | None = None
+    def _add(self, spans: Sequence[ReadableSpan]) -> None:
+        """Turn exported spans into rows (with ``_lock`` held). A span that cannot be read
+        (one built by other code than the SDK: no context, a value whose text fails) is
+        rejected and counted; the others are stored. An interrupt (Ctrl-C, an exit) stops
+        the conversion: the spans it did not reach are counted lost, so that every span
+        received is written, rejected or lost."""
+        batch = self._batch
+        before = batch.rejected
+        done = 0
         try:
-            try:
-                # in the lake's order: the rows of a flush of one part are then written as they
-                # are, where the lake would otherwise reorder every column
-                converted = compiled.convert_sdk(held, self.limits, self._resource, lake_order=True)
-            except Exception as e:  # a defect there must not lose the spans: the Python path has them
-                log.warning("otel-assay: the compiled span converter failed (%s: %s); converting in Python",
-                            type(e).__name__, e)
-                converted = None
-            except KeyboardInterrupt:
-                raise
-            except BaseException as e:  # an exit (a signal handler's, or a value's): re-raised below
-                exit_, converted = e, None
-            if converted is not None:
-                part, declined = converted
-                if part.n:
-                    self._parts, self._part_rows = self._parts + [part], self._part_rows + part.n
-                held = declined
-            batch = self._batch
-            before = batch.rejected
-            add = batch.add_sdk_span
-            try:
-                for span in held:
-                    try:
-                        res = span.resource
-                        last = self._last_resource  # a process's spans share one resource
-                        add(span, last[1] if last[0] is res else self._resource(res))
-                    except KeyboardInterrupt:
-                        raise  # add_sdk_span took this span's row back
-                    except BaseException as e:
-                        # a span built by other code than the SDK (no context, a resource
-                        # without attributes), or an exit that landed in it: rejected here
-                        # (add_sdk_span rejects a span itself only for an Exception)
-                        batch.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
-                        if not isinstance(e, Exception) and exit_ is None:
-                            exit_ = e
-                    done += 1
-            finally:
-                self.spans_rejected += batch.rejected - before
+            for span in spans:
+                try:
+                    record = sdk_span_record(span, self._resource(span.resource))
+                except Exception as e:
+                    batch.reject(f"unreadable span: {type(e).__name__}: {str(e)[:200]}")
+                else:
+                    batch.add_span(**record)  # takes its rows back if interrupted
+                done += 1
         except BaseException:
-            self._held = held[done:] + self._held
+            self.spans_lost += len(spans) - done
             raise
-        if exit_ is not None:
-            raise exit_  # SystemExit from a signal handler (or a value): re-raised, the spans converted
+        finally:
+            self.spans_rejected += batch.rejected - before
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._flush()
@@ -219,12 +220,10 @@ class ParquetSpanExporter(SpanExporter):
             self.last_error = "interrupted (Ctrl-C)"
         if not ok:
             with self._write_lock, self._lock:  # the order _flush takes them in
-                lost = len(self._batch) + self._part_rows + len(self._held) + sum(n for _t, n in self._unwritten)
+                lost = len(self._batch) + sum(n for _t, n in self._unwritten)
                 self.spans_lost += lost
                 log.error("otel-assay: %d spans could not be written to %s: %s", lost, self.lake.root, self.last_error)
                 self._batch = SpanBatch(self.limits)
-                self._parts, self._part_rows = [], 0
-                self._held = []
                 self._unwritten = []
         if interrupted is not None:
             raise interrupted
@@ -240,8 +239,6 @@ class ParquetSpanExporter(SpanExporter):
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._batch = SpanBatch(self.limits)
-        self._parts, self._part_rows = [], 0
-        self._held = []
         self._unwritten = []
         self._dropping = False
         self._oldest = None
@@ -254,12 +251,11 @@ class ParquetSpanExporter(SpanExporter):
     def _resource(self, res) -> Resource:
         hit = self._resources.get(id(res))
         if hit is not None and hit[0] is res:
-            self._last_resource = hit
             return hit[1]
         prepared = make_resource(res.attributes.items() if res is not None else (), self.limits)
         if len(self._resources) > 64:
             self._resources.clear()
-        self._resources[id(res)] = self._last_resource = (res, prepared)
+        self._resources[id(res)] = (res, prepared)
         return prepared
 
     def _flush(self) -> bool:
@@ -267,15 +263,13 @@ class ParquetSpanExporter(SpanExporter):
             n = 0  # set with the detach, in one step: an interrupt after it is counted below
             try:
                 with self._lock:
-                    self._convert_held()
-                    batch, parts = self._batch, self._parts
-                    m = len(batch) + self._part_rows
-                    if m:
+                    batch = self._batch
+                    if len(batch):
                         self._batch = SpanBatch(self.limits)
-                        self._parts, self._part_rows, n = [], 0, m
-                    self._oldest = None  # nothing is held now (held spans that were all rejected included)
+                        n = len(batch)
+                    self._oldest = None  # nothing is buffered now
                 if n:
-                    tables = _joined([p.tables() for p in parts] + ([batch.tables()] if len(batch) else []))
+                    tables = batch.tables()
             except BaseException as e:
                 if not n:
                     raise

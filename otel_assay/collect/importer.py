@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
-from .lake import Lake, duckdb_connect, sql_list
+from ..lake.files import Lake, duckdb_connect, sql_list
 from .otlp import MalformedOTLP, add_json, add_protobuf, parse_json, parse_protobuf
-from .schema import DEFAULT_LIMITS, Limits, SpanBatch
+from ..lake.rows import SpanBatch
+from ..lake.schema import DEFAULT_LIMITS, Limits
 
 CHUNK_SPANS = 200_000
 MAX_RECORD = 256 << 20

@@ -2,18 +2,26 @@
 
 JSON is mapped straight to rows, not through ``google.protobuf.json_format``: OTLP/JSON
 ids are hex, and the generic protobuf JSON parser would read a 32-digit hex trace id as
-base64 and silently produce a 24-byte garbage id (reference/storage.md §3).
+base64 and silently produce a 24-byte garbage id.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
 
-from .schema import Limits, Resource, SpanBatch, make_resource
+from ..lake.rows import Resource, SpanBatch, make_resource
+from ..lake.schema import Limits
 
 
 class MalformedOTLP(ValueError):
@@ -33,7 +41,8 @@ class TooManyRows(Exception):
 
 
 # --------------------------------------------------------------------------- protobuf
-def _pb_value(v) -> Any:
+def pb_value(v) -> Any:
+    """An AnyValue as the Python value the row builder stores (None when it is empty)."""
     which = v.WhichOneof("value")
     if which == "string_value":
         return v.string_value
@@ -44,73 +53,196 @@ def _pb_value(v) -> Any:
     if which == "double_value":
         return v.double_value
     if which == "array_value":
-        return [_pb_value(x) for x in v.array_value.values]
+        return [pb_value(x) for x in v.array_value.values]
     if which == "kvlist_value":
-        return {kv.key: _pb_value(kv.value) for kv in v.kvlist_value.values}
+        return {kv.key: pb_value(kv.value) for kv in v.kvlist_value.values}
     if which == "bytes_value":
         return v.bytes_value
     return None
 
 
-def _pb_attrs(kvs) -> Iterator[tuple[str, Any]]:
-    for kv in kvs:
-        yield kv.key, _pb_value(kv.value)
+def pb_attributes(kvs) -> list[tuple[str, Any]]:
+    return [(kv.key, pb_value(kv.value)) for kv in kvs]
 
 
-def parse_protobuf(body: bytes):
-    """Parse an ExportTraceServiceRequest (TracesData has the same wire format).
+class Parsed(NamedTuple):
+    """A parsed request, and why each span left out of it (its text is not UTF-8) was."""
 
-    Returns the receiver's shadow message (see ``_fastpb``): attributes stay serialized
-    until :func:`add_protobuf` decodes them. A body that is valid but for text that is not
-    UTF-8 in some spans gives a :class:`Salvaged` request, which rejects those spans.
-    """
-    from ._fastpb import Request, salvage
-
-    req = Request()
-    try:
-        req.ParseFromString(body)
-    except Exception as e:  # protobuf raises DecodeError, or RuntimeError on deep nesting
-        salvaged = salvage(body)
-        if salvaged is None:
-            raise MalformedOTLP(f"not a valid OTLP protobuf ExportTraceServiceRequest: {e}") from None
-        return Salvaged(*salvaged)
-    return req
-
-
-class Salvaged(NamedTuple):
-    """A request without its spans whose text is not UTF-8, and why each was left out."""
-
-    request: Any
+    request: ExportTraceServiceRequest
     rejected: list[str]
 
 
-def add_protobuf(req, batch: SpanBatch) -> int:
-    """Append every span of ``req`` to ``batch``; return the number of spans seen."""
-    seen = 0
-    if isinstance(req, Salvaged):
-        for why in req.rejected:
-            batch.reject(why)
-        seen, req = len(req.rejected), req.request
-    limits = batch.limits
-    from ._fastpb import decode_keyvalue
+def parse_protobuf(body: bytes) -> Parsed:
+    """Parse an ExportTraceServiceRequest (TracesData has the same wire format).
 
-    for rs in req.resource_spans:
-        try:
-            resource = make_resource([decode_keyvalue(b) for b in rs.resource.attributes], limits)
-        except Exception as e:
-            raise MalformedOTLP(f"malformed resource attributes: {type(e).__name__}: {str(e)[:200]}") from None
+    protobuf refuses a whole message for one string that is not UTF-8; such a string costs
+    only its span here (see :func:`_salvage`). Raises :class:`MalformedOTLP` for bytes that
+    are no such message.
+    """
+    req = ExportTraceServiceRequest()
+    try:
+        req.ParseFromString(body)
+    except Exception as e:  # protobuf raises DecodeError, or RuntimeError on deep nesting
+        salvaged = _salvage(body)
+        if salvaged is None:
+            raise MalformedOTLP(f"not a valid OTLP protobuf ExportTraceServiceRequest: {e}") from None
+        return salvaged
+    return Parsed(req, [])
+
+
+_NOT_UTF8 = " is not valid UTF-8 (protobuf strings must be)"
+
+
+@functools.cache
+def _lenient_request() -> type:
+    """ExportTraceServiceRequest with every string field declared ``bytes``: the same wire
+    format, parsed without the UTF-8 check, so that the spans whose text fails it can be
+    found and left out. Built from the generated descriptors on first use (a request with
+    such text is rare)."""
+    pool = descriptor_pool.DescriptorPool()
+    prefix = "otel_assay.lenient."
+
+    def rename(messages) -> None:
+        for m in messages:
+            for f in m.field:
+                if f.type == descriptor_pb2.FieldDescriptorProto.TYPE_STRING:
+                    f.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+                if f.type_name.startswith("."):
+                    f.type_name = "." + prefix + f.type_name[1:]
+            rename(m.nested_type)
+
+    for module in (common_pb2, resource_pb2, trace_pb2, trace_service_pb2):
+        fdp = descriptor_pb2.FileDescriptorProto()
+        module.DESCRIPTOR.CopyToProto(fdp)
+        fdp.name = "otel_assay_lenient/" + fdp.name
+        fdp.package = prefix + fdp.package
+        fdp.dependency[:] = ["otel_assay_lenient/" + d for d in fdp.dependency]
+        fdp.ClearField("service")
+        rename(fdp.message_type)
+        pool.Add(fdp)
+    name = prefix + ExportTraceServiceRequest.DESCRIPTOR.full_name
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
+
+
+def _utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _strict(cls, lenient_message) -> bool:
+    """Whether ``lenient_message`` parses as ``cls`` (so all of its text is UTF-8)."""
+    try:
+        cls.FromString(lenient_message.SerializeToString())
+    except Exception:
+        return False
+    return True
+
+
+def _span_text_error(span) -> str | None:
+    for what, text in (("span name", span.name), ("trace_state", span.trace_state),
+                       ("status message", span.status.message)):
+        if not _utf8(text):
+            return what + _NOT_UTF8
+    if not all(_utf8(e.name) for e in span.events):
+        return "event name" + _NOT_UTF8
+    if not all(_utf8(l.trace_state) for l in span.links):
+        return "link trace_state" + _NOT_UTF8
+    if not _strict(trace_pb2.Span, span):
+        return "attribute key or string value" + _NOT_UTF8
+    return None
+
+
+def _salvage(body: bytes) -> Parsed | None:
+    """A body protobuf refused, as a request of its spans whose text is UTF-8 and the reason
+    for each span left out; None when the body is malformed otherwise.
+
+    Such a span is rejected rather than its bytes replaced: a name the agent never had
+    would be stored, and counted under. Text the lake does not store (scope attributes,
+    schema URLs) is cleared instead; resource attributes that are not UTF-8 leave every
+    span without its resource, so the request is malformed. Only called once the strict
+    parse has failed: valid requests pay nothing for it.
+    """
+    lenient = _lenient_request()()
+    try:
+        lenient.ParseFromString(body)
+    except Exception:  # DecodeError, or RuntimeError on deep nesting
+        return None
+    reasons: list[str] = []
+    for rs in lenient.resource_spans:
+        if not _strict(resource_pb2.Resource, rs.resource):
+            raise MalformedOTLP("malformed resource attributes: attribute key or string value" + _NOT_UTF8)
+        if not _utf8(rs.schema_url):
+            rs.ClearField("schema_url")
+        bad_scopes = []
+        for j, ss in enumerate(rs.scope_spans):
+            if not _utf8(ss.schema_url):
+                ss.ClearField("schema_url")
+            if not (_utf8(ss.scope.name) and _utf8(ss.scope.version)):
+                reasons += ["instrumentation scope name or version" + _NOT_UTF8] * len(ss.spans)
+                bad_scopes.append(j)
+                continue
+            if not _strict(common_pb2.InstrumentationScope, ss.scope):
+                del ss.scope.attributes[:]
+            bad = [(i, why) for i, span in enumerate(ss.spans) if (why := _span_text_error(span))]
+            for i, why in reversed(bad):
+                reasons.append(why)
+                del ss.spans[i]
+        for j in reversed(bad_scopes):
+            del rs.scope_spans[j]
+    req = ExportTraceServiceRequest()
+    try:
+        req.ParseFromString(lenient.SerializeToString())
+    except Exception:
+        return None
+    return Parsed(req, reasons)
+
+
+def add_protobuf(parsed: Parsed, batch: SpanBatch) -> int:
+    """Append every span of a parsed request to ``batch``; return the number of spans seen
+    (those left out for their text included, as rejected)."""
+    for why in parsed.rejected:
+        batch.reject(why)
+    seen = len(parsed.rejected)
+    for rs in parsed.request.resource_spans:
+        resource = make_resource(pb_attributes(rs.resource.attributes), batch.limits)
         for ss in rs.scope_spans:
+            scope = ss.scope
             seen += len(ss.spans)
-            batch.add_protobuf_spans(ss.spans, resource, ss.scope.name, ss.scope.version)
+            for span in ss.spans:
+                status = span.status
+                batch.add_span(
+                    trace_id=span.trace_id.hex(),
+                    span_id=span.span_id.hex(),
+                    parent_span_id=span.parent_span_id.hex(),
+                    name=span.name,
+                    kind=span.kind,
+                    start_time_unix_nano=span.start_time_unix_nano,
+                    end_time_unix_nano=span.end_time_unix_nano,
+                    status_code=status.code,
+                    status_message=status.message,
+                    trace_state=span.trace_state,
+                    scope_name=scope.name,
+                    scope_version=scope.version,
+                    resource=resource,
+                    attributes=pb_attributes(span.attributes),
+                    events=[(e.time_unix_nano, e.name, pb_attributes(e.attributes), e.dropped_attributes_count)
+                            for e in span.events],
+                    links=[(l.trace_id.hex(), l.span_id.hex(), l.trace_state, pb_attributes(l.attributes),
+                            l.dropped_attributes_count) for l in span.links],
+                    dropped_attributes_count=span.dropped_attributes_count,
+                    dropped_events_count=span.dropped_events_count,
+                    dropped_links_count=span.dropped_links_count,
+                )
     return seen
 
 
-def protobuf_rows(req) -> int:
+def request_rows(parsed: Parsed) -> int:
     """The spans, events and links of a parsed request (what it will decode to)."""
-    if isinstance(req, Salvaged):
-        req = req.request
     return sum(len(ss.spans) + sum(len(s.events) + len(s.links) for s in ss.spans)
-               for rs in req.resource_spans for ss in rs.scope_spans)
+               for rs in parsed.request.resource_spans for ss in rs.scope_spans)
 
 
 # --------------------------------------------------------------------------- JSON

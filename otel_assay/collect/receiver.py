@@ -34,10 +34,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import compiled
-from .lake import Lake, check_lake_file
-from .otlp import (MalformedOTLP, TooManyRows, add_json, add_protobuf, json_rows, parse_json, parse_protobuf,
-                   protobuf_rows)
-from .schema import DEFAULT_LIMITS, Limits, SpanBatch
+from ..lake.files import Lake, check_lake_file
+from .otlp import MalformedOTLP, TooManyRows, add_json, json_rows, parse_json
+from ..lake.rows import SpanBatch
+from ..lake.schema import DEFAULT_LIMITS, Limits
 from .wal import WALError, WriteAheadLog, decode, read_segment
 
 log = logging.getLogger("otel_assay.collect")
@@ -355,21 +355,8 @@ class Collector:
         of more rows than ``max_request_rows``, before decoding them."""
         self.check_capacity()
         with self._decoding(len(body)), self._counting_refusals():
-            fast = compiled.decode(body, self.limits, self.max_request_rows)  # stops past the limit
-            if fast is not None:
-                return self._commit(fast, len(fast))
-            # the Python path parses the whole request before any code of ours sees a span
-            counted = compiled.count_rows(body)
-            self._check_rows(counted)
-            req = parse_protobuf(body)
-            if counted is None:  # no extension (or bytes upb refuses too): counted once parsed
-                self._check_rows(protobuf_rows(req))
-            return self.submit_request(req)
-
-    def submit_request(self, req) -> IngestResult:
-        batch = SpanBatch(self.limits)
-        received = add_protobuf(req, batch)
-        return self._commit(batch, received)
+            batch, received = compiled.protobuf_batch(body, self.limits, self.max_request_rows)
+            return self._commit(batch, received)
 
     def submit_json(self, body: bytes) -> IngestResult:
         self.check_capacity()
@@ -384,10 +371,10 @@ class Collector:
     def _decoding(self, size: int):
         """Hold ``size`` bytes of the decoding budget while a body is decoded and stored.
 
-        On the Python path a body costs about fifteen times its size on its way to the log
+        On the simple path a body costs about fifteen times its size on its way to the log
         (the parsed message, the span rows, the Arrow tables, the log record), and the process
         keeps most of that memory afterwards: two 20 MiB requests at once took the collector
-        past 700 MiB. The compiled decoder needs less, but any request can take the Python path.
+        past 700 MiB. The compiled decoder needs less, but any request can take the simple path.
         Decoding waits until the bodies being decoded fit in ``max_decoding_bytes``, so big
         requests go one at a time while small ones still share it; a body larger than the
         budget goes alone. Bodies get in in the order they came (a big one is not passed for

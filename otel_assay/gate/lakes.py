@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import DataError, UsageError, interrupted
 from ..analyze.engine import Engine
 from ..analyze.select import NoTrialsError, Selection, SelectorError, select_trials
-from ..collect.lake import LakeError, memory_limit_from_env
+from ..lake.files import LakeError, memory_limit_from_env
 
 
 def engines(eng_b, eng_c) -> list:

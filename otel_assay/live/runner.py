@@ -334,7 +334,7 @@ def query_trials(lake: str, sql: str, params: list, why: str = "") -> list[tuple
     import os
 
     from ..analyze.engine import Engine
-    from ..collect.lake import LakeError
+    from ..lake.files import LakeError
 
     spans_dir = os.path.join(lake, "spans")
     if not os.path.isdir(spans_dir) or not any(f.endswith(".parquet") for _, _, fs in os.walk(spans_dir) for f in fs):

@@ -126,7 +126,7 @@ class StochasticResult:
 
 def _baseline_counts(lake: str, selector: str, scenario: str) -> tuple[int, int]:
     from ..analyze.engine import Engine
-    from ..collect.lake import LakeError
+    from ..lake.files import LakeError
     from ..errors import DataError
     from ..gate.lakes import select as _select
 

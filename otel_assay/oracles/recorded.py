@@ -12,7 +12,7 @@ import yaml
 
 from ..analyze.engine import Engine
 from ..analyze.select import NoTrialsError, Selection, SelectorError, select_trials
-from ..collect.lake import LakeError
+from ..lake.files import LakeError
 from ..errors import EXIT_BLOCK, EXIT_DEPLOY, EXIT_MANUAL, DataError, UsageError
 from .contracts import ContractError, check_names, evaluate, parse_contracts, verdicts
 from .metamorphic import RelationDataError, evaluate as evaluate_relations, parse_relations

@@ -76,7 +76,7 @@ def emit_results(result, target: str, lake: str | os.PathLike | None = None) -> 
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from ..collect.schema import Limits
+    from ..lake.schema import Limits
 
     # the span is built first and exported by hand: a span processor would swallow the result.
     # The SDK keeps 128 events per span by default and drops the oldest silently (with ~40

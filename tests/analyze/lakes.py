@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from otel_assay.collect.lake import Lake
+from otel_assay.lake.files import Lake
 from otel_assay.collect.otlp import add_json
-from otel_assay.collect.schema import SpanBatch, make_resource
+from otel_assay.lake.rows import SpanBatch, make_resource
 
 T0 = 1_700_000_000_000_000_000  # 2023-11-14T22:13:20Z
 MS = 1_000_000

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from otel_assay.collect.schema import make_resource
+from otel_assay.lake.rows import make_resource
 
 from .conftest import rows
 from .lakes import MS, T0, sid, span, tid, write_lake
@@ -279,7 +279,7 @@ def test_spans_without_a_trace_id_make_no_trial(tmp_path, open_engine):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from otel_assay.collect.schema import SPANS_SCHEMA
+    from otel_assay.lake.schema import SPANS_SCHEMA
 
     write_lake(tmp_path / "lake", [span(1, 1, None, "assay.trial s", 0, 10, {"assay.scenario": "s",
                                                                               "assay.trial.outcome": "pass"}),
@@ -337,7 +337,7 @@ def test_costs_that_each_fit_a_decimal_but_not_their_sum_are_summed_not_an_error
 def test_a_glob_over_a_lake_during_compaction_grace_reads_each_span_once(tmp_path, open_engine):
     """A glob matched the merged file and the files it replaces until they were deleted:
     every span was counted twice. Old files named without the merged one are still read."""
-    from otel_assay.collect.lake import Lake
+    from otel_assay.lake.files import Lake
 
     lake = tmp_path / "lake"
     for t in range(1, 5):
@@ -358,7 +358,7 @@ def test_a_glob_relative_to_the_table_directory_during_compaction_grace_reads_ea
         tmp_path, open_engine, monkeypatch):
     """Run inside LAKE/spans, `*/*.parquet` names neither the table nor the lake: the
     replaced files were read along with the merged one."""
-    from otel_assay.collect.lake import Lake
+    from otel_assay.lake.files import Lake
 
     lake = tmp_path / "lake"
     for t in range(1, 5):

@@ -15,7 +15,7 @@ from otel_assay.analyze import stepfiles
 from otel_assay.analyze.coverage import coverage_sets
 from otel_assay.analyze.stepfiles import STEPS_SCHEMA, _file_sum, write_step_files
 from otel_assay.cli import main
-from otel_assay.collect.lake import Lake
+from otel_assay.lake.files import Lake
 
 from .conftest import rows
 from .lakes import span, write_lake
@@ -354,7 +354,7 @@ def test_price_tables_that_differ_only_in_a_missing_value_are_told_apart(tmp_pat
 
 
 def test_step_files_are_written_only_into_a_lake(tmp_path, capsys):
-    from otel_assay.collect.lake import LakeError
+    from otel_assay.lake.files import LakeError
 
     with pytest.raises(LakeError, match="not a span lake"):
         write_step_files(tmp_path)

@@ -20,8 +20,8 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from otel_assay.collect.lake import Lake, check_lake_file
-from otel_assay.collect.schema import stringify
+from otel_assay.lake.files import Lake, check_lake_file
+from otel_assay.lake.rows import stringify
 from otel_assay.semconv import PROMOTED_SPAN_ATTRIBUTES
 
 

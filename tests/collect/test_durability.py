@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from otel_assay.collect import synthetic
-from otel_assay.collect.lake import Lake
+from otel_assay.lake.files import Lake
 
 
 def _post(url: str, body: bytes) -> int:
@@ -109,7 +109,7 @@ def test_a_second_collector_on_the_same_lake_is_refused_and_harms_nothing(tmp_pa
 
 def test_a_short_write_to_the_log_is_not_acknowledged(tmp_path, monkeypatch):
     """A disk filling up can write part of a record: the batch fails and the log stays readable."""
-    from otel_assay.collect.schema import SpanBatch
+    from otel_assay.lake.rows import SpanBatch
     from otel_assay.collect.otlp import add_protobuf, parse_protobuf
     from otel_assay.collect.wal import WALError, WriteAheadLog, read_segment
 
@@ -147,8 +147,8 @@ def test_batches_with_and_without_events_and_links_share_one_log_and_one_parquet
     """A batch without events or links logs shared empty tables: they must have the schema of
     the tables a batch with events and links builds, or the flush that concatenates both fails."""
     from otel_assay.collect import wal as wal_mod
-    from otel_assay.collect.lake import Lake
-    from otel_assay.collect.schema import SpanBatch, make_resource
+    from otel_assay.lake.files import Lake
+    from otel_assay.lake.rows import SpanBatch, make_resource
     from otel_assay.collect.wal import WriteAheadLog, read_segment
 
     res = make_resource([("service.name", "agent")])
@@ -279,7 +279,7 @@ def test_compaction_leaves_the_files_of_a_log_segment_that_is_still_there(tmp_pa
     those files away meanwhile, the replay would store their spans a second time."""
     from otel_assay.collect.otlp import add_protobuf, parse_protobuf
     from otel_assay.collect.receiver import Collector
-    from otel_assay.collect.schema import SpanBatch
+    from otel_assay.lake.rows import SpanBatch
     from otel_assay.collect.wal import WriteAheadLog
 
     def tables(seed):
@@ -317,7 +317,7 @@ def test_a_batch_that_failed_to_store_is_not_taken_for_a_duplicate_when_retried(
     them in it, and the client's retry of the same spans was acknowledged and dropped."""
     from otel_assay.collect import compiled as compiled_decoder
     from otel_assay.collect.receiver import Collector
-    from otel_assay.collect.schema import SpanBatch
+    from otel_assay.lake.rows import SpanBatch
 
     if compiled:
         assert compiled_decoder.available(), "the compiled decoder is not built (pip install -e . builds it)"
@@ -347,12 +347,12 @@ def test_a_batch_that_failed_to_store_is_not_taken_for_a_duplicate_when_retried(
 def test_a_new_log_segment_is_made_durable_by_name_too(tmp_path, monkeypatch):
     """fsync on the segment file does not make its directory entry durable (POSIX); the
     segment must not vanish with a power loss after its batches were acknowledged."""
-    from otel_assay.collect import lake as lake_module
+    from otel_assay.lake import files as lake_module
     from otel_assay.collect.wal import WriteAheadLog
 
     synced = []
-    real = lake_module._fsync_dir
-    monkeypatch.setattr(lake_module, "_fsync_dir", lambda p: (synced.append(p), real(p)))
+    real = lake_module.fsync_dir
+    monkeypatch.setattr(lake_module, "fsync_dir", lambda p: (synced.append(p), real(p)))
     wal = WriteAheadLog(tmp_path / "_wal")
     wal.seal()
     wal.close()

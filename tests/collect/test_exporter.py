@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_assay.collect import ParquetSpanExporter
-from otel_assay.collect.lake import LakeError
+from otel_assay.lake.files import LakeError
 
 from .conftest import agent_trial, expected_view, lake_view, make_provider, recorded_trials
 
@@ -43,14 +43,15 @@ def test_two_providers_spans_in_one_export_keep_their_own_resource(tmp_path):
 
 
 def test_what_the_sdk_dropped_under_its_span_limits_is_counted(tmp_path):
-    # the exporter reads the SDK's private bounded containers for speed; their dropped
-    # counts must still reach the lake, as the public properties report them
+    # the dropped counts the SDK's public properties report reach the lake, an event's own
+    # too (as it reaches the lake through the receiver, from the SDK's OTLP exporter)
     from opentelemetry import trace as trace_api
     from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
     exp = ParquetSpanExporter(tmp_path / "lake")
     mem = InMemorySpanExporter()
-    tp = TracerProvider(span_limits=SpanLimits(max_span_attributes=2, max_events=1, max_links=1))
+    tp = TracerProvider(span_limits=SpanLimits(max_span_attributes=2, max_events=1, max_links=1,
+                                               max_event_attributes=1))
     tp.add_span_processor(SimpleSpanProcessor(exp))
     tp.add_span_processor(SimpleSpanProcessor(mem))
     tracer = tp.get_tracer("limits")
@@ -60,7 +61,7 @@ def test_what_the_sdk_dropped_under_its_span_limits_is_counted(tmp_path):
     with tracer.start_as_current_span("limited", links=[link, link], attributes={
             "a": "1", "b": "2", "c": "3", "gen_ai.tool.name": "lookup"}) as span:  # the SDK keeps the newest
         for i in range(3):
-            span.add_event(f"e{i}")
+            span.add_event(f"e{i}", {"x": 1, "y": 2})
     tp.shutdown()
     sdk = [s for s in mem.get_finished_spans() if s.name == "limited"][0]
     assert (sdk.dropped_attributes, sdk.dropped_events, sdk.dropped_links) == (2, 2, 1)
@@ -69,6 +70,10 @@ def test_what_the_sdk_dropped_under_its_span_limits_is_counted(tmp_path):
         f"SELECT dropped_attributes_count, dropped_events_count, dropped_links_count, tool_name "
         f"FROM read_parquet('{tmp_path}/lake/spans/*/*.parquet') WHERE name = 'limited'").fetchall()
     assert row == [(2, 2, 1, "lookup")]
+    assert sdk.events[0].dropped_attributes == 1
+    rows = duckdb.sql(f"SELECT dropped_attributes_count, cardinality(attributes) "
+                      f"FROM read_parquet('{tmp_path}/lake/span_events/*/*.parquet')").fetchall()
+    assert rows == [(1, 1)]
 
 
 
@@ -82,7 +87,7 @@ def test_burst_of_100k_spans_is_not_dropped(tmp_path):
     tp.shutdown()
     assert exp.spans_received == exp.spans_written == 100_000
     import pyarrow.parquet as pq
-    from otel_assay.collect.lake import Lake
+    from otel_assay.lake.files import Lake
     assert sum(pq.read_metadata(f).num_rows for f in Lake(tmp_path / "lake").live_files()) == 100_000
 
 
@@ -207,7 +212,7 @@ def test_spans_of_traces_taking_turns_and_arrays_land_as_sent(tmp_path):
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.trace import SpanContext
 
-    from otel_assay.collect.lake import Lake
+    from otel_assay.lake.files import Lake
 
     arrays = {"strings": ("stop", "é", 'q"uote', "\\n"), "empty": (), "ints": (1, 2), "bools": (True, False),
               "floats": (1.5, float("nan")), "mixed": ("a", 1)}
@@ -238,7 +243,7 @@ def test_a_hand_built_span_the_sdk_would_not_allow_does_not_corrupt_its_neighbou
     from opentelemetry.sdk.trace import Event, ReadableSpan
     from opentelemetry.trace import Link, SpanContext
 
-    from otel_assay.collect.lake import Lake
+    from otel_assay.lake.files import Lake
 
     res = Resource.create({})
 
@@ -386,3 +391,35 @@ def test_every_span_export_accepted_during_a_shutdown_is_written(tmp_path):
         for th in threads:
             th.join()
         assert sum(accepted) == exp.spans_received == exp.spans_written and exp.spans_lost == 0
+
+
+def test_an_interrupt_while_converting_keeps_the_spans_before_it_and_counts_the_rest_lost(tmp_path):
+    """Ctrl-C lands in the text of a span's value: that span's rows are taken back (they
+    must not become the next span's), the spans before it are written, and the ones it did
+    not reach are counted lost: every span received is written, rejected or lost."""
+    import pyarrow.parquet as pq
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext
+
+    from otel_assay.lake.files import Lake
+
+    class Interrupting:
+        def __str__(self):
+            raise KeyboardInterrupt
+
+    res = Resource.create({})
+
+    def span(sid, attrs):
+        return ReadableSpan(f"s{sid}", context=SpanContext(1, sid, is_remote=False), attributes=attrs,
+                            start_time=10, end_time=20, resource=res)
+
+    exp = ParquetSpanExporter(tmp_path / "lake")
+    with pytest.raises(KeyboardInterrupt):
+        exp.export([span(1, {"a": "1"}), span(2, {"b": "2", "odd": Interrupting()}), span(3, {"c": "3"})])
+    exp.export([span(4, {"d": "4"})])
+    exp.shutdown()
+    assert (exp.spans_received, exp.spans_written, exp.spans_rejected, exp.spans_lost) == (4, 2, 0, 2)
+    rows = sorted((r["span_id"], r["attributes"]) for f in Lake(tmp_path / "lake").live_files()
+                  for r in pq.read_table(f, columns=["span_id", "attributes"]).to_pylist())
+    assert rows == [(f"{1:016x}", [("a", "1")]), (f"{4:016x}", [("d", "4")])]

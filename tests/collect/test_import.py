@@ -15,7 +15,7 @@ import zstandard
 from ..otlp_json import otlp_json
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as encode_proto
 
-from otel_assay.collect.lake import Lake
+from otel_assay.lake.files import Lake
 
 from .conftest import expected_view, lake_view, recorded_trials
 

@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from otel_assay.analyze.engine import Engine
-from otel_assay.collect import lake as lake_module
-from otel_assay.collect.lake import Lake, LakeError
-from otel_assay.collect.schema import SPANS_SCHEMA, TRUNCATION_MARK, Limits, SpanBatch, make_resource
+from otel_assay.lake import files as lake_module
+from otel_assay.lake.files import Lake, LakeError
+from otel_assay.lake.rows import SpanBatch, make_resource
+from otel_assay.lake.schema import SPANS_SCHEMA, TRUNCATION_MARK, Limits
 
 RES = make_resource([("service.name", "svc")])
 T0 = 1_763_000_000_000_000_000
@@ -359,7 +360,7 @@ def test_a_compaction_killed_midway_loses_nothing_and_the_next_removes_its_lefto
     # SIGKILL at the rename that publishes the compaction record: the merged copy is written
     # under its temporary name, the record is not published
     code = ("import os, signal, sys\n"
-            "from otel_assay.collect import lake as m\n"
+            "from otel_assay.lake import files as m\n"
             "real, n = os.replace, [0]\n"
             "def replace(a, b):\n"
             "    n[0] += 1\n"

@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from otel_assay.collect.otlp import MalformedOTLP, add_json, parse_json
-from otel_assay.collect.schema import SpanBatch
+from otel_assay.lake.rows import SpanBatch
 
 TRACE = "5B8EFFF798038103D269B633813FC60C"  # upper case is allowed: OTLP/JSON ids are case-insensitive hex
 SPAN = "EEE19B7EC3C1B174"
@@ -139,7 +139,7 @@ def test_a_repeated_attribute_key_is_stored_once_and_the_lake_reads_in_python(tm
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-    from otel_assay.collect.lake import Lake
+    from otel_assay.lake.files import Lake
     from otel_assay.collect.otlp import add_protobuf, parse_protobuf
 
     b = SpanBatch()
@@ -208,42 +208,3 @@ def test_a_link_to_a_malformed_span_context_is_dropped_and_counted():
     t = b.tables()
     assert b.rejected == 0 and t["spans"]["dropped_links_count"].to_pylist() == [4, 2]
     assert t["span_links"]["linked_span_id"].to_pylist() == [SPAN.lower()] * 2
-
-
-def test_the_receivers_keyvalue_decoder_reads_what_the_generated_class_reads():
-    # the decoder has a path of its own for short keys with a string or int value (one-byte
-    # lengths); the cases either side of each length limit and every value type must read
-    # as the generated protobuf class reads them
-    from google.protobuf.message import DecodeError
-    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
-
-    from otel_assay.collect._fastpb import NotUTF8, decode_keyvalue
-    from otel_assay.collect.otlp import _pb_value
-
-    values = [AnyValue(), AnyValue(bool_value=True), AnyValue(double_value=-0.5), AnyValue(bytes_value=b"\x00\xff"),
-              AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=1), AnyValue(string_value="a")])),
-              AnyValue(kvlist_value=KeyValueList(values=[KeyValue(key="k", value=AnyValue(int_value=2))]))]
-    values += [AnyValue(string_value=s) for s in ("", "é", "x" * 122, "x" * 123, "x" * 126, "x" * 127, "x" * 128,
-                                                  "日本" * 30, "x" * 5000)]
-    values += [AnyValue(int_value=i) for i in (0, 1, 127, 128, 1963, -1, -128, 2**63 - 1, -2**63)]
-    cases = [KeyValue(key=k, value=v) for k in ("", "k", "gen_ai.usage.input_tokens", "é" * 63, "k" * 127, "k" * 128)
-             for v in values]
-    cases.append(KeyValue(key="no.value"))
-    wire = [kv.SerializeToString() for kv in cases]
-    # ten-byte varints whose last byte carries bits past the 64th (protobuf drops them): an
-    # int (-1 either way) and a bool (false: its low 64 bits are zero)
-    wire += [b"\x0a\x01k\x12\x0b\x18" + b"\xff" * 9 + bytes([last]) for last in (0x01, 0x03, 0x7F)]
-    wire.append(b"\x0a\x01k\x12\x0b\x10" + b"\x80" * 9 + b"\x02")
-    for b in wire:
-        kv = KeyValue.FromString(b)
-        want = (kv.key, _pb_value(kv.value))
-        got = decode_keyvalue(b)
-        assert got == want and type(got[1]) is type(want[1]), (kv, got)
-    # text that is not UTF-8, in the key and in a short string value
-    with pytest.raises(NotUTF8):
-        decode_keyvalue(b"\x0a\x01\xff\x12\x03\x0a\x01a")
-    with pytest.raises(NotUTF8):
-        decode_keyvalue(b"\x0a\x01k\x12\x03\x0a\x01\xff")
-    # a value cut short is malformed, not read as a shorter one
-    with pytest.raises(DecodeError):
-        decode_keyvalue(KeyValue(key="k", value=AnyValue(string_value="abc")).SerializeToString()[:-1])

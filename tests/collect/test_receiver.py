@@ -522,7 +522,7 @@ def test_an_internal_error_is_a_500_and_internal_not_a_dropped_connection(tmp_pa
     dropped connection) with a status the OTLP exporters do not retry."""
     from otel_assay.collect.compiled import CompiledBatch
     from otel_assay.collect.receiver import Collector, Receiver
-    from otel_assay.collect.schema import SpanBatch
+    from otel_assay.lake.rows import SpanBatch
 
     def tables(self, keep=None):
         raise RuntimeError("boom")

@@ -19,9 +19,10 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
 
 from otel_assay.collect import compiled
 from otel_assay.collect.otlp import (MalformedOTLP, TooManyRows, add_json, json_rows, parse_protobuf,
-                                     protobuf_rows)
+                                     request_rows)
 from otel_assay.collect.receiver import MIN_REQUEST_ROWS, Collector, Receiver
-from otel_assay.collect.schema import DEFAULT_LIMITS, SpanBatch
+from otel_assay.lake.rows import SpanBatch
+from otel_assay.lake.schema import DEFAULT_LIMITS
 
 from .test_receiver import post
 
@@ -98,7 +99,7 @@ def test_count_rows_counts_what_the_python_path_parses():
         spans, events, links = rng.randint(0, 12), rng.randint(0, 5), rng.randint(0, 3)
         body = _request(spans, events, links, rng=rng)
         expected = spans * (1 + events + links)
-        assert protobuf_rows(parse_protobuf(body)) == expected
+        assert request_rows(parse_protobuf(body)) == expected
         assert compiled.count_rows(body) == expected
 
 
@@ -133,7 +134,7 @@ def test_on_mutated_bytes_count_rows_never_says_fewer_rows_than_upb_parses():
                 body.insert(j, rng.randrange(256))
         counted = compiled.count_rows(bytes(body))
         try:
-            parsed = protobuf_rows(parse_protobuf(bytes(body)))
+            parsed = request_rows(parse_protobuf(bytes(body)))
         except MalformedOTLP:
             continue
         # None would leave the count until after upb had parsed it all
@@ -156,7 +157,7 @@ def test_count_rows_reads_a_varint_as_upb_does():
             data = req.SerializeToString()
         else:
             data = odd + body
-        assert protobuf_rows(parse_protobuf(data)) == 12
+        assert request_rows(parse_protobuf(data)) == 12
         assert compiled.count_rows(data) == 12
 
 

@@ -214,7 +214,7 @@ def test_a_feature_constant_within_each_arm_shows_where_it_moved(results, tmp_pa
 
 def test_emitting_into_a_lake_that_cannot_be_written_is_an_emit_error(results, tmp_path, monkeypatch):
     # as root a read-only directory is still writable, so the lake's own check is made to fail
-    from otel_assay.collect.lake import Lake, LakeError
+    from otel_assay.lake.files import Lake, LakeError
     from otel_assay.report.otel import EmitError, emit_results
 
     def refuse(self):

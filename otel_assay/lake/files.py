@@ -1,6 +1,6 @@
 """The span lake on disk: atomic Parquet writes, the list of live files, compaction.
 
-Layout (DESIGN §3)::
+Layout::
 
     LAKE/spans/dt=YYYY-MM-DD/part-*.parquet
     LAKE/span_events/dt=YYYY-MM-DD/part-*.parquet
@@ -83,7 +83,7 @@ def _safe_token(token: str) -> str:
     return token
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -178,7 +178,7 @@ def write_parquet_atomic(table: pa.Table, path: Path, *, fsync: bool = True) -> 
         tmp.unlink(missing_ok=True)
         raise
     if fsync:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
 
 _NS_PER_DAY = 86_400 * 10**9
@@ -615,9 +615,9 @@ class Lake:
         with open(rec_tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(rec_tmp, rec_path)
-        _fsync_dir(self.compaction_dir)
+        fsync_dir(self.compaction_dir)
         os.replace(tmp, pdir / new_name)
-        _fsync_dir(pdir)
+        fsync_dir(pdir)
         return before, merged.num_rows
 
     def _finish_records(self, grace_seconds: float) -> int:
