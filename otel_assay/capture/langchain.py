@@ -40,7 +40,7 @@ from opentelemetry import trace
 
 from .. import semconv
 from . import _runtime
-from ._spans import (CLIENT, args_json, fail, record_span, result_text, start_span, text_parts, to_json, to_json_value,
+from ._spans import (CLIENT, args_json, fail, result_text, start_span, text_parts, to_json, to_json_value,
                      tool_call_part)
 from .trial import implicit_trial
 
@@ -145,13 +145,6 @@ def _optional(obj: Any, name: str) -> Any:
     extra = getattr(obj, "__pydantic_extra__", None)
     return extra.get(name) if extra else None
 
-
-try:  # the loop of AssayCallbackHandler._messages_json in C (built at install when a compiler is there)
-    from ._capturec import history_json as _history_json
-except ImportError:
-    _history_json = None
-if _runtime.pure_python():
-    _history_json = None
 
 _CACHE_MAX = 4096  # cached message / tool-definition JSON strings (entries hold their objects alive)
 
@@ -340,13 +333,8 @@ class AssayCallbackHandler(_Base):
 
     def _messages_json(self, messages) -> str:
         # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ");
-        # _cached_json written out: most of the history was sent in the last call. This loop
-        # over the whole history, run on every chat call, cost as much as the rest of a step's
-        # capture in Python; _capturec runs it in C, calling the same functions on a miss
-        if _history_json is not None:
-            out = _history_json(messages, self._json_cache, _DECLARES, _optional, self._new_json, _message_text)
-            if out is not NotImplemented:
-                return out
+        # _cached_json written out: most of the history was sent in the last call, and this
+        # loop runs over the whole history on every chat call
         cache, texts = self._json_cache, []
         for m in messages:
             content, calls = getattr(m, "content", None), _optional(m, "tool_calls")
@@ -632,7 +620,7 @@ class AssayCallbackHandler(_Base):
             except Exception:
                 pass
         r.attrs.update(attrs)
-        record_span(name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start)
+        start_span(name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start).end()
 
     def on_llm_error(self, error, *, run_id, **kw):
         r = self._runs.pop(run_id, None)
