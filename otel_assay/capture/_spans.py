@@ -104,7 +104,8 @@ def clean(attrs: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(v, float):
             out[k] = v if math.isfinite(v) else repr(v)
         elif isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
-            out[k] = list(v)
+            # plain str items: opentelemetry-sdk 1.30 drops a list holding a str subclass
+            out[k] = [x if type(x) is str else str(x) for x in v]
         else:
             out[k] = to_json(v)
     return out
