@@ -476,14 +476,13 @@ def _in_multiprocessing_child(_pipeline=None) -> None:
         return
     _CHILD_HOOKED_PID = os.getpid()
     import multiprocessing
-    import multiprocessing.pool
     import multiprocessing.util
     # above the pool's and queues' finalizers (15, 10): write while the worker is intact
     multiprocessing.util.Finalize(None, _at_exit, exitpriority=20)
     # Pool.terminate() (what ``with Pool() as p:`` does on exit) SIGTERMs its workers, so
-    # no exit hook runs there: a pool worker writes each trial when it ends
-    _FLUSH_EACH_TRIAL = (getattr(multiprocessing.current_process(), "_target", None)
-                         is multiprocessing.pool.worker)
+    # no exit hook runs there: a pool worker writes each trial when it ends. A Pool names
+    # its worker processes after their class, "Process" made "PoolWorker" (ForkPoolWorker-1)
+    _FLUSH_EACH_TRIAL = "PoolWorker" in multiprocessing.current_process().name
 
 
 def _after_fork_in_child() -> None:
