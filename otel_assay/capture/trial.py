@@ -17,7 +17,6 @@ import math
 import operator
 import os
 import re
-import sys
 import threading
 from typing import Any
 
