@@ -2,9 +2,9 @@
 
 Injection: ``langchain_core.tracers.context.register_configure_hook`` with a ContextVar
 whose *default* is our handler, so it is present in sync, async, streaming and thread
-runs without touching user code (reference/instrumentation.md §6.1, §9).
+runs without touching user code.
 
-Spans (DESIGN §2):
+Spans:
 
 * the root run (a compiled graph, an agent from ``create_agent``, any top-level chain) ->
   ``invoke_agent {name}``; a LangGraph subgraph -> a nested ``invoke_agent {name}``;
@@ -299,7 +299,7 @@ except ImportError:  # pragma: no cover - the module is only imported when langc
 
 
 class AssayCallbackHandler(_Base):
-    """LangChain callback handler that emits DESIGN §2 spans."""
+    """LangChain callback handler that emits GenAI step spans."""
 
     run_inline = True          # no executor hop for this sync handler inside async runs
     raise_error = False
