@@ -1,4 +1,5 @@
-"""Small helpers every adapter uses to emit DESIGN §2 spans."""
+"""Small helpers every adapter uses to emit its spans: attribute cleaning, JSON, starting
+and failing a span, through the OpenTelemetry API only."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import json
 import math
 import time
 from contextvars import ContextVar
-from threading import get_ident
 from typing import Any, Iterable, Mapping
 
 from opentelemetry import context as otel_context
@@ -15,14 +15,6 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import semconv
 from . import _runtime
-
-try:  # capture's compiled helpers (built at install when a compiler is there)
-    from ._capturec import clean_plain as _clean_plain
-    from ._capturec import sdk_plain as _sdk_plain
-except ImportError:
-    _clean_plain = _sdk_plain = None
-if _runtime.pure_python():
-    _clean_plain = _sdk_plain = None
 
 INTERNAL = SpanKind.INTERNAL
 CLIENT = SpanKind.CLIENT
@@ -48,39 +40,13 @@ def _default(o: Any) -> Any:
 _ENCODER = json.JSONEncoder(default=_default, ensure_ascii=False, sort_keys=True)
 
 
-def _c_encode(obj: Any) -> str:
-    """``_ENCODER.encode(obj)``: the C encoder that encode() builds for each call (with a
-    fresh dict for its circular-reference check), built here without encode()'s and
-    iterencode()'s Python layers, which cost as much again as encoding a small value."""
-    return "".join(_C_MAKE_ENCODER({}, _default, _ENCODE_STR, None, ": ", ", ", True, False,
-                                   True)(obj, 0))
-
-
-def _encoder() -> Any:
-    """_c_encode where it gives what encode() gives on a sample of every kind of value
-    (the C encoder's signature is not public), else encode() itself."""
-    sample = {"b": [1, 2.5, None, True, float("nan"), -0.0, 10**30, (1,)], "a": 'é\n"\u2028', "c": {3}, "d": b"x",
-              "e": {"z": {}, "y": []}}
-    try:
-        if _C_MAKE_ENCODER is not None and _c_encode(sample) == _ENCODER.encode(sample) and _c_encode("s") == '"s"':
-            return _c_encode
-    except Exception:  # noqa: BLE001 - any failure means: not this encoder
-        pass
-    return _ENCODER.encode
-
-
-_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
-_ENCODE_STR = json.encoder.encode_basestring  # what encode() uses with ensure_ascii=False
-_encode = _encoder()
-
-
 def to_json(obj: Any) -> str:
     """Canonical-ish JSON (sorted keys) for tool arguments, results and message lists.
     A string that already holds JSON is kept as it is."""
     if isinstance(obj, str):
         return obj
     try:
-        return _encode(obj)
+        return _ENCODER.encode(obj)
     except (TypeError, ValueError):
         return json.dumps(str(obj), ensure_ascii=False)
 
@@ -88,7 +54,7 @@ def to_json(obj: Any) -> str:
 def to_json_value(obj: Any) -> str:
     """``obj`` as a JSON value, as to_json writes it inside a larger value (a string is
     quoted); raises TypeError or ValueError where to_json would fall back."""
-    return _encode(obj)
+    return _ENCODER.encode(obj)
 
 
 def args_json(obj: Any) -> str:
@@ -124,11 +90,11 @@ def error_type(exc: BaseException | type) -> str:
 
 
 def clean(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """Drop None values and coerce types the SDK would reject."""
-    if _clean_plain is not None:  # in C for the values nearly every span has (the same result)
-        out = _clean_plain(attrs)
-        if out is not None:
-            return out
+    """``attrs`` as the SDK takes them: it refuses None, dicts, mixed lists and any other
+    type (dropping the attribute with a warning), so None is left out and everything but
+    str, bool, int, float and lists of str becomes JSON text. A non-finite float becomes its
+    text ("nan", "inf"): JSON, which OTLP/JSON and the lake's attribute columns use, has no
+    such number."""
     out = {}
     for k, v in attrs.items():
         if v is None:
@@ -138,7 +104,8 @@ def clean(attrs: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(v, float):
             out[k] = v if math.isfinite(v) else repr(v)
         elif isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
-            out[k] = list(v)
+            # plain str items: opentelemetry-sdk 1.30 drops a list holding a str subclass
+            out[k] = [x if type(x) is str else str(x) for x in v]
         else:
             out[k] = to_json(v)
     return out
@@ -147,81 +114,12 @@ def clean(attrs: Mapping[str, Any]) -> dict[str, Any]:
 def start_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL,
                parent: Any = None, start_time: int | None = None, links=None,
                tracer_name: str = "otel_assay") -> trace.Span:
-    """Start a span. ``parent``: a Span, a Context, or None for the current context.
-    Where only our lake would see the span it is built without the SDK's start_span
-    (``_runtime.Recorder.start``: the same span, at half the cost)."""
-    ctx, parent_span = _parent(parent)
-    ready = _sdk_plain(attrs) if _sdk_plain is not None else None
-    if start_time is None:
-        start_time = time.time_ns()  # the SDK's default, read once for either path
-    if ready is not None and not links:
-        rec = _runtime.recorder(tracer_name)
-        if rec is not None:
-            span = rec.start(name, ready, kind, ctx, parent_span, start_time)
-            if span is not None:
-                return span
-    if parent_span is not None:
-        ctx = trace.set_span_in_context(parent_span)
-    return _sdk_start(name, attrs, ready, kind, ctx, start_time, links, tracer_name)
-
-
-def _parent(parent: Any) -> tuple[otel_context.Context | None, Any]:
-    """``(context, None)`` for a start_span ``parent``, or ``(None, span)`` for an SDK span,
-    whose context the Recorder makes only where it needs one (see Recorder._admit)."""
-    # a Context (a dict) is checked first: a check against the Span ABC is a Python call
-    if parent is None or isinstance(parent, otel_context.Context):
-        return parent, None
-    if type(parent) in _runtime._SDK_SPANS:
-        return None, parent
-    return trace.set_span_in_context(parent), None
-
-
-def _sdk_start(name: str, attrs: Mapping[str, Any], ready: dict[str, Any] | None, kind: SpanKind,
-               ctx: otel_context.Context | None, start: int, links: Any, tracer_name: str) -> trace.Span:
-    """The SDK's ``start_span``; ``ready``: ``_sdk_plain(attrs)``, handed to our processor's
-    on_start where the SDK calls it first (see ``_runtime.starter``)."""
-    tracer, multi, first = _runtime.starter(tracer_name)
-    procs = multi._span_processors if multi is not None else None
-    if procs and procs[0] is first and ready is not None:
-        hold, me = _runtime.PENDING, get_ident()
-        mine = [name, start, ready]
-        outer = hold.get(me)  # a span being started around this one (see PENDING)
-        hold[me] = mine
-        try:
-            span = tracer.start_span(name, context=ctx, kind=kind, start_time=start, links=links)
-        finally:
-            if outer is None:
-                hold.pop(me, None)
-            else:
-                hold[me] = outer
-        if mine[2] is not None and span.is_recording():
-            # not taken: an SDK that stores a span's name or start time otherwise than given
-            # (see on_start). Set late rather than lost
-            span.set_attributes(ready)
-        return span
-    cleaned = _clean_plain(attrs) if _clean_plain is not None else None  # clean(), without its call
-    return tracer.start_span(
-        name, context=ctx, kind=kind, attributes=clean(attrs) if cleaned is None else cleaned,
-        start_time=start, links=links)
-
-
-def record_span(name: str, attrs: Mapping[str, Any], *, kind: SpanKind = INTERNAL, parent: Any = None,
-                start_time: int | None = None, tracer_name: str = "otel_assay") -> None:
-    """``start_span(...).end()``: a span that starts and ends at once, such as a model call
-    recorded when it returns. Where only our lake would see the span it is recorded without
-    an SDK span (``_runtime.Recorder.record``: the same span, at a third of the cost);
-    elsewhere the SDK starts and ends it (``Recorder.start`` would refuse it as well)."""
-    ctx, parent_span = _parent(parent)
-    ready = _sdk_plain(attrs) if _sdk_plain is not None else None
-    if start_time is None:
-        start_time = time.time_ns()
-    if ready is not None:
-        rec = _runtime.recorder(tracer_name)
-        if rec is not None and rec.record(name, ready, kind, ctx, parent_span, start_time):
-            return
-    if parent_span is not None:
-        ctx = trace.set_span_in_context(parent_span)
-    _sdk_start(name, attrs, ready, kind, ctx, start_time, None, tracer_name).end()
+    """Start a span with ``attrs`` cleaned. ``parent``: a Span, a Context, or None for the
+    current context."""
+    if parent is not None and not isinstance(parent, otel_context.Context):
+        parent = trace.set_span_in_context(parent)
+    return _runtime.tracer(tracer_name).start_span(
+        name, context=parent, kind=kind, attributes=clean(attrs), start_time=start_time, links=links)
 
 
 def chat_attributes(framework: str, model: Any, provider: Any, tool_defs=None, messages=None) -> dict[str, Any]:

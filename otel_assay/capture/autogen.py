@@ -423,7 +423,8 @@ def _agent_run_stream(wrapped, instance, args, kwargs):
 
 def _agent_init(wrapped, instance, args, kwargs):
     out = wrapped(*args, **kwargs)
-    client = getattr(instance, "_model_client", None)
+    # AssistantAgent(name, model_client, ...): the client as the agent was given it
+    client = kwargs.get("model_client", args[1] if len(args) > 1 else None)
     if client is not None:
         _wrap_clients(client)
     return out

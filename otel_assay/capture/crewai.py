@@ -1,4 +1,4 @@
-"""CrewAI adapter: ``crewai_event_bus`` listeners that build DESIGN §2 spans.
+"""CrewAI adapter: ``crewai_event_bus`` listeners that build GenAI step spans.
 
 CrewAI runs sync handlers on a thread pool, so handlers run out of order and after the
 fact. Spans are therefore built from the events themselves: start/end times from the event

@@ -2,9 +2,9 @@
 
 Injection: ``langchain_core.tracers.context.register_configure_hook`` with a ContextVar
 whose *default* is our handler, so it is present in sync, async, streaming and thread
-runs without touching user code (reference/instrumentation.md §6.1, §9).
+runs without touching user code.
 
-Spans (DESIGN §2):
+Spans:
 
 * the root run (a compiled graph, an agent from ``create_agent``, any top-level chain) ->
   ``invoke_agent {name}``; a LangGraph subgraph -> a nested ``invoke_agent {name}``;
@@ -40,7 +40,7 @@ from opentelemetry import trace
 
 from .. import semconv
 from . import _runtime
-from ._spans import (CLIENT, args_json, fail, record_span, result_text, start_span, text_parts, to_json, to_json_value,
+from ._spans import (CLIENT, args_json, fail, result_text, start_span, text_parts, to_json, to_json_value,
                      tool_call_part)
 from .trial import implicit_trial
 
@@ -145,13 +145,6 @@ def _optional(obj: Any, name: str) -> Any:
     extra = getattr(obj, "__pydantic_extra__", None)
     return extra.get(name) if extra else None
 
-
-try:  # the loop of AssayCallbackHandler._messages_json in C (built at install when a compiler is there)
-    from ._capturec import history_json as _history_json
-except ImportError:
-    _history_json = None
-if _runtime.pure_python():
-    _history_json = None
 
 _CACHE_MAX = 4096  # cached message / tool-definition JSON strings (entries hold their objects alive)
 
@@ -306,7 +299,7 @@ except ImportError:  # pragma: no cover - the module is only imported when langc
 
 
 class AssayCallbackHandler(_Base):
-    """LangChain callback handler that emits DESIGN §2 spans."""
+    """LangChain callback handler that emits GenAI step spans."""
 
     run_inline = True          # no executor hop for this sync handler inside async runs
     raise_error = False
@@ -340,13 +333,8 @@ class AssayCallbackHandler(_Base):
 
     def _messages_json(self, messages) -> str:
         # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ");
-        # _cached_json written out: most of the history was sent in the last call. This loop
-        # over the whole history, run on every chat call, cost as much as the rest of a step's
-        # capture in Python; _capturec runs it in C, calling the same functions on a miss
-        if _history_json is not None:
-            out = _history_json(messages, self._json_cache, _DECLARES, _optional, self._new_json, _message_text)
-            if out is not NotImplemented:
-                return out
+        # _cached_json written out: most of the history was sent in the last call, and this
+        # loop runs over the whole history on every chat call
         cache, texts = self._json_cache, []
         for m in messages:
             content, calls = getattr(m, "content", None), _optional(m, "tool_calls")
@@ -632,7 +620,7 @@ class AssayCallbackHandler(_Base):
             except Exception:
                 pass
         r.attrs.update(attrs)
-        record_span(name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start)
+        start_span(name, r.attrs, kind=CLIENT, parent=r.parent, start_time=r.start).end()
 
     def on_llm_error(self, error, *, run_id, **kw):
         r = self._runs.pop(run_id, None)

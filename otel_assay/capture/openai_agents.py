@@ -2,7 +2,7 @@
 spans in the trace of the current context (so inside a trial, in the trial's trace).
 
 Registered with ``agents.add_trace_processor`` (the SDK's own processors, e.g. the upload
-to OpenAI, stay). Mapping (reference/instrumentation.md §7.2):
+to OpenAI, stay). Mapping:
 
 * an SDK trace -> ``invoke_workflow {trace name}`` (child of the current span);
 * ``agent`` -> ``invoke_agent {name}``;

@@ -9,7 +9,7 @@
 ...         s.result(search("x"))
 >>> wrapped = otel_assay.step(kind="tool", name="db")(some_callable)   # any callable
 
-Kinds and the spans they emit (DESIGN §2): ``llm`` -> ``chat {model}``; ``tool`` ->
+Kinds and the spans they emit: ``llm`` -> ``chat {model}``; ``tool`` ->
 ``execute_tool {name}``; ``agent`` -> ``invoke_agent {name}``; ``workflow`` ->
 ``invoke_workflow {name}``; ``reason`` (alias ``plan``) -> ``plan {name}``; ``respond`` ->
 ``respond {name}``; ``other`` -> ``{name}``. Every span carries ``assay.step.kind``.

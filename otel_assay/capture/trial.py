@@ -17,7 +17,6 @@ import math
 import operator
 import os
 import re
-import sys
 import threading
 from typing import Any
 
@@ -392,15 +391,22 @@ async def await_in_trial(t: Trial | None, fn, *args, **kwargs):
 _THREADS_PATCHED = False
 
 
-def _is_pool_thread(target) -> bool:
-    import concurrent.futures.thread as cft
-    if target is cft._worker:
-        return True
-    mpp = sys.modules.get("multiprocessing.pool")
-    if mpp is None:
-        return False
-    # Pool workers and the Pool's task/result/worker handler threads
-    return target in (mpp.worker, mpp.Pool._handle_workers, mpp.Pool._handle_tasks, mpp.Pool._handle_results)
+# threads started while a thread pool is being grown (ThreadPoolExecutor.submit, a
+# multiprocessing.pool.ThreadPool being built) on this thread: those outlive the trial
+_POOL_STARTING = threading.local()
+
+
+def _starting_pool(fn):
+    """``fn`` (a method that may start a pool's worker threads), marking on the calling
+    thread that threads it starts are a pool's."""
+    def wrapper(*args, **kwargs):
+        depth = getattr(_POOL_STARTING, "depth", 0)
+        _POOL_STARTING.depth = depth + 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _POOL_STARTING.depth = depth
+    return wrapper
 
 
 def patch_threads() -> None:
@@ -412,15 +418,20 @@ def patch_threads() -> None:
     if _THREADS_PATCHED:
         return
     _THREADS_PATCHED = True
-    import concurrent.futures.thread as cft
+    # imported here, at the first instrument(), not when capture is imported: a process that
+    # only records trials never loads the multiprocessing pool
+    import concurrent.futures
+    import multiprocessing.pool
 
     orig_start = threading.Thread.start
-    orig_submit = cft.ThreadPoolExecutor.submit
+    orig_submit = concurrent.futures.ThreadPoolExecutor.submit
+    orig_pool_init = multiprocessing.pool.Pool.__init__
+    submit_starting = _starting_pool(orig_submit)
 
     def start(self, *a, **kw):
         # pool workers outlive the trial: their jobs get the context at submit() (executors)
         # or not at all (multiprocessing.pool.ThreadPool, whose handler threads never end)
-        if current_trial() is not None and not _is_pool_thread(getattr(self, "_target", None)):
+        if current_trial() is not None and not getattr(_POOL_STARTING, "depth", 0):
             ctx = contextvars.copy_context()
             run = self.run
             self.run = lambda: ctx.run(run)  # instance attribute: works for subclasses too
@@ -434,12 +445,14 @@ def patch_threads() -> None:
         # frameworks that copy the context themselves (LangGraph, LangChain) submit ctx.run
         if (current_trial() is not None and not carries_context(fn)
                 and not (args and carries_context(args[0]))):
-            return orig_submit(self, contextvars.copy_context().run, fn, *args, **kwargs)
-        return orig_submit(self, fn, *args, **kwargs)
+            return submit_starting(self, contextvars.copy_context().run, fn, *args, **kwargs)
+        return submit_starting(self, fn, *args, **kwargs)
 
     threading.Thread.start = start
-    cft.ThreadPoolExecutor.submit = submit
-    patch_threads._orig = (orig_start, orig_submit)
+    concurrent.futures.ThreadPoolExecutor.submit = submit
+    # Pool.__init__, which ThreadPool's calls, starts the pool's workers and handler threads
+    multiprocessing.pool.Pool.__init__ = _starting_pool(orig_pool_init)
+    patch_threads._orig = (orig_start, orig_submit, orig_pool_init)
 
 
 def unpatch_threads() -> None:
@@ -447,6 +460,7 @@ def unpatch_threads() -> None:
     orig = getattr(patch_threads, "_orig", None)
     if not _THREADS_PATCHED or orig is None:
         return
-    import concurrent.futures.thread as cft
-    threading.Thread.start, cft.ThreadPoolExecutor.submit = orig
+    import concurrent.futures
+    import multiprocessing.pool
+    threading.Thread.start, concurrent.futures.ThreadPoolExecutor.submit, multiprocessing.pool.Pool.__init__ = orig
     _THREADS_PATCHED = False
