@@ -81,7 +81,7 @@ def trace_service(collector, token: str | None):
 def grpc_server(collector, addr: tuple[str, int], *, token: str | None, max_body: int, workers: int,
                 max_calls: int, max_connections: int, tls_cert: str | None = None,
                 tls_key: str | None = None) -> tuple[grpc.Server, int]:
-    """A started-to-be gRPC server bound to ``addr``, and the port it got."""
+    """A gRPC server bound to ``addr`` (not started yet), and the port it got."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="otel-assay-grpc"),
         options=[("grpc.max_receive_message_length", max_body), ("grpc.so_reuseport", 0),

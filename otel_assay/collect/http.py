@@ -356,17 +356,17 @@ class ConnectionGuard:
         self.max_connections = max_connections
         self.timeouts = timeouts
         self.open = 0
-        self.refused = 0
         self._refusing = False
+        self.out_of_fds = False  # told once, until a connection is accepted again
         self._by_client: dict = {}  # peer address -> the connection's protocol
 
     def admit(self, conn) -> bool:
+        self.out_of_fds = False
         if self.open < self.max_connections:
             self.open += 1
             self._refusing = False
             self._by_client[conn.peer] = conn
             return True
-        self.refused += 1
         if not self._refusing:
             self._refusing = True
             log.warning("%d HTTP connections open (--max-connections): refusing new ones until some close",
@@ -405,10 +405,10 @@ class _GuardedProtocol(HttpToolsProtocol):
     :class:`ConnectionGuard`, set on a subclass per server.
 
     Overridden: the asyncio protocol interface (a connection's start, each arrival of bytes,
-    its end) and the parser's callbacks for the request target and each header field, to
-    bound the head: llhttp streams them and sets no limit of its own, so a client
-    could send header fields until memory ran out. Which request a connection is in is told
-    by the application.
+    its end) and the parser's callbacks for the request target, each header field and each
+    chunk, to bound them: llhttp streams them and sets no limit of its own, so a client could
+    send header fields until memory ran out, or a body a byte a chunk. Which request a
+    connection is in is told by the application.
     """
 
     guard: ConnectionGuard
@@ -507,12 +507,11 @@ class HttpServer:
         config = uvicorn.Config(
             self.app, http=protocol, ws="none", lifespan="off", log_config=None, access_log=False,
             server_header=False, date_header=False, proxy_headers=False, backlog=backlog,
-            timeout_keep_alive=int(self.timeouts.idle_s),
-            ssl_certfile=tls_cert, ssl_keyfile=tls_key)
+            timeout_keep_alive=max(1, int(self.timeouts.idle_s)), ssl_certfile=tls_cert, ssl_keyfile=tls_key)
+        config.load()  # a certificate that cannot be loaded fails here, not in the server's thread
         logging.getLogger("uvicorn.error").setLevel(logging.ERROR)  # a bad request is the client's problem
         self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
-        self._accept_paused = False
 
     def start(self) -> None:
         started = threading.Event()
@@ -533,6 +532,9 @@ class HttpServer:
         exc = context.get("exception")
         if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
             # asyncio stops accepting for a second and tries again (it does not spin)
+            if self.guard.out_of_fds:
+                return
+            self.guard.out_of_fds = True
             log.warning("out of file descriptors (%s): pausing new HTTP connections; lower --max-connections "
                         "or raise the limit (ulimit -n)", exc.strerror)
         elif isinstance(exc, (OSError, ssl.SSLError)):
