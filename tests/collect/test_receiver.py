@@ -349,6 +349,21 @@ def test_a_closing_response_says_connection_close(tmp_path, collector_factory):
     conn.close()
 
 
+def test_a_method_other_than_get_or_post_is_a_405_and_the_connection_closed(tmp_path, collector_factory):
+    import http.client
+
+    c = collector_factory(tmp_path / "lake", grpc=False)
+    conn = http.client.HTTPConnection("127.0.0.1", c.ports["http"], timeout=10)
+    conn.request("PUT", "/v1/traces", encode_proto(recorded_trials(1)).SerializeToString(),
+                 {"Content-Type": "application/x-protobuf"})
+    r = conn.getresponse()
+    assert r.status == 405 and r.getheader("Allow") == "GET, POST" and r.getheader("Connection") == "close"
+    assert "message" in json.loads(r.read())
+    conn.close()
+    c.terminate()
+    assert not lake_view(tmp_path / "lake")
+
+
 def test_a_client_that_sends_its_whole_body_first_gets_the_refusal_not_a_broken_pipe(tmp_path, collector_factory):
     """urllib writes the whole body before reading the reply: a 401 or 415 answered before
     the body was read reached it as a broken pipe or a reset, not as the status."""
