@@ -1,20 +1,22 @@
 """OTLP/HTTP: ``POST /v1/traces`` as a small ASGI application served by uvicorn.
 
 HTTP/1.1 itself (request line, header fields, Content-Length, chunked bodies, 100-continue,
-keep-alive) is uvicorn's and httptools' (llhttp, strict, in C): a parser of our own is where a proxy in front and this
-server could disagree on where a request ends (request smuggling). What is ours is what
-OTLP asks of a receiver, and what keeps a small collector alive against clients that are
-slow or hostile:
+keep-alive) is uvicorn's and httptools' (llhttp, a strict parser in C): a parser of our own
+is where a proxy in front and this server could disagree on where a request ends (request
+smuggling). What is ours is what OTLP asks of a receiver, and what keeps a small collector
+alive against clients that are slow or hostile:
 
 - the answers: 200 with partial success, 400 + ``google.rpc.Status`` for a malformed payload
   (protobuf or JSON, as the request was), 401 without the bearer token, 413 past the size
-  limit (after gzip too), 415 for another content type, 503 + Retry-After under pressure;
+  limit (after gzip too), 415 for another content type, 501 for a transfer coding other than
+  chunked, 503 + Retry-After under pressure;
 - deadlines: a connection that sends nothing is closed after ``idle_s``; once its first byte
   came, the request line and header fields must follow within ``head_s``; the body must keep
   to a schedule (a grace, then ``min_body_rate`` bytes a second), so a client that trickles
   bytes cannot hold a request slot, a thread or a descriptor for ever;
-- a cap on connections (beyond it a connection is told 503 and closed) and on requests
-  being read and decoded at once (they bound the memory decoding takes).
+- caps: on connections (beyond it a connection is told 503 and closed), on requests being
+  read and decoded at once (they bound the memory decoding takes), and on what llhttp
+  leaves unbounded (the head's bytes and fields, the chunks of a body).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class HttpTimeouts:
     head_s: float = 10.0  # the request line and header fields, from their first byte
     body_grace_s: float = 10.0  # before the body's schedule starts
     min_body_rate: float = 64 << 10  # bytes per second, after the grace
-    decode_slot_s: float = 1.0  # a request waiting for a free request slot, then 503
+    slot_wait_s: float = 1.0  # a request waiting for a free request slot, then 503
 
 
 class _TooLarge(Exception):
@@ -265,7 +267,7 @@ class OTLPHttpApp:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.max_concurrent_requests)
         try:
-            await asyncio.wait_for(self._slots.acquire(), self.timeouts.decode_slot_s)
+            await asyncio.wait_for(self._slots.acquire(), self.timeouts.slot_wait_s)
         except TimeoutError:
             self.collector.note_throttled()
             return await self._refuse(req, 503, 14, "too many requests in flight; retry shortly", {"Retry-After": 1})

@@ -723,7 +723,7 @@ def test_a_client_that_trickles_its_headers_is_cut_off(tmp_path):
     """Slowloris on the request head: each header byte reset the 60 s timeout, so a client
     sending one every few seconds held its connection, a thread and a file descriptor, for
     ever; with the process's descriptors (often 1024) used up that way the collector could
-    accept nobody, over HTTP or gRPC. The head now has to arrive within head_timeout_s."""
+    accept nobody, over HTTP or gRPC. The head now has to arrive within HttpTimeouts.head_s."""
     from otel_assay.collect.receiver import Collector
     from otel_assay.collect.server import Receiver
 
@@ -753,7 +753,7 @@ def test_a_client_that_trickles_its_headers_is_cut_off(tmp_path):
         url = f"http://127.0.0.1:{port}/v1/traces"
         h = HttpExporter(endpoint=url)
         assert h.export(recorded_trials(1)) == SpanExportResult.SUCCESS
-        time.sleep(1.5)  # idle past head_timeout_s between two requests of one connection
+        time.sleep(1.5)  # idle past head_s between two requests of one connection
         assert h.export(recorded_trials(1)) == SpanExportResult.SUCCESS
         h.shutdown()
         assert post(url, one)[0] == 200
