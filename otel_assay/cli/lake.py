@@ -55,8 +55,9 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
     SIGTERM or SIGINT flushes and exits 0 (4 when that last Parquet write fails: the spans
     stay in the log for the next start). Prints one line per listener when ready.
     """
+    from ..collect.receiver import Collector
+    from ..collect.server import Receiver, is_loopback, parse_hostport
     from ..lake.files import LakeError
-    from ..collect.receiver import Collector, Receiver, is_loopback, parse_hostport
 
     addrs = {}
     for proto, value, port in (("grpc", grpc_addr, 4317), ("http", http_addr, 4318)):

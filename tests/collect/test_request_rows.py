@@ -20,7 +20,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
 from otel_assay.collect import compiled
 from otel_assay.collect.otlp import (MalformedOTLP, TooManyRows, add_json, json_rows, parse_protobuf,
                                      request_rows)
-from otel_assay.collect.receiver import MIN_REQUEST_ROWS, Collector, Receiver
+from otel_assay.collect.receiver import MIN_REQUEST_ROWS, Collector
+from otel_assay.collect.server import Receiver
 from otel_assay.lake.rows import SpanBatch
 from otel_assay.lake.schema import DEFAULT_LIMITS
 

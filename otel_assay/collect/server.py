@@ -1,0 +1,124 @@
+"""``otel-assay collect``'s listeners: OTLP/gRPC and OTLP/HTTP around one Collector."""
+
+from __future__ import annotations
+
+import ipaddress
+import resource
+from dataclasses import dataclass
+
+from .grpc import grpc_server
+from .http import HttpServer, HttpTimeouts
+from .receiver import DEFAULT_MAX_BODY, Collector
+
+# descriptors kept out of the connection caps: the log, the lake's files, gRPC's own, imports
+FD_RESERVE = 64
+
+
+def default_max_connections() -> int:
+    """Connections each listener holds open at most by default: half of what RLIMIT_NOFILE
+    leaves after a reserve, so that idle clients on one listener cannot take every descriptor
+    (the other listener, the log and the lake need theirs); at most 1024."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(8, min(1024, (soft - FD_RESERVE) // 2))
+
+
+def parse_hostport(value: str, default_port: int) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT``, ``[::1]:PORT`` or ``HOST`` → (host, port)."""
+    value = value.strip()
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest.lstrip(":") or str(default_port)
+    elif value.count(":") == 1:
+        host, port = value.split(":")
+    elif value.count(":") > 1:  # bare IPv6
+        host, port = value, str(default_port)
+    else:
+        host, port = value, str(default_port)
+    host = host or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"invalid port in {value!r}")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class Listener:
+    protocol: str
+    host: str
+    port: int
+    tls: bool
+
+    def describe(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host  # "::1:4317" reads as a bare address
+        if self.protocol == "http":
+            scheme = "https" if self.tls else "http"
+            return f"OTLP/HTTP listening on {scheme}://{host}:{self.port}/v1/traces"
+        return f"OTLP/gRPC listening on {host}:{self.port}" + (" (TLS)" if self.tls else "")
+
+
+class Receiver:
+    """The gRPC and HTTP listeners around one :class:`Collector`."""
+
+    def __init__(
+        self,
+        collector: Collector,
+        *,
+        grpc_addr: tuple[str, int] | None = ("127.0.0.1", 4317),
+        http_addr: tuple[str, int] | None = ("127.0.0.1", 4318),
+        token: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+        grpc_workers: int = 4,
+        max_concurrent_requests: int = 4,
+        max_connections: int | None = None,
+        http_timeouts: HttpTimeouts | None = None,
+    ):
+        self.collector = collector
+        self.listeners: list[Listener] = []
+        self.http: HttpServer | None = None
+        self._grpc = None
+        tls = bool(tls_cert and tls_key)
+        if max_connections is None:
+            max_connections = default_max_connections()
+        if http_addr is not None:
+            self.http = HttpServer(collector, http_addr, token=token, max_body=max_body,
+                                   max_concurrent_requests=max_concurrent_requests, max_connections=max_connections,
+                                   tls_cert=tls_cert if tls else None, tls_key=tls_key if tls else None,
+                                   timeouts=http_timeouts)
+            self.listeners.append(Listener("http", http_addr[0], self.http.port, tls))
+        if grpc_addr is not None:
+            try:
+                self._grpc, port = grpc_server(collector, grpc_addr, token=token, max_body=max_body,
+                                               workers=grpc_workers, max_calls=max_concurrent_requests,
+                                               max_connections=max_connections, tls_cert=tls_cert if tls else None,
+                                               tls_key=tls_key if tls else None)
+            except BaseException:
+                if self.http is not None:
+                    self.http.sock.close()
+                raise
+            self.listeners.append(Listener("grpc", grpc_addr[0], port, tls))
+
+    def start(self) -> None:
+        if self._grpc is not None:
+            self._grpc.start()
+        if self.http is not None:
+            self.http.start()
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting, let in-flight requests finish, then flush and close the collector."""
+        if self.http is not None:
+            self.http.stop(grace)
+        if self._grpc is not None:
+            self._grpc.stop(grace).wait(grace + 1)
+        self.collector.close()
