@@ -180,7 +180,7 @@ def main() -> None:
 
     from otel_assay.analyze.coverage import coverage_sets
     from otel_assay.analyze.engine import Engine
-    from otel_assay.analyze.stepfiles import write_step_files
+    from otel_assay.analyze.stepwrite import write_step_files
 
     step_files_s = None
     if args.step_files:

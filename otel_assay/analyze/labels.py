@@ -149,22 +149,3 @@ def label_files(lake_dir: Path) -> list[Path]:
     if not ldir.is_dir():
         return []
     return sorted(p for p in ldir.glob("*.parquet") if not p.name.startswith("."))
-
-
-def unmatched_keys(lake_dir: str | os.PathLike, labels: pa.Table) -> int:
-    """How many of ``labels``' keys no span in the lake carries (yet: conversation and
-    session labels also apply to traces recorded later)."""
-    from .engine import Engine
-
-    engine = Engine(lake_dir)
-    try:
-        engine.con.register("_new_labels", labels)
-        (n,) = engine.rows("""
-            SELECT count(*) FROM _new_labels l
-            WHERE NOT EXISTS (
-                SELECT 1 FROM spans s
-                WHERE (l.key_kind = 'trace_id' AND s.trace_id = l.key)
-                   OR label_key_matches(l.key_kind, l.key, s.attributes))""")[0]
-    finally:
-        engine.con.close()
-    return n

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..errors import is_utf8
-from ..report.output import printable
+from ..text import printable
 
 # selector key -> SQL predicate over the trials view (one parameter)
 SELECTOR_KEYS = {

@@ -1,6 +1,6 @@
 """The analysis commands: steps, trials, pass-rates, fingerprint, coverage, stability, label.
 
-Each is a thin shell over :mod:`otel_assay.analyze.show`, imported when the command runs
+Each is a thin shell over :mod:`otel_assay.analyze.tables`, imported when the command runs
 (start-up time: see the package).
 """
 
@@ -17,6 +17,15 @@ SELECTOR_HELP = ("Trial selector key=value (repeatable, ANDed; keys: version, sc
 # the default λ of state coverage, analyze's DEFAULT_STATE_LAMBDA (importing it here would
 # import numpy at start-up; a test holds the two equal)
 STATE_LAMBDA_DEFAULT = 50.0
+
+
+def _write(table, fmt: str, main_columns: list[str] | None = None) -> None:
+    """Print a view: a terminal table shows a wide view's main columns, csv and json all."""
+    from ..report.output import write_table
+
+    if fmt == "table" and main_columns:
+        table = table.select(main_columns)
+    write_table(table, fmt)
 
 
 def _common(f):
@@ -40,9 +49,9 @@ def steps(lake, selectors, fmt, prices):
     OpenLLMetry, LangSmith, AutoGen and CrewAI native). The terminal table shows the main
     columns; --format csv/json gives all of them.
     """
-    from ..analyze import show
+    from ..analyze import tables
 
-    show.steps(lake, selectors, fmt, prices)
+    _write(tables.steps(lake, selectors, prices), fmt, tables.MAIN_COLUMNS['steps'])
 
 
 @click.command()
@@ -50,9 +59,9 @@ def steps(lake, selectors, fmt, prices):
 def trials(lake, selectors, fmt, prices):
     """One row per trial (trace) with scenario, version, outcome, error class, counts,
     tokens, cost and duration (the trials view)."""
-    from ..analyze import show
+    from ..analyze import tables
 
-    show.trials(lake, selectors, fmt, prices)
+    _write(tables.trials(lake, selectors, prices), fmt, tables.MAIN_COLUMNS['trials'])
 
 
 @click.command("pass-rates")
@@ -63,9 +72,9 @@ def pass_rates(lake, selectors, fmt, prices):
     Infrastructure errors, pre-validation failures and empty runs are excluded from the
     per-protocol rate; a timeout after a tool call counts as a failure.
     """
-    from ..analyze import show
+    from ..analyze import tables
 
-    show.pass_rates(lake, selectors, fmt, prices)
+    _write(tables.pass_rates(lake, selectors, prices), fmt)
 
 
 @click.command()
@@ -80,9 +89,9 @@ def fingerprint(lake, selectors, fmt, prices, tools):
     tool-usage frequencies over the tool vocabulary (--tools, default: every tool the
     selected trials called).
     """
-    from ..analyze import show
+    from ..analyze import tables
 
-    show.fingerprint(lake, selectors, fmt, prices, tools)
+    _write(tables.fingerprint(lake, selectors, prices, tools), fmt)
 
 
 @click.command()
@@ -101,9 +110,9 @@ def coverage(lake, selectors, fmt, prices, tools, models, state_lambda, show_set
     Tools available come from --tools, else from the tool definitions recorded on LLM
     spans; model coverage needs --models (otherwise n/a). --sets prints the sets instead.
     """
-    from ..analyze import show
+    from ..analyze import tables
 
-    show.coverage(lake, selectors, fmt, prices, tools, models, state_lambda, show_sets)
+    _write(tables.coverage(lake, selectors, prices, tools, models, state_lambda, show_sets), fmt)
 
 
 @click.command()
@@ -117,9 +126,9 @@ def stability(lake, selectors, fmt, prices, floors, per_trial):
     variance) or, with --per-trial, per trial. drift_flags lists the sub-scores strictly
     below their floor (default 0.5; --floor 0.6 or --floor redundancy=0.8).
     """
-    from ..analyze import show
+    from ..analyze import tables
 
-    show.stability(lake, selectors, fmt, prices, floors, per_trial)
+    _write(tables.stability(lake, selectors, prices, floors, per_trial), fmt)
 
 
 @click.command()
@@ -133,9 +142,9 @@ def label(lake, file):
     under LAKE/labels/; span files are never modified. Labels merge column by column: a later
     file's non-empty values win, the columns it leaves out or empty keep earlier labels.
     """
-    from ..analyze import show
+    from ..analyze import tables
 
-    n, path, missing = show.label(lake, file)
+    n, path, missing = tables.label(lake, file)
     click.echo(f"labelled {n} key(s): {path}")
     if missing:
         # not an error: conversation and session labels also apply to traces recorded later

@@ -235,7 +235,7 @@ def compact(lake_dir, target_mib, grace_seconds, step_files):
                f"{r.rows_in - r.rows_out} duplicates dropped); deleted {r.deleted_files} replaced files")
     unreadable = list(r.skipped)
     if step_files:
-        from ..analyze.stepfiles import write_step_files
+        from ..analyze.stepwrite import write_step_files
 
         try:
             sr = write_step_files(lake_dir, grace_seconds=grace_seconds)

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ..report.output import printable
+from ..text import printable
 from .runner import more_trials_text
 
 

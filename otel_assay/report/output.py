@@ -11,21 +11,12 @@ import sys
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..text import printable
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
 FORMATS = ("table", "csv", "json")
-
-
-# C0, DEL and C1 control characters, shown as escapes: a span attribute or label can carry
-# terminal escape sequences (set the title, clear the screen) or characters that break a
-# table's alignment, and a report must show the value, not run it.
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters (newlines included) replaced by ``\\xNN`` escapes."""
-    return text.translate(_CONTROL)
 
 
 def feature_shift(f: dict[str, Any], unit: str = "") -> str:

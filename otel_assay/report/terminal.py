@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .output import family_text, feature_shift, printable
+from ..text import printable
+from .output import family_text, feature_shift
 
 STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "SKIPPED": "dim",
          "deploy": "bold green", "block": "bold red", "manual": "bold yellow"}

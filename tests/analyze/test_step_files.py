@@ -13,7 +13,8 @@ import pytest
 
 from otel_assay.analyze import stepfiles
 from otel_assay.analyze.coverage import coverage_sets
-from otel_assay.analyze.stepfiles import STEPS_SCHEMA, _file_sum, write_step_files
+from otel_assay.analyze.stepfiles import STEPS_SCHEMA, _file_sum
+from otel_assay.analyze.stepwrite import write_step_files
 from otel_assay.cli import main
 from otel_assay.lake.files import Lake
 

@@ -1,6 +1,6 @@
-"""The analysis views of selected trials, printed: steps, trials, pass rates, fingerprints,
-coverage, stability; and labelling traces. Each opens the lake, selects trials and writes
-a view as a table, CSV or JSON.
+"""The analysis views of selected trials as Arrow tables: steps, trials, pass rates,
+fingerprints, coverage, stability; and labelling traces. Each opens the lake, selects
+trials and returns a table; printing it (terminal table, CSV, JSON) is the caller's.
 
 Every error is a UsageError (exit 3) or DataError (exit 4) saying what to do: a lake that
 cannot be read or a selection that matches nothing is the user's to fix, not a traceback.
@@ -9,23 +9,23 @@ cannot be read or a selection that matches nothing is the user's to fix, not a t
 from __future__ import annotations
 
 import contextlib
+import os
 
 import duckdb
 import pyarrow as pa
 
 from ..lake.files import LakeError
 from ..errors import DataError, UsageError
-from ..report.output import write_table
 from .coverage import coverage_report, coverage_sets
 from .engine import Engine
 from .fingerprint import fingerprint_matrix
-from .labels import LabelError, read_labels_csv, unmatched_keys, write_labels
+from .labels import LabelError, read_labels_csv, write_labels
 from .select import NoTrialsError, Selection, SelectorError, select_trials
 
 STABILITY_SCORES = ("tool_usage_stability", "response_consistency", "redundancy", "cost_per_progress")
 
-# the columns the terminal table shows (csv and json get every column)
-_TABLE_COLUMNS = {
+# the columns a terminal table shows of the wide views (csv and json get every column)
+MAIN_COLUMNS = {
     "steps": ["trace_id", "seq", "depth", "step_kind", "agent_name", "tool_name", "model", "input_tokens",
               "output_tokens", "cost_usd", "status", "source_convention"],
     "trials": ["trace_id", "scenario", "version", "run_id", "outcome", "error_class", "n_steps", "n_llm",
@@ -59,33 +59,27 @@ def _open(lake: str, selectors, prices):
         eng.close()
 
 
-def _show(table: pa.Table, fmt: str, view: str | None = None) -> None:
-    if fmt == "table" and view in _TABLE_COLUMNS:
-        table = table.select(_TABLE_COLUMNS[view])
-    write_table(table, fmt)
-
-
 def _view(eng, view: str, order: str) -> pa.Table:
     return eng.query(f"SELECT * FROM {view} SEMI JOIN selected_trials USING (trace_id) ORDER BY {order}")
 
 
-def steps(lake, selectors, fmt, prices):
-    """One row per agent step of the selected trials (the steps view); the table shows the main columns."""
+def steps(lake, selectors, prices) -> pa.Table:
+    """One row per agent step of the selected trials (the steps view)."""
     with _open(lake, selectors, prices) as eng:
-        _show(_view(eng, "steps", "trace_id, seq"), fmt, "steps")
+        return _view(eng, "steps", "trace_id, seq")
 
 
-def trials(lake, selectors, fmt, prices):
+def trials(lake, selectors, prices) -> pa.Table:
     """One row per selected trial (the trials view)."""
     with _open(lake, selectors, prices) as eng:
-        _show(_view(eng, "trials", "start_time_unix_nano, trace_id"), fmt, "trials")
+        return _view(eng, "trials", "start_time_unix_nano, trace_id")
 
 
-def pass_rates(lake, selectors, fmt, prices):
+def pass_rates(lake, selectors, prices) -> pa.Table:
     """Per-protocol and intent-to-treat pass rates per scenario and version of the selected trials."""
     with _open(lake, selectors, prices) as eng:
         # `trials` holds the selected trials only (_open), so the rates are theirs
-        write_table(eng.query("SELECT * FROM pass_rates ORDER BY scenario, version"), fmt)
+        return eng.query("SELECT * FROM pass_rates ORDER BY scenario, version")
 
 
 def _names(value: str | None, option: str) -> list[str] | None:
@@ -100,14 +94,14 @@ def _names(value: str | None, option: str) -> list[str] | None:
     return names
 
 
-def fingerprint(lake, selectors, fmt, prices, tools):
+def fingerprint(lake, selectors, prices, tools) -> pa.Table:
     """The behavioural fingerprint of each selected trial, over ``tools`` (default: every tool they called)."""
     vocabulary = _names(tools, "--tools")
     with _open(lake, selectors, prices) as eng:
-        write_table(fingerprint_matrix(eng, "selected_trials", vocabulary), fmt)
+        return fingerprint_matrix(eng, "selected_trials", vocabulary)
 
 
-def coverage(lake, selectors, fmt, prices, tools, models, state_lambda, show_sets):
+def coverage(lake, selectors, prices, tools, models, state_lambda, show_sets) -> pa.Table:
     """Coverage of the selected trials per dimension and overall, or (``show_sets``) the sets
     it is computed from."""
     with _open(lake, selectors, prices) as eng:
@@ -121,9 +115,8 @@ def coverage(lake, selectors, fmt, prices, tools, models, state_lambda, show_set
                 + [("state", k, v) for k, v in sets.state_counts.most_common()]
                 + [("boundary", "/".join(b), int(b in sets.boundaries_hit)) for b in sorted(sets.boundaries)]
                 + [("model", k, v) for k, v in sorted(sets.models_tested.items())])
-        write_table(pa.table({"set": [r[0] for r in rows], "item": [r[1] for r in rows],
-                              "count": pa.array([r[2] for r in rows], pa.int64())}), fmt)
-        return
+        return pa.table({"set": [r[0] for r in rows], "item": [r[1] for r in rows],
+                         "count": pa.array([r[2] for r in rows], pa.int64())})
     try:
         report = coverage_report(sets, tools_available=available, models_target=target, state_lambda=state_lambda)
     except ValueError as e:
@@ -138,7 +131,7 @@ def coverage(lake, selectors, fmt, prices, tools, models, state_lambda, show_set
         "note": [d.note or ("n/a" if d.value is None else "") for d in dims]
                 + [f"{sets.n_trials} trials; n/a: {', '.join(report.undefined) or 'none'}"],
     })
-    write_table(table, fmt)
+    return table
 
 
 def _parse_floors(floors) -> dict[str, float]:
@@ -159,7 +152,7 @@ def _parse_floors(floors) -> dict[str, float]:
     return out
 
 
-def stability(lake, selectors, fmt, prices, floors, per_trial):
+def stability(lake, selectors, prices, floors, per_trial) -> pa.Table:
     """Stability sub-scores per scenario and version (or per trial), with the drift flags below ``floors``."""
     floor = _parse_floors(floors)
     with _open(lake, selectors, prices) as eng:
@@ -170,7 +163,7 @@ def stability(lake, selectors, fmt, prices, floors, per_trial):
         table = eng.query(f"SELECT * REPLACE (list_filter([{flags}], lambda x: x IS NOT NULL) AS drift_flags) "
                           f"FROM ({source}) ORDER BY scenario, version{', trace_id' if per_trial else ''}",
                           [floor[n] for n in STABILITY_SCORES])
-    write_table(table, fmt)
+    return table
 
 
 def label(lake, file) -> tuple[int, str, int]:
@@ -188,3 +181,20 @@ def label(lake, file) -> tuple[int, str, int]:
     except LakeError as e:
         raise DataError(str(e)) from None
     return table.num_rows, path, missing
+
+
+def unmatched_keys(lake_dir: str | os.PathLike, labels: pa.Table) -> int:
+    """How many of ``labels``' keys no span in the lake carries (yet: conversation and
+    session labels also apply to traces recorded later)."""
+    engine = Engine(lake_dir)
+    try:
+        engine.con.register("_new_labels", labels)
+        (n,) = engine.rows("""
+            SELECT count(*) FROM _new_labels l
+            WHERE NOT EXISTS (
+                SELECT 1 FROM spans s
+                WHERE (l.key_kind = 'trace_id' AND s.trace_id = l.key)
+                   OR label_key_matches(l.key_kind, l.key, s.attributes))""")[0]
+    finally:
+        engine.con.close()
+    return n
