@@ -15,6 +15,7 @@ import subprocess
 
 import pytest
 
+from otel_assay import settings
 from otel_assay.live.stochastic import ATTR
 
 
@@ -64,8 +65,8 @@ def pytest_pyfunc_call(pyfuncitem):
     from otel_assay.live.stochastic import run_stochastic
 
     cfg = pyfuncitem.config
-    lake = cfg.getoption("assay_dir") or os.environ.get("OTEL_ASSAY_DIR") or "traces"
-    version = cfg.getoption("assay_version") or os.environ.get("OTEL_ASSAY_VERSION")
+    lake = cfg.getoption("assay_dir") or settings.lake_dir()
+    version = cfg.getoption("assay_version") or settings.version()
     if not version:
         if _VERSION_KEY not in cfg.stash:  # once per session: every test's trials are of the same code
             cfg.stash[_VERSION_KEY] = default_version(cfg.rootpath)

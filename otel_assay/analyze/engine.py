@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 import duckdb
 import pyarrow as pa
 
+from .. import settings
 from ..lake.files import (STEP_FILE_KEY, Lake, LakeError, duckdb_connect, inspect_lake_file, missing_columns_sql,
                           parquet_schema, sql_list)
 from ..lake.schema import TABLES
@@ -214,7 +215,7 @@ class Engine:
                 raise RuntimeError(f"queries/{view}.sql failed to bind: {e}") from e
             if view == "model_prices":
                 self._bind_prices(None if prices is False else
-                                  prices if prices is not None else os.environ.get(PRICES_ENV) or None)
+                                  prices if prices is not None else settings.prices())
                 if self.step_files:
                     # the stored costs stand when they were computed with these very prices
                     current = price_table_hash(self.con)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import click
 
+from .. import settings
 from ..report.files import remove_stale_reports
 
 
@@ -33,7 +33,7 @@ UNIT = FiniteFloatRange(0, 1, min_open=True, max_open=True)
 
 
 def default_lake() -> str:
-    return os.environ.get("OTEL_ASSAY_DIR", "traces")
+    return settings.lake_dir()
 
 
 lake_option = click.option(

@@ -16,7 +16,6 @@ byte (a differential fuzz test holds it to that).
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -25,6 +24,7 @@ import pyarrow as pa
 from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 
 from .. import semconv
+from ..settings import pure_python
 from ..lake.rows import SpanBatch, _safe_string_array, make_resource, resource_maps
 from ..lake.schema import EMPTY_TABLES, PARTITION_TIME, SPAN_EVENTS_SCHEMA, SPAN_LINKS_SCHEMA, SPANS_SCHEMA, Limits
 from .otlp import MalformedOTLP, TooManyRows, add_protobuf, parse_protobuf, pb_attributes, request_rows
@@ -37,15 +37,6 @@ except ImportError:  # not built: no compiler at install, or another platform
 _TYPES = {"string": 0, "int64": 1, "double": 2}
 _PROMOTED = [(key, _TYPES[t]) for _col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES]
 _PROMOTED_COLUMNS = {col: i for i, (col, _key, _t) in enumerate(semconv.PROMOTED_SPAN_ATTRIBUTES)}
-
-
-PURE_PYTHON_ENV = "OTEL_ASSAY_PURE_PYTHON"
-
-
-def pure_python() -> bool:
-    """Whether OTEL_ASSAY_PURE_PYTHON asks for the simple path (1, true, yes or on, in any
-    case: one spelling silently ignored would measure the wrong path)."""
-    return os.environ.get(PURE_PYTHON_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def available() -> bool:

@@ -12,25 +12,12 @@ from typing import Any, Iterable, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from .. import settings
 from ..lake.files import Lake, LakeError
 from ..lake.rows import Resource, SpanBatch, make_resource
 from ..lake.schema import DEFAULT_LIMITS, Limits
 
 log = logging.getLogger("otel_assay.collect")
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
-
 
 def _items(attributes) -> Iterable[tuple[str, Any]]:
     """The (key, value) pairs of SDK attributes. A span's ``attributes`` is a read-only proxy
@@ -131,9 +118,9 @@ class ParquetSpanExporter(SpanExporter):
         self.lake = Lake(directory)
         if create:  # fail now, not at the first flush, on a directory that cannot be written
             self.lake.ensure_writable()
-        self.max_rows = max_rows or _env_int("OTEL_ASSAY_FLUSH_ROWS", 100_000)
-        self.max_age_s = max_age_s if max_age_s is not None else _env_float("OTEL_ASSAY_FLUSH_SECONDS", 5.0)
-        self.max_unwritten_spans = max_unwritten_spans or _env_int("OTEL_ASSAY_MAX_UNWRITTEN_SPANS", 500_000)
+        self.max_rows = max_rows or settings.flush_rows()
+        self.max_age_s = max_age_s if max_age_s is not None else settings.flush_seconds()
+        self.max_unwritten_spans = max_unwritten_spans or settings.max_unwritten_spans()
         self.limits = limits
         self.fsync = fsync
         self._lock = threading.Lock()

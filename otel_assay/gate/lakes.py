@@ -13,7 +13,8 @@ from typing import Any
 from ..errors import DataError, UsageError, interrupted
 from ..analyze.engine import Engine
 from ..analyze.select import NoTrialsError, Selection, SelectorError, select_trials
-from ..lake.files import LakeError, memory_limit_from_env
+from .. import settings
+from ..lake.files import LakeError
 
 
 def engines(eng_b, eng_c) -> list:
@@ -27,7 +28,7 @@ def open_lake(lake) -> Any:
     # DuckDB's default is 80 % of RAM; the gate must stay within a CI runner's budget
     # (2 GB at 2,000,000 spans: 1.3 GB peak with this limit, bench/bench_gate.py), and
     # DuckDB spills to disk past the limit.
-    limit = memory_limit_from_env("1.5GB")
+    limit = settings.memory_limit("1.5GB")
     try:
         eng = Engine(lake, memory_limit=limit)
     except LakeError as e:

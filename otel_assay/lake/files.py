@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import UsageError
+from .. import settings
 from .schema import DELTA_COLUMNS, PARTITION_TIME, PLAIN_COLUMNS, SCHEMA_METADATA, TABLES
 
 SORT_KEYS = {
@@ -91,20 +91,6 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-MEMORY_LIMIT_ENV = "OTEL_ASSAY_MEMORY_LIMIT"
-
-
-def memory_limit_from_env(default: str | None = None) -> str | None:
-    """DuckDB's memory limit from OTEL_ASSAY_MEMORY_LIMIT (else ``default``; None: DuckDB's
-    own, 80 % of RAM). A value that is not a size is a :class:`UsageError` (exit 3) naming
-    the variable, wherever a connection is opened."""
-    limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip() or default
-    # DuckDB's own spellings of a size; anything else would surface later as a lake error
-    if limit is not None and not re.fullmatch(r"\d+(\.\d+)?\s*([KMGT]i?B|B|bytes)?", limit, re.IGNORECASE):
-        raise UsageError(f"{MEMORY_LIMIT_ENV}={limit!r} is not a memory size; set it like 1.5GB, 800MB or 2GiB")
-    return limit
-
-
 def duckdb_connect(memory_limit: str | None = None):
     """A DuckDB connection for work over lake files: at most ``memory_limit`` (else
     OTEL_ASSAY_MEMORY_LIMIT, else DuckDB's own), spilling past it to the system temp
@@ -114,7 +100,7 @@ def duckdb_connect(memory_limit: str | None = None):
 
     con = duckdb.connect()
     con.execute("SET temp_directory = ?", [os.path.join(tempfile.gettempdir(), f"otel-assay-duckdb-{os.getpid()}")])
-    memory_limit = memory_limit or memory_limit_from_env()
+    memory_limit = memory_limit or settings.memory_limit()
     if memory_limit:
         con.execute("SET memory_limit = ?", [memory_limit])
     return con

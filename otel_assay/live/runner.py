@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import semconv
+from .. import semconv, settings
 from ..errors import DataError, UsageError
 from ..stats import SPRT, Verdict, adaptive_budget, sample_size_threshold, verdict as wilson_verdict
 from .scenarios import RunConfig, Scenario, StepFacts, Suite
@@ -68,7 +68,7 @@ def model_prices() -> list[tuple[str, float, float]]:
 
         from ..analyze.engine import PRICES_ENV, query_files
         con = duckdb.connect()
-        csv = os.environ.get(PRICES_ENV)
+        csv = settings.prices()
         if csv:
             if not os.path.isfile(csv):
                 raise UsageError(f"price table {csv} ({PRICES_ENV}) does not exist")
