@@ -84,3 +84,14 @@ def test_every_variable_the_package_names_is_listed():
         named |= set(re.findall(r"OTEL_ASSAY_[A-Z_]+[A-Z]", path.read_text(encoding="utf-8")))
     assert named, "the scan found no variable at all"
     assert named <= listed, f"not in settings.SETTINGS: {sorted(named - listed)}"
+
+
+def test_no_module_but_settings_reads_an_otel_assay_variable():
+    readers = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "settings.py":
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"(environ|getenv)\S*\(?[^)\n]*OTEL_ASSAY_", line):
+                readers.append(f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}")
+    assert readers == []

@@ -35,15 +35,12 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from .. import semconv
+from .. import semconv, settings
 
 log = logging.getLogger("otel_assay.capture")
 
-_TRUE = {"1", "true", "yes", "on"}
-
-
 def disabled() -> bool:
-    return os.environ.get("OTEL_ASSAY_DISABLED", "").strip().lower() in _TRUE
+    return settings.disabled()
 
 
 _CONTENT_VAR = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -58,8 +55,8 @@ def capture_content() -> bool:
 
 
 # ---------------------------------------------------------------- run id / trial registry
-_RUN_ID_FROM_ENV = bool(os.environ.get("OTEL_ASSAY_RUN_ID"))
-_RUN_ID = os.environ.get("OTEL_ASSAY_RUN_ID") or uuid.uuid4().hex
+_RUN_ID_FROM_ENV = settings.run_id() is not None
+_RUN_ID = settings.run_id() or uuid.uuid4().hex
 
 
 def run_id() -> str:
@@ -239,20 +236,20 @@ _NOOP_TRACER = trace.NoOpTracer()
 
 
 def exporter_kind() -> str:
-    kind = os.environ.get("OTEL_ASSAY_EXPORTER", "").strip().lower()
-    if kind in ("parquet", "otlp"):
+    kind = settings.exporter()
+    if kind in settings.EXPORTERS:
         return kind
     if kind:
         log.warning("otel-assay: OTEL_ASSAY_EXPORTER=%r is not 'parquet' or 'otlp'; using parquet", kind)
         return "parquet"
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    if endpoint and not os.environ.get("OTEL_ASSAY_DIR"):
+    if endpoint and settings.text(settings.DIR) is None:
         return "otlp"
     return "parquet"
 
 
 def lake_dir() -> str:
-    return os.environ.get("OTEL_ASSAY_DIR") or "./traces"
+    return settings.lake_dir()
 
 
 def _make_export(kind: str, lake: str | os.PathLike | None = None):
@@ -289,7 +286,7 @@ def _make_export(kind: str, lake: str | os.PathLike | None = None):
 def _new_provider() -> TracerProvider:
     from opentelemetry.sdk.resources import Resource
     attrs: dict[str, Any] = {}
-    version = os.environ.get("OTEL_ASSAY_VERSION")
+    version = settings.version()
     if version:
         attrs[semconv.SERVICE_VERSION] = version
     # Resource.create merges OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME
@@ -325,7 +322,7 @@ def _install(lake: str | os.PathLike | None = None) -> Pipeline | None:
                             "otel-assay records only its own spans", type(current).__name__)
             owned = True
         kind = "parquet" if lake is not None else exporter_kind()
-        if kind == "otlp" and not owned and not os.environ.get("OTEL_ASSAY_EXPORTER", "").strip():
+        if kind == "otlp" and not owned and settings.exporter() is None:
             # an OTLP endpoint in the environment configures the application's own exporter (or
             # opentelemetry-instrument's), which already sends every span of its provider there,
             # ours included with their assay.* attributes: a second OTLP exporter on the same

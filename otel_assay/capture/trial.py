@@ -25,7 +25,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, Status, StatusCode
 
-from .. import semconv
+from .. import semconv, settings
 from . import _runtime
 from ._spans import error_type
 
@@ -157,7 +157,7 @@ class Trial:
         self.scenario = scenario
         # the lake's version and run id columns are strings: version=2 is version "2" (an int
         # attribute would leave the trial without a version)
-        self.version = str(version) if version is not None else (os.environ.get("OTEL_ASSAY_VERSION") or None)
+        self.version = str(version) if version is not None else settings.version()
         self.run_id = str(run_id) if run_id else _runtime.run_id()
         self._explicit_index = index
         self.index: int | None = None
@@ -350,7 +350,7 @@ def implicit_trial(name: str | None = None, *, attach: bool = False) -> Trial | 
     """For adapters at a top-level agent invocation: when ``OTEL_ASSAY_SCENARIO`` is set and
     no trial is active, open one and return it; not attached to the context unless
     ``attach`` (a wrapper around the whole invocation, which must then finish it)."""
-    scenario = os.environ.get("OTEL_ASSAY_SCENARIO")
+    scenario = settings.scenario()
     if not scenario or _runtime.disabled() or current_trial() is not None:
         return None
     if trace.get_current_span().get_span_context().is_valid:
