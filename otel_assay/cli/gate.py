@@ -16,9 +16,8 @@ import click
 
 from ..errors import UsageError
 from ..report.files import check_output_paths, remove_stale_reports, write_reports
-from ..report.otel import check_target
+from ..report.otel import EmitError, check_target, emit_results
 from .options import UNIT, ReportsCommand
-
 
 SEL_HELP = ("key=value[,key=value] over the trials; keys: version, scenario, run, model, outcome; "
             "repeating the option adds conditions; an empty value selects trials without one (outcome=). "
@@ -107,7 +106,6 @@ def _write_outputs(result, json_path, junit_path, html_path, emit_otel, lake, qu
             render(result, exit_with_decision=exit_with_decision)
     write_reports(result, json_path=json_path, junit_path=junit_path, html_path=html_path)
     if emit_otel:
-        from ..report.otel import EmitError, emit_results
         try:
             n = emit_results(result, emit_otel, lake)
         except EmitError as e:
