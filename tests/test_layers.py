@@ -1,8 +1,11 @@
-"""The package's import graph: no cycles, and the layer contracts in .importlinter hold and
-catch a broken layer (an upward import planted in a copy of the package)."""
+"""The package's import graph: no cycles, the layer contracts in .importlinter hold (only
+the CLI imports click, the readers never import capture or collect, stats imports nothing of
+ours, arrows point down) and catch a broken layer (an upward import planted in a copy of the
+package), and `otel-assay --help` loads nothing heavy."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -47,3 +50,22 @@ def test_an_upward_import_breaks_a_contract(tmp_path):
     r = _lint(tmp_path)
     assert r.returncode == 1, r.stdout[-3000:]
     assert "otel_assay.stats.multiple -> otel_assay.report.output" in r.stdout
+
+
+def test_help_imports_nothing_heavy():
+    # `otel-assay --help` and a usage error must answer at once: the heavy libraries load
+    # only when a command runs
+    code = ("import sys\nfrom otel_assay.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "import json\nprint(json.dumps(sorted(m for m in sys.modules)))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    loaded = set(json.loads(p.stdout.splitlines()[-1]))
+    assert "click" in loaded and "otel_assay.cli" in loaded
+    heavy = {"duckdb", "pyarrow", "numpy", "scipy", "rich", "yaml", "opentelemetry", "langgraph", "grpc"}
+    assert sorted(heavy & {m.split(".")[0] for m in loaded}) == []
+
+
+def test_the_shown_state_lambda_is_the_analysis_default():
+    from otel_assay.cli.analyze import STATE_LAMBDA_DEFAULT
+    from otel_assay.stats.coverage import DEFAULT_STATE_LAMBDA
+
+    assert STATE_LAMBDA_DEFAULT == DEFAULT_STATE_LAMBDA
