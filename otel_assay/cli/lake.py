@@ -281,7 +281,7 @@ def sql(lake, query, fmt):
     """Run a read-only SQL query over the lake's views.
 
     LAKE is a lake directory, a Parquet file or a glob. Views: spans, span_events,
-    span_links and the analysis views (see README). The query cannot read or write other
+    span_links and the analysis views (docs/analysis.md). The query cannot read or write other
     files.
 
     \b
