@@ -428,21 +428,49 @@ def _sdk_state(obj, name: str, default=None):
     way to learn what it decided, and kept to this one function so that a release that drops
     a name is found here:
 
-    * ``RunResultStreaming._waiting_on_event_queue``: whether a reader waits for the next
-      event, the only sign that the reader is gone when the run is cancelled from outside;
     * ``RunResultStreaming._stored_exception`` / ``_max_turns_handled``: the error a streamed
       run ends with, known before the reader is told (the trace ends first);
     * ``DefaultTraceProvider._manual_disabled``: tracing switched off by
       ``set_tracing_disabled(True)`` before we were imported (asking the provider through
       ``create_trace`` would freeze its reading of the environment early).
 
-    A missing name reads as ``default``: the feature it serves is skipped (a cut-off stream
-    reads as a cancelled run, an error raised only to the reader leaves the span ok, no
-    warning about disabled tracing), never a crash."""
+    A missing name reads as ``default``: the feature it serves is skipped (an error raised
+    only to the reader leaves the span ok, no warning about disabled tracing), never a
+    crash."""
     try:
         return getattr(obj, name, default)
     except Exception:
         return default
+
+
+# streamed results with a reader: id -> [weak reference, whether it waits for an event now]
+_READERS: dict[int, list] = {}
+
+
+def _stream_events(wrapped, instance, args, kwargs):
+    """``RunResultStreaming.stream_events()``, as its reader reads it: notes whether the
+    reader is waiting for the next event (see ``_reader_gone``)."""
+    key = id(instance)
+    try:
+        state = _READERS[key] = [weakref.ref(instance, lambda _ref, k=key: _READERS.pop(k, None)), False]
+    except TypeError:  # not weak-referenceable: a reader gone reads as a cancelled run
+        return wrapped(*args, **kwargs)
+
+    async def events():
+        agen = wrapped(*args, **kwargs)
+        try:
+            while True:
+                state[1] = True
+                try:
+                    item = await agen.__anext__()
+                except StopAsyncIteration:
+                    return
+                finally:
+                    state[1] = False
+                yield item
+        finally:
+            await agen.aclose()
+    return events()
 
 
 def _reader_gone(result) -> bool:
@@ -451,8 +479,11 @@ def _reader_gone(result) -> bool:
     the run itself only for a reader cancelled while waiting for the next event; otherwise
     the run goes on unread until something cancels it, usually ``asyncio.run`` cancelling the
     tasks left when its main coroutine returns. Its CancelledError arrives while no reader
-    waits for an event (``_waiting_on_event_queue``, without which nothing is assumed)."""
-    return result is not None and _sdk_state(result, "_waiting_on_event_queue") is False
+    waits for an event (or none ever read: the caller left the run unread)."""
+    if result is None:
+        return False
+    state = _READERS.get(id(result))
+    return not (state is not None and state[0]() is result and state[1])
 
 
 def _streamed_error(result) -> BaseException | None:
@@ -548,6 +579,8 @@ def instrument(module=None) -> bool:
                 break
         if callable(getattr(RunResultStreaming, "cancel", None)):
             wrapt.wrap_function_wrapper(RunResultStreaming, "cancel", _cancel)
+        if callable(getattr(RunResultStreaming, "stream_events", None)):
+            wrapt.wrap_function_wrapper(RunResultStreaming, "stream_events", _stream_events)
         try:
             from agents.run import AgentRunner
         except ImportError:  # pragma: no cover - older SDKs
