@@ -10,6 +10,7 @@ the code state: ``default_version()``). Each stochastic test adds its statistics
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import subprocess
 
@@ -71,8 +72,7 @@ def pytest_pyfunc_call(pyfuncitem):
         if _VERSION_KEY not in cfg.stash:  # once per session: every test's trials are of the same code
             cfg.stash[_VERSION_KEY] = default_version(cfg.rootpath)
         version = cfg.stash[_VERSION_KEY]
-    argnames = pyfuncitem._fixtureinfo.argnames
-    kwargs = {name: pyfuncitem.funcargs[name] for name in argnames}
+    kwargs = _call_arguments(pyfuncitem)
     scenario = spec.scenario or pyfuncitem.name
     error = None
     try:
@@ -90,6 +90,17 @@ def pytest_pyfunc_call(pyfuncitem):
         pytest.skip(msg)
     pyfuncitem.add_report_section("call", "otel-assay", msg)
     return True
+
+
+def _call_arguments(item) -> dict:
+    """The fixture and parameter values the test function itself asks for, as pytest passes
+    them. ``item.funcargs`` also holds autouse fixtures and the fixtures other fixtures
+    requested, which the function does not accept; its signature names the ones it does.
+    Parameters with a default are not fixtures to pytest, and are left to their default."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = inspect.signature(item.obj).parameters.values()
+    return {p.name: item.funcargs[p.name] for p in params
+            if p.kind in kinds and p.default is inspect.Parameter.empty and p.name in item.funcargs}
 
 
 def pytest_report_teststatus(report, config):

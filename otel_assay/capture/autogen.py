@@ -38,7 +38,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import os
+import sys
+import warnings
 from contextlib import contextmanager
 
 from opentelemetry import context as otel_context
@@ -60,13 +63,22 @@ _CALL: contextvars.ContextVar = contextvars.ContextVar("otel_assay_autogen_chat"
 
 # ------------------------------------------------------------------ model clients
 def _model_name(client) -> str:
-    args = getattr(client, "_create_args", None)
-    if isinstance(args, dict) and args.get("model"):
-        return str(args["model"])
-    for attr in ("model", "_model", "model_name"):
+    """The model a client calls, for the span name and ``gen_ai.request.model``. AutoGen's
+    clients keep it in their component configuration (the arguments the user gave them),
+    which ``dump_component()`` returns; a user client may instead expose ``model``. A client
+    with neither is named by its model family, else by its class."""
+    for attr in ("model", "model_name"):
         v = getattr(client, attr, None)
         if isinstance(v, str) and v:
             return v
+    try:
+        with warnings.catch_warnings():  # dumping warns about the user's module names, not ours to report
+            warnings.simplefilter("ignore")
+            config = client.dump_component().config
+    except Exception:  # not a component (a duck-typed client, a class defined in a function)
+        config = None
+    if isinstance(config, dict) and isinstance(config.get("model"), str) and config["model"]:
+        return config["model"]
     info = getattr(client, "model_info", None) or {}
     fam = info.get("family") if isinstance(info, dict) else None
     if fam and fam != "unknown":
@@ -342,11 +354,6 @@ def _team_name(team) -> str:
 
 def _run_stream(wrapped, instance, args, kwargs):
     async def gen():
-        client = getattr(instance, "_model_client", None)
-        if client is not None:
-            # a team's own client (SelectorGroupChat's speaker selection, MagenticOne's
-            # orchestrator) is no agent's: its class is wrapped here, not by AssistantAgent
-            _wrap_clients(client)
         name = _team_name(instance)
         t = implicit_trial(name)
         attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_WORKFLOW, semconv.GEN_AI_WORKFLOW_NAME: name,
@@ -421,10 +428,16 @@ def _agent_run_stream(wrapped, instance, args, kwargs):
     return gen()
 
 
-def _agent_init(wrapped, instance, args, kwargs):
+def _client_init(wrapped, instance, args, kwargs):
+    """The constructor of a class given a ``model_client`` (AssistantAgent; SelectorGroupChat's
+    speaker selection and MagenticOne's orchestrator, a team's own client that is no agent's):
+    the client's classes are wrapped as the user gave the client, since AutoGen does not
+    check that a client subclasses ChatCompletionClient."""
     out = wrapped(*args, **kwargs)
-    # AssistantAgent(name, model_client, ...): the client as the agent was given it
-    client = kwargs.get("model_client", args[1] if len(args) > 1 else None)
+    try:
+        client = inspect.signature(wrapped).bind_partial(*args, **kwargs).arguments.get("model_client")
+    except TypeError:  # the constructor accepted arguments its signature does not name
+        client = None
     if client is not None:
         _wrap_clients(client)
     return out
@@ -438,41 +451,67 @@ def _patch(owner, attr, wrapper) -> None:
     _PATCHES.append((owner, attr, orig))
 
 
-_AGENTCHAT = {  # module -> (class, method, wrapper)...; patched when that module has finished importing
-    "autogen_agentchat.teams._group_chat._base_group_chat": (("BaseGroupChat", "run_stream", _run_stream),),
-    "autogen_agentchat.agents._base_chat_agent": (("BaseChatAgent", "run", _agent_run),
-                                                  ("BaseChatAgent", "run_stream", _agent_run_stream)),
-    "autogen_agentchat.agents._assistant_agent": (("AssistantAgent", "__init__", _agent_init),),
-}
+def _agentchat_patches(mod) -> list:
+    """(class, method, wrapper) to patch in a public autogen_agentchat package. The classes
+    are taken from the public package, never from the private modules defining them: a
+    patch on a class object holds wherever AutoGen moves its definition."""
+    if mod.__name__ == "autogen_agentchat.agents":
+        return [(mod.BaseChatAgent, "run", _agent_run), (mod.BaseChatAgent, "run_stream", _agent_run_stream),
+                (mod.AssistantAgent, "__init__", _client_init)]
+    out = [(mod.BaseGroupChat, "run_stream", _run_stream)]
+    for name in getattr(mod, "__all__", ()):
+        cls = getattr(mod, name, None)
+        if (isinstance(cls, type) and issubclass(cls, mod.BaseGroupChat) and "__init__" in cls.__dict__
+                and "model_client" in inspect.signature(cls.__init__).parameters):
+            out.append((cls, "__init__", _client_init))
+    return out
+
+
+_AGENTCHAT = ("autogen_agentchat.agents", "autogen_agentchat.teams")  # patched once imported
+
+
+def _imported(mod) -> bool:
+    """Whether a package has finished importing: every name of its ``__all__`` is bound.
+    Importing autogen_core, the adapter's trigger, from inside an agentchat package runs
+    instrument() while that package is half-imported; its import hook patches it later."""
+    names = getattr(mod, "__all__", None)
+    return bool(names) and all(hasattr(mod, n) for n in names)
 
 
 def _patch_agentchat_module(mod) -> None:
-    if not _PATCHES:  # uninstrumented meanwhile
+    if not _PATCHES or not _imported(mod):  # uninstrumented meanwhile, or still importing
         return
-    for cls_name, attr, wrapper in _AGENTCHAT[mod.__name__]:
-        cls = getattr(mod, cls_name, None)
-        if cls is None or any(o is cls and a == attr for o, a, _ in _PATCHES):
-            continue
-        _patch(cls, attr, wrapper)
+    for cls, attr, wrapper in _agentchat_patches(mod):
+        if not any(o is cls and a == attr for o, a, _ in _PATCHES):
+            _patch(cls, attr, wrapper)
+
+
+def _patch_tools() -> None:
+    """AutoGen's ``BaseTool.run_json`` opens its ``execute_tool`` span through the public
+    ``trace_tool_span``, looked up in the namespace of the module defining BaseTool; ours
+    replaces it there (that module is found from the public class, not by its path) so the
+    span stays open for ``run_json`` to complete. If AutoGen stops looking it up there, its
+    span closes early and the tool's arguments and result go unrecorded; the tool still runs."""
+    from autogen_core import tools
+    namespace = sys.modules[tools.BaseTool.__module__]
+    if callable(getattr(namespace, "trace_tool_span", None)):
+        _PATCHES.append((namespace, "trace_tool_span", namespace.trace_tool_span))
+        namespace.trace_tool_span = _trace_tool_span
+    _patch(tools.BaseTool, "run_json", _run_json)
+    _patch(tools.BaseStreamTool, "run_json_stream", _run_json_stream)
 
 
 def instrument(module=None) -> bool:
     if _PATCHES:
         return True
     os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
-    import sys
-
-    import autogen_core.tools._base as tools_base
-    _PATCHES.append((tools_base, "trace_tool_span", tools_base.trace_tool_span))
-    tools_base.trace_tool_span = _trace_tool_span
-    _patch(tools_base.BaseTool, "run_json", _run_json)
-    _patch(tools_base.BaseStreamTool, "run_json_stream", _run_json_stream)
+    _patch_tools()
     _wrap_clients()
-    # agentchat modules imported already are patched now; the registry registered import
-    # hooks for the others (registering them here could catch a module half-imported)
+    # agentchat packages imported already are patched now; the registry registered import
+    # hooks for the others (registering them here could catch a package half-imported)
     for name in _AGENTCHAT:
         mod = sys.modules.get(name)
-        if mod is not None and hasattr(mod, _AGENTCHAT[name][0][0]):
+        if mod is not None:
             _patch_agentchat_module(mod)
     return True
 
@@ -483,7 +522,7 @@ def on_module(mod) -> None:
         _patch_agentchat_module(mod)
 
 
-HOOK_MODULES = tuple(_AGENTCHAT)
+HOOK_MODULES = _AGENTCHAT
 
 
 def uninstrument() -> None:

@@ -49,8 +49,7 @@ _CONTROL_FLOW = {"GraphInterrupt", "NodeInterrupt", "ParentCommand", "GraphBubbl
 _INTERRUPTS = {"GraphInterrupt", "NodeInterrupt"}  # interrupt(): the graph pauses for a human
 _RESUMABLE_MAX = 4096  # threads whose last invocation was interrupted, remembered for their resume
 
-_VAR: ContextVar | None = None
-_HOOK_ENTRY = None
+_VAR: ContextVar | None = None  # the configure hook's variable; registered once, for good
 _LLM: ContextVar = ContextVar("otel_assay_langchain_llm", default=None)  # the LLM run whose model code runs here
 
 
@@ -307,6 +306,11 @@ class AssayCallbackHandler(_Base):
 
     def __init__(self) -> None:
         super().__init__()
+        # LangChain has no public way to unregister a configure hook, so the handler stays
+        # in every callback manager once instrumented: uninstrument() clears this flag and
+        # the handler starts no further run (the runs already started still end, so no span
+        # is left open)
+        self.enabled = True
         self._runs: dict[UUID, _Run] = {}
         # A chat call's input is the whole conversation so far: serialise each message once
         # (keyed by the message object, checked by identity of its content and tool calls)
@@ -353,6 +357,8 @@ class AssayCallbackHandler(_Base):
 
     # ---------------------------------------------------------------- chains
     def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, tags=None, metadata=None, **kw):
+        if not self.enabled:
+            return
         parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
         md = metadata or {}
         if parent_run is not None:
@@ -548,6 +554,8 @@ class AssayCallbackHandler(_Base):
 
     def on_chat_model_start(self, serialized, messages, *, run_id, parent_run_id=None, tags=None,
                             metadata=None, **kw):
+        if not self.enabled:
+            return
         msgs = None
         content = _runtime.capture_content()
         if content:
@@ -558,6 +566,8 @@ class AssayCallbackHandler(_Base):
         self._llm_start(semconv.OP_CHAT, serialized, content, msgs, run_id, parent_run_id, metadata, kw)
 
     def on_llm_start(self, serialized, prompts, *, run_id, parent_run_id=None, tags=None, metadata=None, **kw):
+        if not self.enabled:
+            return
         content = _runtime.capture_content()
         msgs = [text_parts("user", p) for p in prompts] if content else None
         self._llm_start(semconv.OP_TEXT_COMPLETION, serialized, content, msgs, run_id, parent_run_id, metadata, kw)
@@ -638,6 +648,8 @@ class AssayCallbackHandler(_Base):
     # ---------------------------------------------------------------- tools
     def on_tool_start(self, serialized, input_str, *, run_id, parent_run_id=None, tags=None, metadata=None,
                       inputs=None, **kw):
+        if not self.enabled:
+            return
         md = metadata or {}
         ser = serialized or {}
         name = kw.get("name") or ser.get("name") or "tool"
@@ -683,6 +695,8 @@ class AssayCallbackHandler(_Base):
                            **kw):
         """A retriever's lookup (RAG): a `retrieval` step (kind other), which the agent's
         later steps depend on, so a lookup that starts failing or stops happening shows."""
+        if not self.enabled:
+            return
         md = metadata or {}
         name = kw.get("name") or (serialized or {}).get("name") or "retriever"
         attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_RETRIEVAL, semconv.GEN_AI_DATA_SOURCE_ID: name,
@@ -758,7 +772,7 @@ def _graph_callbacks(wrapped, instance, args, kwargs):
     adds, as ours is: the handler joins the graph lifecycle manager here (while instrumented)."""
     manager = wrapped(*args, **kwargs)
     try:
-        if _HOOK_ENTRY is not None and _HANDLER is not None and _HANDLER not in manager.handlers:
+        if _HANDLER is not None and _HANDLER.enabled and _HANDLER not in manager.handlers:
             manager.add_handler(_HANDLER, inherit=False)
     except Exception:  # a LangGraph whose manager differs: breakpoints go unseen, the graph still runs
         pass
@@ -778,30 +792,23 @@ def on_module(mod) -> None:
 
 
 def instrument(module=None) -> bool:
-    global _VAR, _HOOK_ENTRY
+    global _VAR
     import sys
 
     from langchain_core.tracers import context as lc_context
-    if _HOOK_ENTRY is not None:
-        return True
-    _VAR = ContextVar("otel_assay_langchain", default=handler())
-    lc_context.register_configure_hook(_VAR, inheritable=True)
+    if _VAR is None:
+        _VAR = ContextVar("otel_assay_langchain", default=handler())
+        lc_context.register_configure_hook(_VAR, inheritable=True)
+    handler().enabled = True
     _runtime.add_trial_end(handler().end_trial)
-    _HOOK_ENTRY = lc_context._configure_hooks[-1]
     if _PREGEL_MAIN in sys.modules:  # imported before us: the registry's import hook will not fire
         on_module(sys.modules[_PREGEL_MAIN])
     return True
 
 
 def uninstrument() -> None:
-    global _HOOK_ENTRY
-    from langchain_core.tracers import context as lc_context
-    if _HOOK_ENTRY is not None:
-        try:
-            lc_context._configure_hooks.remove(_HOOK_ENTRY)
-        except ValueError:
-            pass
-        _HOOK_ENTRY = None
+    if _HANDLER is not None:
+        _HANDLER.enabled = False
     while _GRAPH_PATCHES:
         mod, attr, orig = _GRAPH_PATCHES.pop()
         setattr(mod, attr, orig)

@@ -400,11 +400,77 @@ def _cancelled(handled_before) -> bool:
     return isinstance(exc, asyncio.CancelledError) and exc is not handled_before
 
 
+# streamed results whose cancel() was called: id -> weak reference (a result is unhashable)
+_CANCELLED: dict[int, weakref.ref] = {}
+
+
+def _cancel(wrapped, instance, args, kwargs):
+    """``RunResultStreaming.cancel()``, as the caller calls it (or the SDK for a reader
+    cancelled while waiting for an event): noted, see ``_cancelled_by_caller``."""
+    key = id(instance)
+    try:
+        _CANCELLED[key] = weakref.ref(instance, lambda _ref, k=key: _CANCELLED.pop(k, None))
+    except TypeError:  # not weak-referenceable: the run's cancellation reads as a failure
+        pass
+    return wrapped(*args, **kwargs)
+
+
 def _cancelled_by_caller(result) -> bool:
     """The caller stopped a streamed run with ``RunResultStreaming.cancel()``: its run loop
     ends by a CancelledError that is no failure of the run (as a stream the caller stops
     reading in the other adapters)."""
-    return result is not None and getattr(result, "_cancel_mode", "none") not in (None, "none")
+    ref = _CANCELLED.get(id(result)) if result is not None else None
+    return ref is not None and ref() is result
+
+
+def _sdk_state(obj, name: str, default=None):
+    """Read a private attribute of the Agents SDK. Used only where the SDK offers no public
+    way to learn what it decided, and kept to this one function so that a release that drops
+    a name is found here:
+
+    * ``RunResultStreaming._stored_exception`` / ``_max_turns_handled``: the error a streamed
+      run ends with, known before the reader is told (the trace ends first);
+    * ``DefaultTraceProvider._manual_disabled``: tracing switched off by
+      ``set_tracing_disabled(True)`` before we were imported (asking the provider through
+      ``create_trace`` would freeze its reading of the environment early).
+
+    A missing name reads as ``default``: the feature it serves is skipped (an error raised
+    only to the reader leaves the span ok, no warning about disabled tracing), never a
+    crash."""
+    try:
+        return getattr(obj, name, default)
+    except Exception:
+        return default
+
+
+# streamed results with a reader: id -> [weak reference, whether it waits for an event now]
+_READERS: dict[int, list] = {}
+
+
+def _stream_events(wrapped, instance, args, kwargs):
+    """``RunResultStreaming.stream_events()``, as its reader reads it: notes whether the
+    reader is waiting for the next event (see ``_reader_gone``)."""
+    key = id(instance)
+    try:
+        state = _READERS[key] = [weakref.ref(instance, lambda _ref, k=key: _READERS.pop(k, None)), False]
+    except TypeError:  # not weak-referenceable: a reader gone reads as a cancelled run
+        return wrapped(*args, **kwargs)
+
+    async def events():
+        agen = wrapped(*args, **kwargs)
+        try:
+            while True:
+                state[1] = True
+                try:
+                    item = await agen.__anext__()
+                except StopAsyncIteration:
+                    return
+                finally:
+                    state[1] = False
+                yield item
+        finally:
+            await agen.aclose()
+    return events()
 
 
 def _reader_gone(result) -> bool:
@@ -413,8 +479,11 @@ def _reader_gone(result) -> bool:
     the run itself only for a reader cancelled while waiting for the next event; otherwise
     the run goes on unread until something cancels it, usually ``asyncio.run`` cancelling the
     tasks left when its main coroutine returns. Its CancelledError arrives while no reader
-    waits for an event (``_waiting_on_event_queue``, without which nothing is assumed)."""
-    return result is not None and getattr(result, "_waiting_on_event_queue", None) is False
+    waits for an event (or none ever read: the caller left the run unread)."""
+    if result is None:
+        return False
+    state = _READERS.get(id(result))
+    return not (state is not None and state[0]() is result and state[1])
 
 
 def _streamed_error(result) -> BaseException | None:
@@ -423,16 +492,16 @@ def _streamed_error(result) -> BaseException | None:
     task) and raises ``MaxTurnsExceeded`` only later, to the caller reading ``stream_events``;
     without this its workflow span would be ok and an implicit trial passed. Read only, with
     the SDK's own test (``RunResultStreaming._check_errors``): a max-turns error handler that
-    answered sets ``_max_turns_handled``."""
+    answered marks the max-turns error handled."""
     if result is None:
         return None
     try:
-        stored = getattr(result, "_stored_exception", None)
+        stored = _sdk_state(result, "_stored_exception")
         if isinstance(stored, Exception):
             return stored
         max_turns, turn = getattr(result, "max_turns", None), getattr(result, "current_turn", None)
         if (isinstance(max_turns, int) and isinstance(turn, int) and turn > max_turns
-                and not getattr(result, "_max_turns_handled", False)):
+                and not _sdk_state(result, "_max_turns_handled", False)):
             from agents.exceptions import MaxTurnsExceeded
             return MaxTurnsExceeded(f"Max turns ({max_turns}) exceeded")
     except Exception:
@@ -453,12 +522,15 @@ def _run_streamed(wrapped, instance, args, kwargs):
 _PROCESSOR: AssayTracingProcessor | None = None
 
 
+_PROVIDER = None  # the SDK trace provider our processor was added to
+
+
 def _set_processors(wrapped, instance, args, kwargs):
     # set_trace_processors([...]) replaces every processor (applications do it to drop the
     # SDK's upload to OpenAI): ours stays, as our OTel processors stay on an application's
     # provider; without it the runs would record no agent, LLM or tool step at all
     procs = list(args[0] if args else kwargs.get("processors") or [])
-    if _PROCESSOR is not None and _PROCESSOR in getattr(instance, "_processors", ()) and _PROCESSOR not in procs:
+    if _PROCESSOR is not None and instance is _PROVIDER and _PROCESSOR not in procs:
         procs.append(_PROCESSOR)
     return wrapped(procs)
 
@@ -489,17 +561,26 @@ def _set_disabled(wrapped, instance, args, kwargs):
 
 
 def instrument(module=None) -> bool:
-    global _PROCESSOR
+    global _PROCESSOR, _PROVIDER
     try:
         from agents import add_trace_processor
-        from agents.tracing.provider import SynchronousMultiTracingProcessor
+        from agents.result import RunResultStreaming
+        from agents.tracing import TraceProvider, get_trace_provider
     except ImportError:  # a package named "agents" that is not the OpenAI Agents SDK
         return False
     if _PROCESSOR is None:
         import wrapt
         _PROCESSOR = AssayTracingProcessor()
+        _PROVIDER = get_trace_provider()
         add_trace_processor(_PROCESSOR)
-        wrapt.wrap_function_wrapper(SynchronousMultiTracingProcessor, "set_processors", _set_processors)
+        for cls in type(_PROVIDER).__mro__:  # the provider's own set_processors, wherever defined
+            if cls is not TraceProvider and "set_processors" in cls.__dict__:
+                wrapt.wrap_function_wrapper(cls, "set_processors", _set_processors)
+                break
+        if callable(getattr(RunResultStreaming, "cancel", None)):
+            wrapt.wrap_function_wrapper(RunResultStreaming, "cancel", _cancel)
+        if callable(getattr(RunResultStreaming, "stream_events", None)):
+            wrapt.wrap_function_wrapper(RunResultStreaming, "stream_events", _stream_events)
         try:
             from agents.run import AgentRunner
         except ImportError:  # pragma: no cover - older SDKs
@@ -518,7 +599,7 @@ def instrument(module=None) -> bool:
     else:
         try:  # disabled before we were imported
             from agents.tracing import get_trace_provider
-            if getattr(get_trace_provider(), "_manual_disabled", None) is True:
+            if _sdk_state(get_trace_provider(), "_manual_disabled") is True:
                 _warn_tracing_disabled("set_tracing_disabled(True)")
         except Exception:
             pass

@@ -23,8 +23,7 @@ FRAMEWORKS: dict[str, tuple[str, str]] = {
 # further modules whose import completes an adapter (adapter.on_module(mod) is called);
 # registered up front, so a hook never sees a half-imported module
 EXTRA_HOOKS: dict[str, tuple[str, ...]] = {
-    "autogen": ("autogen_agentchat.teams._group_chat._base_group_chat", "autogen_agentchat.agents._base_chat_agent",
-                "autogen_agentchat.agents._assistant_agent"),
+    "autogen": ("autogen_agentchat.agents", "autogen_agentchat.teams"),
     "langchain": ("langgraph.pregel.main",),
 }
 ALIASES = {"langgraph": "langchain", "openai-agents": "openai_agents", "agents": "openai_agents",

@@ -6,8 +6,9 @@ covered):
 * ``MultiStepAgent.run`` -> ``invoke_agent {name}`` (current context while it runs, so a
   managed agent called as a tool nests under the calling ``execute_tool`` span);
   streaming runs (``stream=True``) keep the span open while the generator is consumed;
-* ``MultiStepAgent._generate_planning_step`` -> ``plan {name}`` (a reason step); the LLM
-  call that writes the plan is its child;
+* a planning step (``planning_interval``) -> ``plan {name}`` (a reason step), opened by the
+  agent's model call that writes the plan (its child) and ended by the ``PlanningStep``
+  smolagents reports (a step callback, or an item of a streamed run);
 * ``generate`` / ``generate_stream`` of every ``Model`` class in use (built-in, user
   subclasses, the class of an agent's model) -> ``chat {model_id}`` with token usage, tool
   definitions, finish reason, input/output messages. A model often calls another wrapped
@@ -51,7 +52,7 @@ _PATCHES: list = []  # (owner, attribute name, original)
 _WRAPPED_MODELS: set = set()
 _RUN: contextvars.ContextVar = contextvars.ContextVar("otel_assay_smol_run", default=None)
 # smolagents classes the step callback tests against (set by instrument)
-_ACTION_STEP = _EXECUTION_ERROR = _MAX_STEPS_ERROR = None
+_ACTION_STEP = _PLANNING_STEP = _EXECUTION_ERROR = _MAX_STEPS_ERROR = None
 
 
 def _agent_name(agent) -> str:
@@ -153,22 +154,34 @@ class _Call(DeferredCall):
 
 
 def _generate(wrapped, instance, args, kwargs):
-    call = _Call(_CALL, instance, args, kwargs)
-    token = _CALL.set(call)
+    plan = _plan_span(instance)
+    ptoken = _attached(plan) if plan is not None else None
     try:
-        msg = wrapped(*args, **kwargs)
-    except BaseException as e:
-        call.fail(e)
-        raise
+        call = _Call(_CALL, instance, args, kwargs)
+        token = _CALL.set(call)
+        try:
+            msg = wrapped(*args, **kwargs)
+        except BaseException as e:
+            call.fail(e)
+            raise
+        finally:
+            _CALL.reset(token)
     finally:
-        _CALL.reset(token)
+        if ptoken is not None:
+            otel_context.detach(ptoken)
     call.end(_chat_finish, msg)
     return msg
 
 
 def _generate_stream(wrapped, instance, args, kwargs):
     def gen():
-        call = _Call(_CALL, instance, args, kwargs)
+        plan = _plan_span(instance)
+        ptoken = _attached(plan) if plan is not None else None
+        try:
+            call = _Call(_CALL, instance, args, kwargs)
+        finally:
+            if ptoken is not None:
+                otel_context.detach(ptoken)
         inp = out = 0
         text = []
         deltas = None
@@ -178,6 +191,7 @@ def _generate_stream(wrapped, instance, args, kwargs):
                 # code is not part of this call, and a token must be reset where it was set.
                 # The call itself too: a generate_stream that is no generator function runs
                 # its code when called
+                ptoken = _attached(plan) if plan is not None else None
                 token = _CALL.set(call)
                 try:
                     if deltas is None:
@@ -187,6 +201,8 @@ def _generate_stream(wrapped, instance, args, kwargs):
                     break
                 finally:
                     _CALL.reset(token)
+                    if ptoken is not None:
+                        otel_context.detach(ptoken)
                 u = getattr(delta, "token_usage", None)
                 if u is not None:
                     inp += u.input_tokens or 0
@@ -243,10 +259,13 @@ class _Run:
     step that rejects the answer marks that call failed; otherwise it ends as it was, at
     its own end time."""
 
-    __slots__ = ("agent", "span", "chat", "chat_end", "tool_failed", "max_steps", "ended", "__weakref__")
+    __slots__ = ("agent", "span", "chat", "chat_end", "tool_failed", "max_steps", "ended", "plan", "planned",
+                 "__weakref__")
 
     def __init__(self, agent, span):
         self.agent, self.span = agent, span
+        self.plan = None          # the open ``plan`` span (see _plan_span)
+        self.planned = None       # the step number whose planning step has ended
         self.chat = self.chat_end = None
         self.tool_failed = False  # a step span of the current ActionStep already failed
         self.max_steps = None     # the AgentMaxStepsError the run ended with
@@ -288,8 +307,10 @@ def _watch_steps(agent) -> None:
         return
     if hasattr(reg, "register"):
         reg.register(_ACTION_STEP, _on_action_step)
+        reg.register(_PLANNING_STEP, _on_planning_step)
     elif isinstance(reg, list):  # smolagents before the CallbackRegistry
         reg.append(_on_action_step)
+        reg.append(_on_planning_step)
     else:
         return
     d["_otel_assay_steps"] = reg
@@ -373,6 +394,7 @@ def _end_agent(run, t, output=None, exc=None):
         run.ended = True
         _OPEN_STREAMS.discard(run)
     span = run.span
+    _end_plan(run, exc=exc)  # a plan cut short: its model call raised, or the reader stopped
     run.release()  # an answer still held: its step was cut short (the run raised, or its reader stopped)
     if exc is not None:
         fail(span, exc)
@@ -436,6 +458,8 @@ def _traced_gen(gen, run, on_end):
             finally:
                 _leave(tokens)
             last = item
+            if run.plan is not None and isinstance(item, _PLANNING_STEP):
+                _end_plan(run, item)  # a streamed run yields its planning step before finalising it
             yield item
     except GeneratorExit:
         # the consumer stopped iterating (a break out of the loop): not an error of the agent
@@ -447,48 +471,55 @@ def _traced_gen(gen, run, on_end):
     on_end(getattr(last, "output", None) if type(last).__name__ == "FinalAnswerStep" else None, None)
 
 
-def _plan(wrapped, instance, args, kwargs):
-    name = _agent_name(instance)
-    span = start_span(f"plan {name}", {semconv.GEN_AI_OPERATION_NAME: semconv.OP_PLAN, semconv.GEN_AI_AGENT_NAME: name,
-                                       semconv.ASSAY_STEP_KIND: "reason", semconv.ASSAY_FRAMEWORK: FRAMEWORK})
-    _wrap_models(getattr(instance, "model", None))
+def _plan_span(model):
+    """The ``plan {name}`` span (a reason step) a model call belongs to, opened by the call
+    that starts it: the agent's own model called while planning is due at the agent's
+    current step (``planning_interval``, ``step_number``) and that step's planning step has
+    not ended yet. smolagents offers no hook before a planning step, only the finished
+    ``PlanningStep`` (a step callback, and an item of a streamed run), which ends the span
+    with its usage and plan (``_end_plan``); a run that ends first ends it too."""
+    run = _RUN.get()
+    if run is None or run.ended or getattr(run.agent, "model", None) is not model:
+        return None
+    if run.plan is not None:
+        return run.plan
+    agent = run.agent
+    interval, n = getattr(agent, "planning_interval", None), getattr(agent, "step_number", None)
+    if not isinstance(interval, int) or not isinstance(n, int) or interval <= 0 or run.planned == n:
+        return None
+    if n != 1 and (n - 1) % interval:
+        return None
+    name = _agent_name(agent)
+    run.plan = start_span(f"plan {name}", {semconv.GEN_AI_OPERATION_NAME: semconv.OP_PLAN,
+                                           semconv.GEN_AI_AGENT_NAME: name, semconv.ASSAY_STEP_KIND: "reason",
+                                           semconv.ASSAY_FRAMEWORK: FRAMEWORK}, parent=run.span)
+    return run.plan
 
-    def on_end(step, exc):
-        if exc is not None:
-            fail(span, exc)
-            return
-        if step is not None:
-            usage = getattr(step, "token_usage", None)
-            if usage is not None:
-                span.set_attributes({semconv.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
-                                     semconv.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens})
-            if _runtime.capture_content() and getattr(step, "plan", None):
-                span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json([text_parts("assistant", step.plan)]))
-        span.end()
 
-    def gen():
-        last = None
-        inner = wrapped(*args, **kwargs)
-        try:
-            while True:
-                token = _attached(span)
-                try:
-                    item = next(inner)
-                except StopIteration:
-                    break
-                finally:
-                    otel_context.detach(token)
-                last = item
-                yield item
-        except GeneratorExit:
-            # the consumer stopped reading (a break out of a streamed run): not a failed plan
-            on_end(last if type(last).__name__ == "PlanningStep" else None, None)
-            raise
-        except BaseException as e:
-            on_end(None, e)
-            raise
-        on_end(last if type(last).__name__ == "PlanningStep" else None, None)
-    return gen()
+def _end_plan(run, step=None, exc=None) -> None:
+    """End the open plan span: failed by ``exc``, else with what the ``PlanningStep`` says."""
+    span, run.plan = run.plan, None
+    if span is None:
+        return
+    run.planned = getattr(run.agent, "step_number", None)
+    if exc is not None:
+        fail(span, exc)
+        return
+    if step is not None:
+        usage = getattr(step, "token_usage", None)
+        if usage is not None:
+            span.set_attributes({semconv.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
+                                 semconv.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens})
+        if _runtime.capture_content() and getattr(step, "plan", None):
+            span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json([text_parts("assistant", step.plan)]))
+    span.end()
+
+
+def _on_planning_step(step, agent=None) -> None:
+    """A PlanningStep is finalised (smolagents' step callback): its plan span ends."""
+    run = _RUN.get()
+    if run is not None and run.agent is agent and isinstance(step, _PLANNING_STEP):
+        _end_plan(run, step)
 
 
 def _tool_span(name, arguments, call_id, description=None, parent=None, start_time=None):
@@ -600,17 +631,17 @@ def _patch(owner, attr, wrapper) -> None:
 
 
 def instrument(module=None) -> bool:
-    global _ACTION_STEP, _EXECUTION_ERROR, _MAX_STEPS_ERROR
+    global _ACTION_STEP, _PLANNING_STEP, _EXECUTION_ERROR, _MAX_STEPS_ERROR
     if _PATCHES:
         return True
     from smolagents import agents, tools
-    from smolagents.memory import ActionStep
+    from smolagents.memory import ActionStep, PlanningStep
     from smolagents.utils import AgentExecutionError, AgentMaxStepsError
-    _ACTION_STEP, _EXECUTION_ERROR, _MAX_STEPS_ERROR = ActionStep, AgentExecutionError, AgentMaxStepsError
+    _ACTION_STEP, _PLANNING_STEP = ActionStep, PlanningStep
+    _EXECUTION_ERROR, _MAX_STEPS_ERROR = AgentExecutionError, AgentMaxStepsError
     _patch(agents.MultiStepAgent, "run", _run)
     _runtime.add_trial_end(_trial_end)
     _patch(agents.MultiStepAgent, "__call__", _agent_call)
-    _patch(agents.MultiStepAgent, "_generate_planning_step", _plan)
     _patch(agents.ToolCallingAgent, "process_tool_calls", _process_tool_calls)
     _patch(agents.ToolCallingAgent, "execute_tool_call", _execute_tool_call)
     _patch(tools.Tool, "__call__", _tool_call)

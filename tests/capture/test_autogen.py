@@ -289,3 +289,35 @@ def test_a_stream_its_reader_stops_is_an_incomplete_trial_not_a_failed_one(tmp_p
     if kind == "team":
         (wf,) = [s for s in tr if s["name"] == "invoke_workflow RoundRobinGroupChat"]
         assert wf["attributes"]["assay.incomplete"] == "caller_stopped"
+
+
+def test_a_clients_model_name_comes_from_its_public_configuration():
+    """The chat span is named after the model a client's component configuration names (as
+    AutoGen's OpenAI, Azure and Anthropic clients keep it), else a public ``model``
+    attribute, else the model family, else the client's class."""
+    import warnings
+
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+    from pydantic import BaseModel
+
+    from otel_assay.capture.autogen import _model_name
+
+    class ModelConfig(BaseModel):
+        model: str
+
+    class Configured(ReplayChatCompletionClient):
+        component_config_schema = ModelConfig
+
+        def _to_config(self) -> ModelConfig:
+            return ModelConfig(model="gpt-test-1")
+
+    class Attribute(ReplayChatCompletionClient):
+        model = "attr-model"
+
+    info = {"family": "fam-1", "vision": False, "function_calling": True, "json_output": False,
+            "structured_output": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # naming a span warns about nothing
+        names = [_model_name(Configured([])), _model_name(Attribute([], model_info=info)),
+                 _model_name(ReplayChatCompletionClient([], model_info=info)), _model_name(object())]
+    assert names == ["gpt-test-1", "attr-model", "fam-1", "object"]

@@ -343,3 +343,15 @@ def test_ctrl_c_during_a_tool_is_no_step_failure(tmp_path):
         assert names[n]["attributes"].get("assay.incomplete") == "interrupted", n
     (t,) = query(lake, "SELECT error_class, outcome, n_errors FROM trials")
     assert t == {"error_class": "interrupted", "outcome": None, "n_errors": 0}
+
+
+def test_uninstrument_stops_recording_and_instrument_resumes_it(tmp_path):
+    """LangChain cannot unregister a configure hook, so ours stays and ignores new runs once
+    uninstrumented: a graph run then records no step, and recording resumes on instrument()."""
+    lake = tmp_path / "lake"
+    run_script("langgraph_small.py", lake, "uninstrument")
+    names = {s: [x["name"] for x in trial_spans(lake, s)[0]] for s in ("before", "after", "again")}
+    assert names["after"] == ["assay.trial after"]
+    for s in ("before", "again"):
+        assert {"invoke_agent billing", "execute_tool secret_lookup", "chat scripted-1"} <= set(names[s]), names[s]
+    assert len(names["before"]) == len(names["again"])

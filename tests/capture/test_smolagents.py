@@ -159,6 +159,22 @@ def add_then_answer(scenario, model="scripted-1"):
         (n, "invoke_agent calc") for n in (f"chat {model}", "execute_tool add", f"chat {model}", "execute_tool final_answer")]
 
 
+@pytest.mark.parametrize("scenario", ["replanning", "replanning-stream"])
+def test_planning_at_every_step_is_one_reason_step_each(lake, scenario):
+    # a plan span is opened by the model call that writes the plan and ended by smolagents'
+    # PlanningStep: the action steps' model calls between plans are the agent's, not a plan's
+    tr = one(lake, scenario)
+    by_id = {s["span_id"]: s for s in tr}
+    plans = [s for s in tr if s["name"] == "plan replanner"]
+    assert len(plans) == 2
+    chats = [s for s in tr if s["op"] == "chat"]
+    assert len(chats) == 4
+    under = [by_id[c["parent_span_id"]]["name"] for c in chats]  # spans come in order of start
+    assert under == ["plan replanner", "invoke_agent replanner"] * 2
+    assert all(p["attributes"]["assay.step.kind"] == "reason" and p["status_code"] == 0 for p in plans)
+    assert ["answer 2" in p["attributes"]["gen_ai.output.messages"] for p in plans] == [False, True]
+
+
 def chats(tr):
     return [(s["model"], s["provider"], s["input_tokens"], s["output_tokens"]) for s in tr if s["op"] == "chat"]
 

@@ -1,11 +1,12 @@
 """One small LangGraph agent run; argv[1] = auto-first | auto-last | implicit (no trial
 call: OTEL_ASSAY_SCENARIO makes each top-level invocation a trial) | ctrl-c (Ctrl-C during
-the tool call, caught outside the trial)."""
+the tool call, caught outside the trial) | uninstrument (a run after uninstrument(), then
+one after instrumenting again)."""
 
 import sys
 
 MODE = sys.argv[1]
-if MODE in ("auto-first", "ctrl-c"):
+if MODE in ("auto-first", "ctrl-c", "uninstrument"):
     import otel_assay.auto  # noqa: F401
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
@@ -58,6 +59,15 @@ elif MODE == "ctrl-c":
             app().invoke({"messages": [HumanMessage("what does ann owe?")]})
     except KeyboardInterrupt:
         print("interrupted")
+elif MODE == "uninstrument":
+    import otel_assay
+    for scenario, instrumented in (("before", True), ("after", False), ("again", True)):
+        if instrumented:
+            otel_assay.instrument(["langgraph"])
+        else:
+            otel_assay.uninstrument()
+        with otel_assay.trial(scenario, version=MODE):
+            app().invoke({"messages": [HumanMessage("what does ann owe?")]})
 else:
     import otel_assay
     with otel_assay.trial("order", version=MODE) as t:

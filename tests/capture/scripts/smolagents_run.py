@@ -145,6 +145,15 @@ agent = ToolCallingAgent(tools=[add], planning_interval=5, verbosity_level=0, na
 with otel_assay.trial("planning", version="v1") as t:
     t.outcome(passed=agent.run("1+1?") == "2")
 
+# 5b. planning again at every step: each plan has its own span and only its own LLM call
+agent = ToolCallingAgent(tools=[add], planning_interval=1, verbosity_level=0, name="replanner",
+                         model=ScriptedModel([("text", "1. add 1 and 1\n<end_plan>"),
+                                              ("call", "add", {"a": 1, "b": 1}),
+                                              ("text", "1. answer 2\n<end_plan>"),
+                                              ("call", "final_answer", {"answer": "2"})]))
+with otel_assay.trial("replanning", version="v1") as t:
+    t.outcome(passed=agent.run("1+1?") == "2")
+
 
 # 6. steps that fail without the run failing: smolagents records the error on the ActionStep
 # and lets the model try again
@@ -239,6 +248,15 @@ class CachingModel(Model):
 
 
 ADD_THEN_ANSWER = [("call", "add", {"a": 2, "b": 3}), ("call", "final_answer", {"answer": "5"})]
+
+# 5c. planning at every step with the model's answers streamed
+agent = ToolCallingAgent(tools=[add], planning_interval=1, verbosity_level=0, name="replanner", stream_outputs=True,
+                         model=NativeStreamModel([("text", "1. add 1 and 1\n<end_plan>"),
+                                                  ("call", "add", {"a": 1, "b": 1}),
+                                                  ("text", "1. answer 2\n<end_plan>"),
+                                                  ("call", "final_answer", {"answer": "2"})]))
+with otel_assay.trial("replanning-stream", version="v1") as t:
+    t.outcome(passed=agent.run("1+1?") == "2")
 
 # 4d. streamed runs whose consumer stops while the agent plans, and while the model streams
 for scenario, kw in (("stream-break-plan", dict(planning_interval=1)), ("stream-break-deltas", dict(stream_outputs=True))):
