@@ -653,10 +653,13 @@ def _data_problem(con, path: Path) -> str | None:
     """Why ``path``'s rows cannot be read in full (corrupt pages), or None."""
     import duckdb
 
+    # the relation read as an Arrow stream (its __arrow_c_stream__): one batch at a time, with
+    # the same call on every DuckDB this package supports; a page DuckDB cannot decode fails
+    # the stream with DuckDB's message, raised by Arrow or by DuckDB depending on where it broke
     try:
-        for _ in con.sql("SELECT * FROM read_parquet(?)", params=[str(path)]).to_arrow_reader():
+        for _ in pa.RecordBatchReader.from_stream(con.sql("SELECT * FROM read_parquet(?)", params=[str(path)])):
             pass
-    except duckdb.Error as e:
+    except (duckdb.Error, pa.ArrowException) as e:
         return f"unreadable data ({str(e).splitlines()[0][:200]})"
     return None
 

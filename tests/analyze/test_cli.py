@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 
+import duckdb
 import pytest
 
 from otel_assay.cli import main
@@ -242,6 +243,16 @@ def test_a_price_table_or_name_list_that_cannot_be_used_is_a_usage_error(capsys,
         assert code == 3 and f"{option} ',,' names nothing" in err, err
 
 
+def _explain_refusal(query: str) -> str:
+    """What refuses ``query``: our check of the statement EXPLAIN ANALYZE would run, or, where
+    this DuckDB's parser has no option list after EXPLAIN ANALYZE (before 2.0), its syntax error."""
+    try:
+        duckdb.extract_statements(query)
+    except duckdb.ParserException:
+        return "Parser Error: syntax error"
+    return "EXPLAIN runs only on a query"
+
+
 def test_sql_explain_analyze_cannot_write(capsys, lake):
     # EXPLAIN ANALYZE runs the statement it explains, and the locked-down engine may write
     # where it may read: a COPY under it put a file (a second copy of the spans) into the lake
@@ -251,7 +262,7 @@ def test_sql_explain_analyze_cannot_write(capsys, lake):
                   f"EXPLAIN /* c */ ANALYSE (FORMAT json) COPY (SELECT 1) TO '{part}/x.csv'",
                   "explain analyze create table t as select 1"):
         code, _, err = run(capsys, "sql", str(lake), query)
-        assert code == 3 and "EXPLAIN runs only on a query" in err and "Traceback" not in err, (query, err)
+        assert code == 3 and _explain_refusal(query) in err and "Traceback" not in err, (query, err)
     assert sorted(lake.rglob("*")) == before
     code, _, err = run(capsys, "sql", str(lake), "/* why */ COPY (SELECT 1) TO 'x.csv'")
     assert code == 3 and "COPY statements are not allowed" in err
