@@ -20,6 +20,10 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import DataError, UsageError
+from .gate import GateConfig, run_gate
+from .report.html import write_html
+from .report.json_report import write_json
+from .report.junit import write_junit
 
 MARKER = ".otel-assay-demo"
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "langgraph_agent.py"
@@ -77,11 +81,6 @@ def run_agents(lake: str | os.PathLike, trials: dict[str, int], seed: int, timeo
 
 def run_demo(out_dir: str | os.PathLike, *, trials: int = 60, seed: int = 1,
              log: Callable[[str], None] = lambda m: None) -> DemoResult:
-    from .gate import GateConfig, run_gate
-    from .report.html import write_html
-    from .report.json_report import write_json
-    from .report.junit import write_junit
-
     t0 = time.monotonic()
     out = Path(out_dir)
     _prepare(out)

@@ -29,9 +29,14 @@ import re
 import struct
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
+
+import duckdb
+import pyarrow as pa
+import zstandard
 
 from ..lake.files import Lake, duckdb_connect, sql_list
 from .otlp import MalformedOTLP, add_json, add_protobuf, parse_json, parse_protobuf
@@ -143,14 +148,10 @@ def _open_decompressed(path: Path, progress) -> tuple[io.BufferedReader, str]:
     f.seek(0)
     raw = io.BufferedReader(_Counting(f, progress), 1 << 20)
     if head[:2] == _GZIP:
-        import zlib
-
         # BadGzipFile (a bad header or CRC) is an OSError, but not a failing read
         gz = _Decompressed(gzip.GzipFile(fileobj=raw), "gzip", (EOFError, zlib.error, gzip.BadGzipFile))
         return io.BufferedReader(gz, 1 << 20), "gzip"
     if head == _ZSTD:
-        import zstandard
-
         return io.BufferedReader(_Decompressed(_ZstdFrames(raw), "zstd", (zstandard.ZstdError,)), 1 << 20), "zstd"
     return raw, ""
 
@@ -167,8 +168,6 @@ class _ZstdFrames(io.RawIOBase):
     STEP = 8 << 10  # compressed bytes per call: zstd expands at most ~32,000x, so at most ~256 MiB out
 
     def __init__(self, raw: BinaryIO):
-        import zstandard
-
         self.raw, self.dctx, self.frame = raw, zstandard.ZstdDecompressor(), None
         self.out, self.pos = b"", 0  # decompressed, not yet handed out
 
@@ -176,8 +175,6 @@ class _ZstdFrames(io.RawIOBase):
         return True
 
     def readinto1(self, b) -> int:
-        import zstandard
-
         while self.pos == len(self.out):
             rest = b""
             if self.frame is not None and self.frame.eof:
@@ -389,9 +386,6 @@ def _count_already_in_lake(lake: Lake, written: list[tuple[FileReport, list[Path
     was skipped (too much to read, or the lake could not be read): it is a notice, not part
     of the import.
     """
-    import duckdb
-    import pyarrow as pa
-
     if not written:
         return
     source = {f: i for i, (_, files) in enumerate(written) for f in files}  # file -> input, in import order
@@ -516,8 +510,6 @@ def _import_protobuf(stream: BinaryIO, *, batch_ref, flush, report: FileReport) 
 
 def _unzstd_record(record: bytes) -> bytes:
     """One zstd-compressed record, at most MAX_RECORD bytes decompressed (a record is read whole)."""
-    import zstandard
-
     frames, body, buf = _ZstdFrames(io.BytesIO(record)), bytearray(), memoryview(bytearray(1 << 20))
     try:
         while n := frames.readinto1(buf):

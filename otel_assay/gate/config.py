@@ -15,6 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ..errors import UsageError
 from ..oracles.contracts import ContractError, parse_contracts
 from ..oracles.metamorphic import parse_relations
@@ -110,8 +112,6 @@ class _Located:
         return UsageError(f"{self.where(path)}: {key}: {message}")
 
     def walk(self, node, path: tuple = ()) -> None:
-        import yaml
-
         self.lines[path] = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int] = {}
@@ -181,8 +181,6 @@ def _checks(loc: _Located, path: tuple, value) -> dict[str, bool]:
 
 def parse_config(text: str, source: str = "<config>") -> GateConfig:
     """Validate a YAML configuration (``yaml.safe_load``); every error names the key and line."""
-    import yaml
-
     loc = _Located(source)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -311,8 +309,6 @@ def parse_config(text: str, source: str = "<config>") -> GateConfig:
 def _written_keys(root, section: str) -> dict:
     """The keys of the top-level mapping ``section`` that YAML read as something other than
     text (numbers, booleans, null), each to its text as written in the file."""
-    import yaml
-
     out: dict = {}
     if not isinstance(root, yaml.MappingNode):
         return out

@@ -184,7 +184,8 @@ def _t2_critical(h, alpha: float) -> float | None:
     """The T² a shift must reach to be significant at alpha (from the F reference)."""
     if not h.df:
         return None
-    # imported here: scipy costs a noticeable part of a gate run's start, and only this needs it
+    # imported here: scipy.special costs 0.9 s, and commands that only import the gate package
+    # (`gate init`, loading a config for `live run`) must not pay it
     from scipy.special import fdtri
 
     d1, d2 = h.df

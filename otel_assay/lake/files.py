@@ -96,6 +96,8 @@ def duckdb_connect(memory_limit: str | None = None):
     OTEL_ASSAY_MEMORY_LIMIT, else DuckDB's own), spilling past it to the system temp
     directory; an in-memory DuckDB would otherwise spill into ./.tmp of whatever directory
     the command runs in (a CI checkout)."""
+    # imported here: the span exporter loads this module in every instrumented agent and
+    # writes with pyarrow alone; duckdb (0.16 s) loads only when a query or compaction runs
     import duckdb
 
     con = duckdb.connect()
@@ -129,6 +131,8 @@ def exclusive_lock(path: Path, busy: Exception):
     """An exclusive lock on ``path``, held while the returned file is open (the OS drops it
     when the process dies, so a crash never leaves it held); raises ``busy`` when another
     process holds it."""
+    # imported here: fcntl exists only on POSIX, and the rest of this module (reading and
+    # writing lake files) must import everywhere
     import fcntl
 
     f = open(path, "a+b")
@@ -516,7 +520,7 @@ class Lake:
         return [f for f in files if not ((m := _SEGMENT_FILE_RE.match(f.name)) and m.group(1) in segments)]
 
     def _compact(self, target_bytes: int, grace_seconds: float, progress) -> "CompactResult":
-        import duckdb
+        import duckdb  # imported here: see duckdb_connect, agents that only write never pay it
 
         result = CompactResult()
         result.deleted_files += self._finish_records(grace_seconds)
@@ -651,7 +655,7 @@ class CompactResult:
 
 def _data_problem(con, path: Path) -> str | None:
     """Why ``path``'s rows cannot be read in full (corrupt pages), or None."""
-    import duckdb
+    import duckdb  # imported here: see duckdb_connect, agents that only write never pay it
 
     # the relation read as an Arrow stream (its __arrow_c_stream__): one batch at a time, with
     # the same call on every DuckDB this package supports; a page DuckDB cannot decode fails

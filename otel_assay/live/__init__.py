@@ -10,6 +10,8 @@
 - :mod:`.display` — what ``otel-assay run`` and ``otel-assay mutate`` show.
 """
 
+import importlib
+
 _LAZY = {
     "load_scenarios": ("otel_assay.live.scenarios", "load_scenarios"),
     "parse_scenarios": ("otel_assay.live.scenarios", "parse_scenarios"),
@@ -26,7 +28,6 @@ def __getattr__(name):
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'otel_assay.live' has no attribute {name!r}")
-    import importlib
     value = getattr(importlib.import_module(target[0]), target[1])
     globals()[name] = value
     return value

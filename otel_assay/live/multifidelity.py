@@ -25,8 +25,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
+from scipy.stats import binom
 
 from ..errors import UsageError
+from ..stats import multi_fidelity_allocation, multi_fidelity_combine
+from .runner import run_suite
+from .scenarios import Scenario, Suite
 
 
 @dataclass
@@ -73,12 +77,6 @@ def estimate_rho(target_records, proxy_records) -> float:
 def run_multi_fidelity(suite, target: Callable, proxy: Callable, *, version: str, lake: str,
                        cost_ratio: float, rho: float | None = None, calibration: int = 10,
                        concurrency: int | None = None) -> MultiFidelityResult:
-    from scipy.stats import binom
-
-    from ..stats import multi_fidelity_allocation, multi_fidelity_combine
-    from .runner import run_suite
-    from .scenarios import Scenario, Suite
-
     if not 0 < cost_ratio < 1:
         raise UsageError(f"cost_ratio (proxy cost / target cost) must be in (0, 1), got {cost_ratio}")
 

@@ -39,10 +39,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Mapping
 
+import otel_assay
 from ..errors import UsageError
+from .scenarios import RunConfig
 
 CLASSES = ("prompt", "tool", "model", "context")
 SYNONYMS = {
@@ -109,6 +112,8 @@ class AgentConfig:
 
     @classmethod
     def load(cls, path) -> "AgentConfig":
+        # imported here: `otel-assay` loads this module at start-up (for `mutate --help`),
+        # and yaml costs 0.14 s
         import yaml
         try:
             with open(path, encoding="utf-8") as f:
@@ -134,7 +139,6 @@ def _synonym(c: AgentConfig, rng: random.Random):
     if not words:
         return None
     w = rng.choice(sorted(words))
-    import re
     new = re.sub(rf"\b{w}\b", SYNONYMS[w], c.prompt, count=1, flags=re.IGNORECASE)
     return (replace(c, prompt=new), f"'{w}' -> '{SYNONYMS[w]}'") if new != c.prompt else None
 
@@ -331,12 +335,13 @@ def mutation_score(results: list[MutantResult]) -> tuple[float | None, dict[str,
 
 class _Shim:
     def __init__(self, scenario):
-        from .scenarios import RunConfig
         self.scenario = scenario
         self.cfg = RunConfig(method="mutation")
 
 
 def _trial(scenario, agent, version, index, pool, collector, retries: int, timeout):
+    # imported here: `otel-assay` loads this module at start-up (for `mutate --help`);
+    # the runner brings numpy, duckdb and the OTel SDK
     from .runner import _is_async, _one_trial
 
     attempt = 0
@@ -364,7 +369,7 @@ def _next_indices(lake: str, version: str) -> dict[tuple[str, str], int]:
     """(version, scenario) -> the first unused trial index, for ``version`` and its mutants'
     ``version+...``: a second mutation run on the same lake continues the index sequence
     instead of writing a second trial 0, 1, ... (which breaks pairing trials by index)."""
-    from .runner import query_trials
+    from .runner import query_trials  # imported here: see _trial
 
     rows = query_trials(lake, "SELECT version, scenario, max(trial_index) + 1 FROM trials "
                               "WHERE (version = ? OR starts_with(version, ?)) AND trial_index IS NOT NULL GROUP BY ALL",
@@ -380,7 +385,8 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
     """Run the mutation analysis of ``suite`` (its scenarios and evaluators) for ``config``.
 
     Trials go to the lake as version ``{version}`` (the original) and ``{version}+{mutant}``."""
-    import otel_assay
+    # imported here: `otel-assay` loads this module at start-up (for `mutate --help`); scipy.stats
+    # (2.6 s), the statistics and the runner load only when mutants run
     from scipy.stats import fisher_exact
 
     from ..stats import SPRT, verdict

@@ -38,14 +38,24 @@ import math
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+import duckdb
 import numpy as np
 
+import otel_assay
 from .. import semconv, settings
+from ..analyze.engine import PRICES_ENV, Engine, query_files
+from ..analyze.select import Selection, SelectorError
+from ..capture import _runtime
+from ..capture.trial import Trial, classify_error, patch_threads
 from ..errors import DataError, UsageError
-from ..stats import SPRT, Verdict, adaptive_budget, sample_size_threshold, verdict as wilson_verdict
+from ..gate import GateConfig, run_gate
+from ..gate.lakes import open_lake, select
+from ..lake.files import LakeError
+from ..stats import (SPRT, Verdict, adaptive_budget, sample_size_threshold, sprt_operating_characteristics,
+                     verdict as wilson_verdict, wilson_interval)
 from .scenarios import RunConfig, Scenario, StepFacts, Suite
 
 EXCLUDED_CLASSES = ("infrastructure", "pre-validation", "empty-run")
@@ -62,11 +72,6 @@ def model_prices() -> list[tuple[str, float, float]]:
     ``model_prices`` table, or the CSV in $OTEL_ASSAY_PRICES (same columns)."""
     global _PRICES
     if _PRICES is None:
-        import os
-
-        import duckdb
-
-        from ..analyze.engine import PRICES_ENV, query_files
         con = duckdb.connect()
         csv = settings.prices()
         if csv:
@@ -164,9 +169,6 @@ def use_lake_or_refuse(lake) -> None:
     """Capture into ``lake`` from now on, or raise UsageError if spans already go elsewhere
     (the agent's module installed an OTLP pipeline on import): trials that never reach the
     lake could not be resumed, counted or gated."""
-    import otel_assay
-    from ..capture import _runtime
-
     otel_assay.capture.use_lake(lake)
     otel_assay.flush()
     p = _runtime.pipeline()
@@ -179,7 +181,6 @@ def use_lake_or_refuse(lake) -> None:
 def step_collector() -> _StepCollector | None:
     """The process's collector, added to the capture pipeline's provider on first use."""
     global _COLLECTOR
-    from ..capture import _runtime
 
     with _COLLECTOR_LOCK:
         if _COLLECTOR is None:
@@ -331,11 +332,6 @@ class RunResult:
 def query_trials(lake: str, sql: str, params: list, why: str = "") -> list[tuple]:
     """Rows of ``sql`` over the lake's views; none for a lake without span files yet (no
     engine to start)."""
-    import os
-
-    from ..analyze.engine import Engine
-    from ..lake.files import LakeError
-
     spans_dir = os.path.join(lake, "spans")
     if not os.path.isdir(spans_dir) or not any(f.endswith(".parquet") for _, _, fs in os.walk(spans_dir) for f in fs):
         return []
@@ -354,9 +350,6 @@ def check_baseline(lake: str, baseline: str) -> None:
     """A baseline the gate at the end could not use fails before any trial is paid for: a
     malformed selector is a usage error, one that matches no trial already in the lake a
     data error (the baseline's trials must be there before the candidate runs)."""
-    from ..analyze.select import Selection, SelectorError
-    from ..gate.lakes import open_lake as _open, select as _select
-
     try:
         Selection.parse([baseline])
     except SelectorError as e:
@@ -365,10 +358,10 @@ def check_baseline(lake: str, baseline: str) -> None:
     if not os.path.isdir(spans_dir) or not any(f.endswith(".parquet") for _, _, fs in os.walk(spans_dir) for f in fs):
         raise DataError(f"baseline {baseline}: the lake {lake} has no trials yet, so there is nothing to compare "
                         "with; run the baseline version into this lake first")
-    eng = _open(lake)
+    eng = open_lake(lake)
     try:
         eng.materialize(["steps", "trials"])
-        _select(eng, baseline, "baseline_trials", lake)
+        select(eng, baseline, "baseline_trials", lake)
     finally:
         eng.close()
 
@@ -476,7 +469,6 @@ class _ScenarioState:
         elif not r.done:
             self._finish_fixed(reason or "trials")
         if r.n:
-            from ..stats import wilson_interval
             ci = wilson_interval(r.successes, r.n, self.cfg.alpha)
             r.ci_low, r.ci_high = ci.low, ci.high
         if r.decision == "INCONCLUSIVE":
@@ -489,7 +481,6 @@ class _ScenarioState:
         p = (r.successes + 0.5) / (r.n + 1.0)
         p = min(max(p, 0.01), 0.99)
         if self.sprt is not None:
-            from ..stats import sprt_operating_characteristics
             oc = sprt_operating_characteristics(cfg.threshold, cfg.delta, cfg.alpha, cfg.beta, p=p,
                                                 initial_llr=r.llr if r.lower < r.llr < r.upper else 0.0)
             return max(1, int(math.ceil(oc.expected_n)))
@@ -597,7 +588,6 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
             raise UsageError(f"no scenario {missing[0]!r} in {suite.source}; it has {', '.join(sorted(names))}")
         selected = [s for s in suite.scenarios if s.name in scenarios]
     if method is not None:
-        from dataclasses import replace
         selected = [Scenario(s.name, s.input, s.properties, s.evaluator, replace(s.config, method=method))
                     for s in selected]
     cfg = suite.config
@@ -607,10 +597,6 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
                      budget_dollars if budget_dollars is not None else cfg.budget_dollars)
     if budget.dollars_max is not None:
         model_prices()  # fail early on a bad price table
-
-    import otel_assay
-    from ..capture import _runtime
-    from ..capture.trial import patch_threads
 
     if _runtime.disabled():
         raise UsageError("capture is disabled (OTEL_ASSAY_DISABLED): trials would not reach the lake")
@@ -639,7 +625,6 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
     result = RunResult(suite.name, version, str(lake), [s.run for s in states], time.monotonic() - started,
                        budget.tokens, cost_usd=budget.dollars)
     if baseline:
-        from ..gate import GateConfig, run_gate
         gcfg = gate_config or GateConfig(alpha=cfg.alpha, beta=cfg.beta, delta=cfg.delta, threshold=cfg.threshold,
                                          source=f"{suite.source} (config)")
         result.gate = run_gate(lake, gcfg, baseline=baseline, candidate=f"version={version}")
@@ -776,8 +761,6 @@ async def _exit_as_error(aw):
 
 async def _one_trial(st: _ScenarioState, idx: int, attempt: int, agent, is_async, version, pool, timeout,
                      collector) -> TrialRecord:
-    from ..capture.trial import Trial, classify_error
-
     sc = st.scenario
     t = Trial(sc.name, version=version, index=idx,
               attributes={ATTEMPT_ATTR: attempt, "assay.run.method": st.cfg.method})

@@ -39,16 +39,19 @@ Errors are :class:`~otel_assay.errors.UsageError` (exit 3) naming the file and t
 
 from __future__ import annotations
 
-import importlib
+import difflib
+import importlib.util
 import json
 import math
 import os
 import re
 import sys
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from ..errors import UsageError
+from ..oracles.contracts import ContractError, parse_contracts
 
 METHODS = ("fixed", "sprt", "adaptive")
 EVALUATORS = ("exact_match", "contains", "regex", "json_schema", "callable", "contract", "none")
@@ -169,15 +172,14 @@ def import_object(spec: str, what: str) -> Any:
         raise UsageError(f"{what} {spec!r}: give module:callable, e.g. myapp.agent:run")
     try:
         if mod_name.endswith(".py") or os.sep in mod_name:
-            import importlib.util as _ilu
             path = os.path.abspath(mod_name)
             if not os.path.isfile(path):
                 raise UsageError(f"{what} {spec!r}: no file {mod_name}")
             name = "_otel_assay_user_" + re.sub(r"\W", "_", path)
             module = sys.modules.get(name)
             if module is None:
-                sp = _ilu.spec_from_file_location(name, path)
-                module = _ilu.module_from_spec(sp)
+                sp = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(sp)
                 sys.modules[name] = module
                 sp.loader.exec_module(module)
         else:
@@ -310,6 +312,8 @@ def make_evaluator(spec: Any, props: Mapping, where: str) -> Evaluator:
             return ok, None, None if ok else f"no match for {pat!r}"
         return regex
     # json_schema
+    # imported here: @stochastic loads this module while pytest collects a user's tests, and
+    # jsonschema (0.26 s) is needed only by suites that check a schema
     import jsonschema
     schema, _ = _expected(spec, props, where, "schema")
     try:
@@ -334,8 +338,6 @@ def _contract_evaluator(spec: Mapping, where: str) -> Evaluator:
     """The oracle's contracts (otel_assay.oracles.contracts) judged live on each trial: the
     trial passes when every contract holds. Kinds that need the recorded trace in the lake
     (cost, tool errors, argument schemas, repeated calls, sql) are for `otel-assay gate`."""
-    from ..oracles.contracts import ContractError, parse_contracts
-
     try:
         contracts = parse_contracts(spec.get("contracts"), where=f"{where}: contracts")
     except ContractError as e:
@@ -346,8 +348,8 @@ def _contract_evaluator(spec: Mapping, where: str) -> Evaluator:
         if c.kind not in LIVE_CONTRACT_KINDS:
             raise UsageError(f"{where}: contract {c.name!r} ({c.kind}) is judged on the lake by `otel-assay gate`; "
                              f"live evaluators support {', '.join(LIVE_CONTRACT_KINDS)}")
-    import threading
-
+    # imported here: @stochastic loads this module while pytest collects a user's tests;
+    # duckdb (0.16 s) and jsonschema (0.26 s) are needed only by suites with contracts
     import duckdb
     import jsonschema
 
@@ -462,8 +464,6 @@ def parse_config(raw: Any, where: str, base: RunConfig | None = None) -> RunConf
 
 
 def _did_you_mean(key: Any, known) -> str:
-    import difflib
-
     near = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.75)
     return f" (did you mean {near[0]!r}?)" if near else ""
 
@@ -564,6 +564,8 @@ def parse_scenarios(doc: Any, source: str = "<scenarios>") -> Suite:
 
 def load_scenarios(path: str | os.PathLike) -> Suite:
     """Read and validate a scenario file (YAML, ``safe_load``)."""
+    # imported here: @stochastic loads this module while pytest collects a user's tests, which
+    # configure it in Python; yaml (0.14 s) is for scenario files only
     import yaml
 
     try:

@@ -29,7 +29,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import UsageError
+from ..analyze.select import Selection, SelectorError
+from ..errors import DataError, UsageError
+from .scenarios import RunConfig, Scenario, Suite, parse_config
 
 ATTR = "_otel_assay_stochastic"
 
@@ -56,8 +58,6 @@ def stochastic(trials: int = 50, threshold: float = 0.85, alpha: float = 0.05, b
     """Mark a test as stochastic: see the module docstring. ``trials`` is the fixed sample
     size (``method="fixed"``) or the SPRT's n_max (``method="sprt"``); ``scenario`` defaults
     to the test's name."""
-    from .scenarios import parse_config
-
     # timeout, retries and concurrency are checked like a scenario file's: a bad one used to
     # reach the trials (a negative or non-numeric timeout failed every trial, so a sound agent
     # FAILed; a negative concurrency raised from asyncio)
@@ -69,8 +69,6 @@ def stochastic(trials: int = 50, threshold: float = 0.85, alpha: float = 0.05, b
     if scenario is not None and (not isinstance(scenario, str) or not scenario):
         raise UsageError(f"@stochastic: scenario must be a non-empty string, got {scenario!r}")
     if baseline is not None:
-        from ..analyze.select import Selection, SelectorError
-
         if not isinstance(baseline, str) or not baseline.strip():
             raise UsageError(f"@stochastic: baseline must be a selector string such as 'version=v1', got {baseline!r}")
         try:
@@ -116,6 +114,8 @@ class StochasticResult:
             head += (f"; vs baseline {r.baseline_successes}/{r.baseline_n}: regression {r.verdict.value} "
                      f"(drop {r.drop:+.3f}, p = {r.pvalue:.3g})")
         if self.verdict == "INCONCLUSIVE":
+            # imported here: the pytest plugin loads this module in every pytest session,
+            # and the runner brings numpy, duckdb and the OTel SDK that only a run needs
             from .runner import more_trials_text
 
             head += "; " + more_trials_text(self.more_trials_needed, self.n, self.run.scenarios[0].config)
@@ -125,10 +125,11 @@ class StochasticResult:
 
 
 def _baseline_counts(lake: str, selector: str, scenario: str) -> tuple[int, int]:
+    # imported here: the pytest plugin loads this module in every pytest session; the
+    # engine brings duckdb and pyarrow, needed only by a test with a baseline
     from ..analyze.engine import Engine
     from ..lake.files import LakeError
-    from ..errors import DataError
-    from ..gate.lakes import select as _select
+    from ..gate.lakes import select
 
     try:
         eng = Engine(lake)
@@ -136,7 +137,7 @@ def _baseline_counts(lake: str, selector: str, scenario: str) -> tuple[int, int]
         raise DataError(f"baseline {selector}: cannot read the lake {lake}: {e}") from None
     try:
         eng.materialize(["steps", "trials"])
-        _select(eng, selector, "baseline_trials", lake)
+        select(eng, selector, "baseline_trials", lake)
         k, n = eng.con.execute("SELECT count(*) FILTER (WHERE passed), count(*) FROM trials SEMI JOIN baseline_trials USING (trace_id) "
                                "WHERE scenario = ? AND counted AND passed IS NOT NULL", [scenario]).fetchall()[0]
     finally:
@@ -149,11 +150,12 @@ def _baseline_counts(lake: str, selector: str, scenario: str) -> tuple[int, int]
 def run_stochastic(body: Callable[[], Any], spec: StochasticSpec, *, scenario: str, version: str,
                    lake: str) -> StochasticResult:
     """Run ``body`` (no arguments) as the trials of ``spec`` and judge it."""
+    # imported here: the pytest plugin loads this module in every pytest session; scipy.stats
+    # (2.6 s) and the runner load only when a stochastic test runs
     from scipy.stats import binom
 
     from ..stats import regression_verdict
     from .runner import run_suite
-    from .scenarios import RunConfig, Scenario, Suite
 
     method = "fixed" if spec.baseline else spec.method
     # n_max unset: the SPRT stops at trials, and the hint past it names the decorator's `trials=`

@@ -29,7 +29,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 if TYPE_CHECKING:
@@ -89,6 +91,8 @@ def _tool_list(value: Any, where: str, what: str = "tool name") -> tuple[str, ..
 
 
 def _check_schema(schema: Any, where: str) -> None:
+    # imported here: `otel-assay` loads this module at start-up, and so does @stochastic while
+    # pytest collects; jsonschema (0.26 s) loads only when a contract has a schema
     import jsonschema
 
     if not isinstance(schema, (dict, bool)):
@@ -189,7 +193,7 @@ def parse_contracts(spec: Any, *, where: str = "contracts") -> list[Contract]:
 
 
 def _check_regex(pattern: str, where: str) -> None:
-    import duckdb
+    import duckdb  # imported here: 0.16 s that start-up must not pay (see _check_schema)
 
     try:  # DuckDB's regex engine (RE2) decides, not Python's
         duckdb.execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
@@ -326,6 +330,7 @@ def check_names(engine, contracts: Sequence[Contract], *, scenarios: bool = True
 
 def evaluate(engine, contracts: Sequence[Contract], *, trials: str = "trials") -> ContractResults:
     """Judge every contract on every trial of ``trials`` (a view or table of trial rows)."""
+    # imported here: duckdb and pyarrow (0.5 s) only when contracts are judged (see _check_schema)
     import duckdb
     import pyarrow as pa
 
@@ -374,9 +379,7 @@ def check_sql(contracts: Sequence[Contract]) -> None:
     """Judge the ``sql:`` contracts over an empty lake: one that cannot run (a misspelt column,
     a file read, a second statement) raises :class:`ContractError` now, not after the trials
     it would judge have been run and paid for (``otel-assay run --config``)."""
-    import tempfile
-    from pathlib import Path
-
+    # imported here: the engine brings duckdb and pyarrow (see _check_schema)
     from ..analyze.engine import Engine
 
     sql = [c for c in contracts if c.kind == "sql"]
@@ -394,7 +397,7 @@ def _sql_contracts(engine, facts: "pa.Table", contracts: list[tuple[int, Contrac
     file (``read_csv('/etc/passwd')``, ``COPY ... TO``, ``ATTACH``: a config from a pull
     request runs in CI with its secrets), and as one expression of one query, so that it cannot
     close the query and start another. ``{index: holds per facts row}``."""
-    import duckdb
+    import duckdb  # imported here: see evaluate
 
     out = {}
     trace_ids = facts.column("trace_id").to_pylist()
@@ -428,7 +431,7 @@ def _sql_contracts(engine, facts: "pa.Table", contracts: list[tuple[int, Contrac
 def _valid(validator, text: str, contract: Contract) -> bool:
     """Whether ``text`` parses as JSON that satisfies the schema; a schema that cannot be
     applied (a ``$ref`` to nowhere) is the config's fault, not the trial's."""
-    from referencing.exceptions import Unresolvable
+    from referencing.exceptions import Unresolvable  # imported here: part of jsonschema, see _check_schema
 
     try:
         value = json.loads(text)
@@ -444,7 +447,7 @@ def _valid(validator, text: str, contract: Contract) -> bool:
 
 
 def _final_output_schema(engine, trials: str, trace_ids: list[str], c: Contract) -> list[bool | None]:
-    import jsonschema
+    import jsonschema  # imported here: see _check_schema
 
     validator = jsonschema.validators.validator_for(c.value)(c.value)
     rows = engine.rows(f"SELECT s.trace_id, arg_max(s.output_text, s.seq) FROM steps s SEMI JOIN {trials} t "
@@ -462,7 +465,7 @@ def _final_output_schema(engine, trials: str, trace_ids: list[str], c: Contract)
 
 
 def _tool_args_schema(engine, trials: str, trace_ids: list[str], c: Contract) -> list[bool | None]:
-    import jsonschema
+    import jsonschema  # imported here: see _check_schema
 
     validators = {t: jsonschema.validators.validator_for(s)(s) for t, s in c.value.items()}
     rows = engine.con.execute(
@@ -497,6 +500,7 @@ class ContractVerdict:
 
 def verdicts(results: ContractResults) -> list[ContractVerdict]:
     """Per contract, scenario and version: the share of trials where it holds, against its threshold."""
+    # imported here: the statistics bring scipy (0.9 s), which start-up must not pay (see _check_schema)
     from ..stats import verdict as pass_rate_verdict
 
     groups: dict[tuple, list[int]] = {}
@@ -541,7 +545,7 @@ def regressions(results: ContractResults, baseline_version: str, candidate_versi
     """Whether each contract holds less often in the candidate version: the share of trials
     where it holds is a pass rate like any other, so the regression verdict on it tells a
     real drop from noise."""
-    from ..stats import regression_verdict
+    from ..stats import regression_verdict  # imported here: see verdicts
 
     by = {(v.contract, v.scenario, v.version): v for v in verdicts(results)}
     out = []

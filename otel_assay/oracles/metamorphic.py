@@ -204,6 +204,8 @@ def evaluate(engine, relations: list[Relation], *, trials: str = "trials") -> li
 
 
 def verdicts(relations: list[Relation], pairs: list[dict]) -> list[RelationVerdict]:
+    # imported here: the gate loads this module to read a config (`gate init`, `run --config`),
+    # which must not pay the scipy (0.9 s) that the statistics bring
     from ..stats import verdict as pass_rate_verdict
 
     out = []
@@ -233,7 +235,7 @@ def compare_versions(relations: list[Relation], pairs: list[dict], baseline: str
                      delta: float = 0.10, alpha: float = 0.05) -> dict[str, Any]:
     """Per relation: the regression verdict on the share of pairs where it holds (a relation
     broken more often in the candidate is a regression in the property it encodes)."""
-    from ..stats import regression_verdict
+    from ..stats import regression_verdict  # imported here: see verdicts
 
     by = {(v.relation, v.version): v for v in verdicts(relations, pairs)}
     out = {}

@@ -71,6 +71,8 @@ def emit_results(result, target: str, lake: str | os.PathLike | None = None) -> 
     traces URL. Returns the number of events; raises :class:`EmitError` when the target
     did not accept them. Uses its own tracer provider, so the application's global one is
     left alone."""
+    # imported here: the command line loads this module at start-up (`--help` must not pay
+    # for the OTel SDK, the exporters or pyarrow), and few gate runs emit their verdicts
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import SpanLimits, TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
