@@ -907,7 +907,11 @@ def test_big_requests_at_once_are_decoded_one_after_the_other_not_side_by_side(t
 
     one = peak_growth(tmp_path / "one", bodies[:1])
     two = peak_growth(tmp_path / "two", bodies)
-    assert two < 1.4 * one, f"peak grew {two >> 10} MiB for two requests at once, {one >> 10} MiB for one"
+    # side by side, two decodings at once peak near twice one; one after the other, the peak is
+    # one decoding plus the rows kept from the first request, which the protobuf runtime's
+    # parse outweighs by more or less (1.47 times one measured on protobuf 5.26, the lowest
+    # supported; under 1.4 on the latest)
+    assert two < 1.75 * one, f"peak grew {two >> 10} MiB for two requests at once, {one >> 10} MiB for one"
     assert len(lake_view(tmp_path / "two")) == 2 * len(lake_view(tmp_path / "one"))
 
 
