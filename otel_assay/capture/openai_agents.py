@@ -19,10 +19,11 @@ to OpenAI, stay). Mapping:
 
 SDK span errors become status ERROR + ``error.type`` + an exception event. A run fails its
 workflow span (and an implicit trial) when it raises, also when a streamed run raises only to
-the reader of its events (max turns; see ``_streamed_error``); a tool or model call cut off
-by a cancellation is failed (``CancelledError``); a streamed run the caller stops with
-``cancel()``, or stops reading (a ``break`` out of ``stream_events()``, see ``_reader_gone``),
-is not a failure: its workflow span is marked ``assay.incomplete=caller_stopped``. A span
+the reader of its events (max turns, a late guardrail tripwire; see ``_streamed_error``); a
+tool or model call cut off by a cancellation is failed (``CancelledError``); a streamed run
+the caller stops with ``cancel()``, or stops reading (a ``break`` out of
+``stream_events()``, see ``_reader_gone``), is not a failure: its workflow span is marked
+``assay.incomplete=caller_stopped``. A span
 whose SDK trace was opened outside the trial it starts in belongs to that trial (see
 ``_parent``). With the SDK's tracing disabled nothing starts here: a warning says so (see
 ``_warn_tracing_disabled``).
@@ -34,6 +35,7 @@ it rather than under the trial.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import os
 import sys
@@ -41,6 +43,7 @@ import threading
 import weakref
 from typing import Any
 
+import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
@@ -48,6 +51,15 @@ from .. import semconv
 from . import _runtime
 from ._spans import CLIENT, args_json, clean, fail, result_text, start_span, to_json, tool_call_part
 from .trial import current_trial, implicit_trial
+
+try:
+    from agents import InputGuardrailTripwireTriggered, MaxTurnsExceeded, RunResultStreaming, add_trace_processor
+    from agents.run import AgentRunner
+    from agents.tracing import TraceProvider, get_trace_provider
+    from agents.tracing.provider import DefaultTraceProvider
+    from agents.tracing.traces import NoOpTrace
+except ImportError:  # a package named "agents" that is not the OpenAI Agents SDK: see instrument()
+    add_trace_processor = None
 
 FRAMEWORK = "openai_agents"
 _STRUCTURAL = {"task", "turn"}
@@ -395,78 +407,37 @@ _CUT_OFF_KINDS = ("function", "generation", "response")
 def _cancelled(handled_before) -> bool:
     """A cancellation propagates now (the span ends in the ``finally`` or ``with`` it cut
     short), other than one the code was already handling when the span started."""
-    import asyncio
     exc = sys.exc_info()[1]
     return isinstance(exc, asyncio.CancelledError) and exc is not handled_before
 
 
-# streamed results whose cancel() was called: id -> weak reference (a result is unhashable)
-_CANCELLED: dict[int, weakref.ref] = {}
-
-
-def _cancel(wrapped, instance, args, kwargs):
-    """``RunResultStreaming.cancel()``, as the caller calls it (or the SDK for a reader
-    cancelled while waiting for an event): noted, see ``_cancelled_by_caller``."""
-    key = id(instance)
-    try:
-        _CANCELLED[key] = weakref.ref(instance, lambda _ref, k=key: _CANCELLED.pop(k, None))
-    except TypeError:  # not weak-referenceable: the run's cancellation reads as a failure
-        pass
-    return wrapped(*args, **kwargs)
-
-
 def _cancelled_by_caller(result) -> bool:
-    """The caller stopped a streamed run with ``RunResultStreaming.cancel()``: its run loop
-    ends by a CancelledError that is no failure of the run (as a stream the caller stops
-    reading in the other adapters)."""
-    ref = _CANCELLED.get(id(result)) if result is not None else None
-    return ref is not None and ref() is result
+    """The caller stopped a streamed run with ``RunResultStreaming.cancel()`` (or the SDK did,
+    for a reader cancelled while waiting for an event): its run loop ends by a CancelledError
+    that is no failure of the run (as a stream the caller stops reading in the other
+    adapters). ``cancel()`` marks the result complete before it cancels the loop; a run that
+    completes by itself raises no CancelledError, so a complete result seen with one was
+    cancelled."""
+    return result is not None and result.is_complete is True
 
 
-def _sdk_state(obj, name: str, default=None):
-    """Read a private attribute of the Agents SDK. Used only where the SDK offers no public
-    way to learn what it decided, and kept to this one function so that a release that drops
-    a name is found here:
-
-    * ``RunResultStreaming._stored_exception`` / ``_max_turns_handled``: the error a streamed
-      run ends with, known before the reader is told (the trace ends first);
-    * ``DefaultTraceProvider._manual_disabled``: tracing switched off by
-      ``set_tracing_disabled(True)`` before we were imported (asking the provider through
-      ``create_trace`` would freeze its reading of the environment early).
-
-    A missing name reads as ``default``: the feature it serves is skipped (an error raised
-    only to the reader leaves the span ok, no warning about disabled tracing), never a
-    crash."""
-    try:
-        return getattr(obj, name, default)
-    except Exception:
-        return default
-
-
-# streamed results with a reader: id -> [weak reference, whether it waits for an event now]
-_READERS: dict[int, list] = {}
+_WAITING = "_otel_assay_reader_waiting"  # set on a streamed result: see _stream_events
 
 
 def _stream_events(wrapped, instance, args, kwargs):
-    """``RunResultStreaming.stream_events()``, as its reader reads it: notes whether the
-    reader is waiting for the next event (see ``_reader_gone``)."""
-    key = id(instance)
-    try:
-        state = _READERS[key] = [weakref.ref(instance, lambda _ref, k=key: _READERS.pop(k, None)), False]
-    except TypeError:  # not weak-referenceable: a reader gone reads as a cancelled run
-        return wrapped(*args, **kwargs)
-
+    """``RunResultStreaming.stream_events()``, as its reader reads it: notes on the result
+    whether the reader is waiting for the next event (see ``_reader_gone``)."""
     async def events():
         agen = wrapped(*args, **kwargs)
         try:
             while True:
-                state[1] = True
+                vars(instance)[_WAITING] = True
                 try:
                     item = await agen.__anext__()
                 except StopAsyncIteration:
                     return
                 finally:
-                    state[1] = False
+                    vars(instance)[_WAITING] = False
                 yield item
         finally:
             await agen.aclose()
@@ -480,32 +451,26 @@ def _reader_gone(result) -> bool:
     the run goes on unread until something cancels it, usually ``asyncio.run`` cancelling the
     tasks left when its main coroutine returns. Its CancelledError arrives while no reader
     waits for an event (or none ever read: the caller left the run unread)."""
-    if result is None:
-        return False
-    state = _READERS.get(id(result))
-    return not (state is not None and state[0]() is result and state[1])
+    return result is not None and not vars(result).get(_WAITING, False)
 
 
 def _streamed_error(result) -> BaseException | None:
-    """The error a streamed run ends with although its trace ends without one. A streamed run
-    that exceeds its max turns stops its loop normally (the trace ends cleanly, in the run's
-    task) and raises ``MaxTurnsExceeded`` only later, to the caller reading ``stream_events``;
-    without this its workflow span would be ok and an implicit trial passed. Read only, with
-    the SDK's own test (``RunResultStreaming._check_errors``): a max-turns error handler that
-    answered marks the max-turns error handled."""
+    """The error a streamed run ends with although its trace ends without one: the SDK
+    raises it only later, to the caller reading ``stream_events``; without this its workflow
+    span would be ok and an implicit trial passed. Read from the result's public state when
+    the trace ends (the run loop is over by then), with the SDK's own tests:
+
+    * an input guardrail whose tripwire triggered (a streamed run runs its input guardrails
+      beside the model, and finishes the trace before their tripwire is raised);
+    * a run past its max turns stops its loop normally; a max-turns error handler that
+      answered sets the current turn back to the maximum."""
     if result is None:
         return None
-    try:
-        stored = _sdk_state(result, "_stored_exception")
-        if isinstance(stored, Exception):
-            return stored
-        max_turns, turn = getattr(result, "max_turns", None), getattr(result, "current_turn", None)
-        if (isinstance(max_turns, int) and isinstance(turn, int) and turn > max_turns
-                and not _sdk_state(result, "_max_turns_handled", False)):
-            from agents.exceptions import MaxTurnsExceeded
-            return MaxTurnsExceeded(f"Max turns ({max_turns}) exceeded")
-    except Exception:
-        pass
+    tripped = next((g for g in result.input_guardrail_results if g.output.tripwire_triggered), None)
+    if tripped is not None:
+        return InputGuardrailTripwireTriggered(tripped)
+    if result.max_turns is not None and result.current_turn > result.max_turns:
+        return MaxTurnsExceeded(f"Max turns ({result.max_turns}) exceeded")
     return None
 
 
@@ -560,16 +525,26 @@ def _set_disabled(wrapped, instance, args, kwargs):
     return out
 
 
+def _create_trace(wrapped, instance, args, kwargs):
+    """``DefaultTraceProvider.create_trace``: a no-op trace that the run did not ask for
+    (``RunConfig(tracing_disabled=True)`` asks, for that run only) means the SDK's tracing is
+    off for the process, also when it was switched off before we were imported: the SDK has
+    no public getter for that switch, but the trace it returns shows it."""
+    tr = wrapped(*args, **kwargs)
+    if isinstance(tr, NoOpTrace) and not kwargs.get("disabled"):
+        _warn_tracing_disabled("OPENAI_AGENTS_DISABLE_TRACING" if _env_disabled() else "set_tracing_disabled(True)")
+    return tr
+
+
+def _env_disabled() -> bool:
+    return os.environ.get("OPENAI_AGENTS_DISABLE_TRACING", "").strip().lower() in ("true", "1")
+
+
 def instrument(module=None) -> bool:
     global _PROCESSOR, _PROVIDER
-    try:
-        from agents import add_trace_processor
-        from agents.result import RunResultStreaming
-        from agents.tracing import TraceProvider, get_trace_provider
-    except ImportError:  # a package named "agents" that is not the OpenAI Agents SDK
+    if add_trace_processor is None:  # a package named "agents" that is not the OpenAI Agents SDK
         return False
     if _PROCESSOR is None:
-        import wrapt
         _PROCESSOR = AssayTracingProcessor()
         _PROVIDER = get_trace_provider()
         add_trace_processor(_PROCESSOR)
@@ -577,32 +552,13 @@ def instrument(module=None) -> bool:
             if cls is not TraceProvider and "set_processors" in cls.__dict__:
                 wrapt.wrap_function_wrapper(cls, "set_processors", _set_processors)
                 break
-        if callable(getattr(RunResultStreaming, "cancel", None)):
-            wrapt.wrap_function_wrapper(RunResultStreaming, "cancel", _cancel)
-        if callable(getattr(RunResultStreaming, "stream_events", None)):
-            wrapt.wrap_function_wrapper(RunResultStreaming, "stream_events", _stream_events)
-        try:
-            from agents.run import AgentRunner
-        except ImportError:  # pragma: no cover - older SDKs
-            AgentRunner = None
-        if AgentRunner is not None and callable(getattr(AgentRunner, "run_streamed", None)):
-            wrapt.wrap_function_wrapper(AgentRunner, "run_streamed", _run_streamed)
-        try:
-            from agents.tracing.provider import DefaultTraceProvider
-        except ImportError:  # pragma: no cover - older SDKs
-            DefaultTraceProvider = None
-        if DefaultTraceProvider is not None and callable(getattr(DefaultTraceProvider, "set_disabled", None)):
-            wrapt.wrap_function_wrapper(DefaultTraceProvider, "set_disabled", _set_disabled)
+        wrapt.wrap_function_wrapper(RunResultStreaming, "stream_events", _stream_events)
+        wrapt.wrap_function_wrapper(AgentRunner, "run_streamed", _run_streamed)
+        wrapt.wrap_function_wrapper(DefaultTraceProvider, "set_disabled", _set_disabled)
+        wrapt.wrap_function_wrapper(DefaultTraceProvider, "create_trace", _create_trace)
     _PROCESSOR.enabled = True
-    if os.environ.get("OPENAI_AGENTS_DISABLE_TRACING", "").strip().lower() in ("true", "1"):
+    if _env_disabled():
         _warn_tracing_disabled("OPENAI_AGENTS_DISABLE_TRACING")
-    else:
-        try:  # disabled before we were imported
-            from agents.tracing import get_trace_provider
-            if _sdk_state(get_trace_provider(), "_manual_disabled") is True:
-                _warn_tracing_disabled("set_tracing_disabled(True)")
-        except Exception:
-            pass
     return True
 
 

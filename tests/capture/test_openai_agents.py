@@ -169,3 +169,19 @@ def test_implicit_trial_fails_when_the_run_raises(tmp_path):
     stopped = spans(lake, "name = 'invoke_workflow Agent workflow' AND attributes['assay.incomplete'] IS NOT NULL")
     assert [(r["trial_index"], r["attributes"]["assay.incomplete"], r["status_code"]) for r in stopped] == [
         (5, "caller_stopped", 0), (7, "caller_stopped", 0)]
+
+
+def test_streamed_runs_fail_as_their_reader_is_told(tmp_path):
+    # a streamed run finishes its SDK trace before its reader learns the outcome
+    lake = tmp_path / "lake"
+    p = run_script("openai_agents_streamed.py", lake, env={"OPENAI_API_KEY": None, "OTEL_ASSAY_SCENARIO": "s"})
+    # disabled before otel-assay was imported: the first run that records nothing says so, once
+    assert p.stderr.count("OpenAI Agents SDK tracing is disabled (set_tracing_disabled(True))") == 1
+    rows = spans(lake, "name = 'assay.trial s'")
+    assert [(r["outcome"], r["error_type"]) for r in rows] == [
+        ("fail", "agents.exceptions.InputGuardrailTripwireTriggered"),
+        ("pass", None),  # past max turns, answered by the max-turns error handler
+    ]
+    workflows = spans(lake, "name = 'invoke_workflow Agent workflow'")
+    assert [(w["trial_index"], w["status_code"], w["error_type"]) for w in workflows] == [
+        (0, 2, "agents.exceptions.InputGuardrailTripwireTriggered"), (1, 0, None)]
