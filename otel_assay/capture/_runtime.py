@@ -248,10 +248,6 @@ def exporter_kind() -> str:
     return "parquet"
 
 
-def lake_dir() -> str:
-    return settings.lake_dir()
-
-
 def _make_export(kind: str, lake: str | os.PathLike | None = None):
     """``(exporter, processor, target, lake)``: the exporter spans go to, the
     BatchSpanProcessor around it, where the spans go (for the log and :func:`stats`) and,
@@ -259,15 +255,12 @@ def _make_export(kind: str, lake: str | os.PathLike | None = None):
     if kind == "otlp":
         protocol = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
                     or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip().lower()
-        try:
-            if protocol == "grpc":
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-            else:
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        except ImportError as e:  # pragma: no cover - depends on the environment
-            raise RuntimeError(
-                "otel-assay: OTEL_ASSAY_EXPORTER=otlp needs the OTLP exporter: "
-                "pip install opentelemetry-exporter-otlp") from e
+        # imported here, not at the top: the exporters load grpc or requests, which a process
+        # writing the Parquet lake never needs
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         exporter = OTLPSpanExporter()
         target = (os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                   or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "(default endpoint)")
@@ -275,7 +268,7 @@ def _make_export(kind: str, lake: str | os.PathLike | None = None):
     # imported here, not at the top: it loads pyarrow (a tenth of a second at start-up),
     # which a process exporting over OTLP never needs
     from ..collect.exporter import ParquetSpanExporter
-    directory = lake if lake is not None else lake_dir()
+    directory = lake if lake is not None else settings.lake_dir()
     # the default lake appears with the first span: importing otel_assay.auto in a module
     # that `otel-assay run --dir X` loads must not leave an empty ./traces behind
     exporter = ParquetSpanExporter(directory, create=lake is not None)
@@ -506,8 +499,3 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _reset_for_tests() -> None:  # pragma: no cover - only used by in-process unit tests
-    global _PIPELINE
-    _PIPELINE = None

@@ -7,7 +7,7 @@ import json
 import math
 import time
 from contextvars import ContextVar
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -185,14 +185,6 @@ def tool_call_part(call_id: Any, name: str, arguments: Any) -> dict[str, Any]:
         except ValueError:
             pass
     return {"type": "tool_call", "id": call_id, "name": name, "arguments": arguments}
-
-
-def current_context() -> otel_context.Context:
-    return otel_context.get_current()
-
-
-def names(items: Iterable[Any]) -> list[str]:
-    return [str(x) for x in items]
 
 
 class DeferredCall:

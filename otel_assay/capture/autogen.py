@@ -185,22 +185,28 @@ async def _create(wrapped, instance, args, kwargs):
     return result
 
 
+async def _marked(agen, var: contextvars.ContextVar, value):
+    """The items of ``agen``, with ``var`` set to ``value`` only while ``agen``'s own code
+    runs: between items the consumer's code is not part of the call, and a token must be
+    reset where it was set."""
+    agen = agen.__aiter__()
+    while True:
+        token = var.set(value)
+        try:
+            item = await agen.__anext__()
+        except StopAsyncIteration:
+            return
+        finally:
+            var.reset(token)
+        yield item
+
+
 def _create_stream(wrapped, instance, args, kwargs):
     async def gen():
         call = _Call(_CALL, instance, args, kwargs)
         last, stopped = None, False
         try:
-            agen = wrapped(*args, **kwargs).__aiter__()
-            while True:
-                # marked only while the client's own code runs: between chunks the consumer's
-                # calls are not part of this one, and a token must be reset where it was set
-                token = _CALL.set(call)
-                try:
-                    item = await agen.__anext__()
-                except StopAsyncIteration:
-                    break
-                finally:
-                    _CALL.reset(token)
+            async for item in _marked(wrapped(*args, **kwargs), _CALL, call):
                 last = item
                 try:
                     yield item
@@ -306,18 +312,9 @@ def _run_json_stream(wrapped, instance, args, kwargs):
     last item is the tool's return value."""
     async def gen():
         holder = {"args": args[0] if args else kwargs.get("args"), "span": None}
-        agen = wrapped(*args, **kwargs).__aiter__()
         last = None
-        while True:
-            # marked only while the tool's own code runs (where trace_tool_span is entered and
-            # left); between items the consumer's code is not part of this call
-            token = _PENDING_TOOL.set(holder)
-            try:
-                item = await agen.__anext__()
-            except StopAsyncIteration:
-                break
-            finally:
-                _PENDING_TOOL.reset(token)
+        # the tool's own code enters and leaves trace_tool_span
+        async for item in _marked(wrapped(*args, **kwargs), _PENDING_TOOL, holder):
             last = item
             yield item
         _end_tool(holder, instance, last)

@@ -29,12 +29,16 @@ Spans:
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from contextvars import ContextVar
 from json.encoder import encode_basestring
 from typing import Any
 from uuid import UUID
 
+import wrapt
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.tracers.context import register_configure_hook
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
@@ -291,13 +295,7 @@ def _release(r) -> None:
         _LLM.set(_live(r.prev))
 
 
-try:
-    from langchain_core.callbacks import BaseCallbackHandler as _Base
-except ImportError:  # pragma: no cover - the module is only imported when langchain_core is
-    _Base = object
-
-
-class AssayCallbackHandler(_Base):
+class AssayCallbackHandler(BaseCallbackHandler):
     """LangChain callback handler that emits GenAI step spans."""
 
     run_inline = True          # no executor hop for this sync handler inside async runs
@@ -781,24 +779,19 @@ def _graph_callbacks(wrapped, instance, args, kwargs):
 
 def on_module(mod) -> None:
     """Registry hook: ``langgraph.pregel.main`` finished importing."""
-    if getattr(mod, "__name__", None) != _PREGEL_MAIN or _GRAPH_PATCHES:
+    if mod.__name__ != _PREGEL_MAIN or _GRAPH_PATCHES:
         return
-    import wrapt
     for attr in ("get_sync_graph_callback_manager_for_config", "get_async_graph_callback_manager_for_config"):
-        orig = getattr(mod, attr, None)
-        if callable(orig):  # langgraph before graph lifecycle callbacks: interrupt() is still seen
-            setattr(mod, attr, wrapt.FunctionWrapper(orig, _graph_callbacks))
-            _GRAPH_PATCHES.append((mod, attr, orig))
+        orig = getattr(mod, attr)
+        setattr(mod, attr, wrapt.FunctionWrapper(orig, _graph_callbacks))
+        _GRAPH_PATCHES.append((mod, attr, orig))
 
 
 def instrument(module=None) -> bool:
     global _VAR
-    import sys
-
-    from langchain_core.tracers import context as lc_context
     if _VAR is None:
         _VAR = ContextVar("otel_assay_langchain", default=handler())
-        lc_context.register_configure_hook(_VAR, inheritable=True)
+        register_configure_hook(_VAR, inheritable=True)
     handler().enabled = True
     _runtime.add_trial_end(handler().end_trial)
     if _PREGEL_MAIN in sys.modules:  # imported before us: the registry's import hook will not fire

@@ -305,14 +305,8 @@ def _watch_steps(agent) -> None:
     d = getattr(agent, "__dict__", None)
     if reg is None or d is None or d.get("_otel_assay_steps") is reg:
         return
-    if hasattr(reg, "register"):
-        reg.register(_ACTION_STEP, _on_action_step)
-        reg.register(_PLANNING_STEP, _on_planning_step)
-    elif isinstance(reg, list):  # smolagents before the CallbackRegistry
-        reg.append(_on_action_step)
-        reg.append(_on_planning_step)
-    else:
-        return
+    reg.register(_ACTION_STEP, _on_action_step)
+    reg.register(_PLANNING_STEP, _on_planning_step)
     d["_otel_assay_steps"] = reg
 
 
@@ -422,28 +416,20 @@ def _run(wrapped, instance, args, kwargs):
     _watch_steps(instance)
     span, t = _agent_span(instance, task)
     run = _Run(instance, span)
-    if stream:
-        tokens = _enter(run)
-        try:
-            gen = wrapped(*args, **kwargs)
-        except BaseException as e:
-            _leave(tokens)
-            _end_agent(run, t, exc=e)
-            raise
-        _leave(tokens)
-        with _OPEN_LOCK:
-            _OPEN_STREAMS.add(run)
-        return _traced_gen(gen, run, lambda out, exc: _end_agent(run, t, out, exc))
     tokens = _enter(run)
     try:
-        out = wrapped(*args, **kwargs)
+        out = wrapped(*args, **kwargs)  # a streamed run: its generator, not run yet
     except BaseException as e:
         _leave(tokens)
         _end_agent(run, t, exc=e)
         raise
     _leave(tokens)
-    _end_agent(run, t, out)
-    return out
+    if not stream:
+        _end_agent(run, t, out)
+        return out
+    with _OPEN_LOCK:
+        _OPEN_STREAMS.add(run)
+    return _traced_gen(out, run, lambda out, exc: _end_agent(run, t, out, exc))
 
 
 def _traced_gen(gen, run, on_end):
