@@ -51,12 +51,6 @@ def to_json(obj: Any) -> str:
         return json.dumps(str(obj), ensure_ascii=False)
 
 
-def to_json_value(obj: Any) -> str:
-    """``obj`` as a JSON value, as to_json writes it inside a larger value (a string is
-    quoted); raises TypeError or ValueError where to_json would fall back."""
-    return _ENCODER.encode(obj)
-
-
 def args_json(obj: Any) -> str:
     """Tool arguments as JSON; a string holding JSON or a Python literal is parsed first so
     the same call always serialises the same way."""

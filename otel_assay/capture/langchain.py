@@ -32,7 +32,6 @@ import asyncio
 import sys
 import time
 from contextvars import ContextVar
-from json.encoder import encode_basestring
 from typing import Any
 from uuid import UUID
 
@@ -44,8 +43,7 @@ from opentelemetry import trace
 
 from .. import semconv
 from . import _runtime
-from ._spans import (CLIENT, args_json, fail, result_text, start_span, text_parts, to_json, to_json_value,
-                     tool_call_part)
+from ._spans import CLIENT, args_json, fail, result_text, start_span, text_parts, to_json, tool_call_part
 from .trial import implicit_trial
 
 FRAMEWORK = "langgraph"
@@ -82,50 +80,6 @@ def _message_json(msg: Any) -> dict[str, Any]:
         m["parts"] = [p for p in m["parts"] if p.get("content")] + [
             tool_call_part(c.get("id"), c.get("name"), c.get("args")) for c in calls]
     return m
-
-
-def _message_text(msg: Any) -> str:
-    """``to_json(_message_json(msg))``, written out directly for the shapes nearly every
-    message has (text, a tool's result, tool calls with string ids and names): a few string
-    joins instead of building dicts for the encoder to sort. Keys in sorted order, strings
-    escaped as to_json's encoder escapes them; any other shape, or a value the encoder
-    refuses, takes the general path. (Tool-call arguments nested within three levels of
-    Python's recursion limit are written here, where the general path, which encodes them
-    three levels deeper, raises RecursionError and the message is left out.)"""
-    role = _role(msg)
-    content = getattr(msg, "content", None)
-    if role == "tool":
-        call_id = getattr(msg, "tool_call_id", None)
-        if type(call_id) is str:
-            return ('{"parts": [{"id": ' + encode_basestring(call_id) + ', "result": '
-                    + encode_basestring(result_text(content)) + ', "type": "tool_call_response"}], "role": "tool"}')
-    elif type(content) is str and type(role) is str:
-        calls = (_optional(msg, "tool_calls") or []) + (_optional(msg, "invalid_tool_calls") or [])
-        text = '{"content": ' + encode_basestring(content) + ', "type": "text"}'
-        if not calls:
-            return '{"parts": [' + text + '], "role": ' + encode_basestring(role) + "}"
-        parts = [text] if content else []
-        for c in calls:
-            call_id, name = c.get("id"), c.get("name")
-            if type(call_id) is not str or type(name) is not str:
-                break
-            try:
-                args = to_json_value(tool_call_part(call_id, name, c.get("args"))["arguments"])
-            except (TypeError, ValueError):
-                break
-            parts.append('{"arguments": ' + args + ', "id": ' + encode_basestring(call_id) + ', "name": '
-                         + encode_basestring(name) + ', "type": "tool_call"}')
-        else:
-            return '{"parts": [' + ", ".join(parts) + '], "role": ' + encode_basestring(role) + "}"
-    return to_json(_message_json(msg))
-
-
-def _with_finish_reason(message_json: str, finish: str) -> str:
-    """``to_json([{**message, "finish_reason": finish}])`` from the message's JSON (an output
-    message is the input message with its finish reason): sorted keys put finish_reason
-    first, before the only keys _message_json makes, parts and role; the string is escaped
-    as to_json's encoder (ensure_ascii=False) escapes it."""
-    return '[{"finish_reason": ' + encode_basestring(finish) + ", " + message_json[1:] + "]"
 
 
 _DECLARES: dict[tuple[type, str], bool] = {}
@@ -319,14 +273,11 @@ class AssayCallbackHandler(BaseCallbackHandler):
         self._resumable: dict[tuple[str, str], str] = {}
 
     def _cached_json(self, obj: Any, make) -> str:
+        """``to_json(make(obj))``, kept in the cache with what it was made from."""
         content, calls = getattr(obj, "content", None), _optional(obj, "tool_calls")
         hit = self._json_cache.get(id(obj))
         if hit is not None and hit[0] is obj and hit[1] is content and hit[2] is calls:
             return hit[3]
-        return self._new_json(obj, content, calls, make)
-
-    def _new_json(self, obj: Any, content: Any, calls: Any, make) -> str:
-        """``obj``'s JSON, made and kept in the cache with what it was made from."""
         s = to_json(make(obj))
         if len(self._json_cache) >= _CACHE_MAX:
             self._json_cache.clear()
@@ -334,16 +285,10 @@ class AssayCallbackHandler(BaseCallbackHandler):
         return s
 
     def _messages_json(self, messages) -> str:
-        # identical to to_json([_message_json(m) for m in messages]) (json.dumps item separator ", ");
-        # _cached_json written out: most of the history was sent in the last call, and this
-        # loop runs over the whole history on every chat call
-        cache, texts = self._json_cache, []
-        for m in messages:
-            content, calls = getattr(m, "content", None), _optional(m, "tool_calls")
-            hit = cache.get(id(m))
-            texts.append(hit[3] if hit is not None and hit[0] is m and hit[1] is content and hit[2] is calls
-                         else self._new_json(m, content, calls, _message_text))
-        return "[" + ", ".join(texts) + "]"
+        """``to_json([_message_json(m) for m in messages])`` (json.dumps' item separator is
+        ", "), each message's JSON from the cache: most of the history was sent in the last
+        call."""
+        return "[" + ", ".join(self._cached_json(m, _message_json) for m in messages) + "]"
 
     # ---------------------------------------------------------------- helpers
     def _parent(self, parent_run_id: UUID | None):
@@ -617,14 +562,8 @@ class AssayCallbackHandler(BaseCallbackHandler):
             name = f"{name} {resp_model}"
         if r.content:
             try:
-                if msg is not None:
-                    # through the cache: the answer is the next call's input too
-                    out = _with_finish_reason(self._cached_json(msg, _message_text), str(finish))
-                else:
-                    out = text_parts("assistant", getattr(gen, "text", ""))
-                    out["finish_reason"] = str(finish)
-                    out = to_json([out])
-                attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = out
+                out = _message_json(msg) if msg is not None else text_parts("assistant", getattr(gen, "text", ""))
+                attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json([{**out, "finish_reason": str(finish)}])
             except Exception:
                 pass
         r.attrs.update(attrs)
