@@ -75,32 +75,11 @@ def _message_json(msg: Any) -> dict[str, Any]:
     # a tool call whose arguments the model garbled is still a tool call the model asked for
     # (LangChain keeps it apart, in invalid_tool_calls, with its raw argument text): without
     # it such a turn read as the final answer
-    calls = (_optional(msg, "tool_calls") or []) + (_optional(msg, "invalid_tool_calls") or [])
+    calls = (getattr(msg, "tool_calls", None) or []) + (getattr(msg, "invalid_tool_calls", None) or [])
     if calls:
         m["parts"] = [p for p in m["parts"] if p.get("content")] + [
             tool_call_part(c.get("id"), c.get("name"), c.get("args")) for c in calls]
     return m
-
-
-_DECLARES: dict[tuple[type, str], bool] = {}
-
-
-def _optional(obj: Any, name: str) -> Any:
-    """``getattr(obj, name, None)`` without the miss. On a pydantic model a missing
-    attribute goes through ``__getattr__``, which builds and raises an AttributeError: 3-5 µs
-    for ``tool_calls`` on every human and tool message of the history, on every chat call.
-    Whether the type declares the name (a field, property or class attribute) is asked once
-    per type; an undeclared name can still be a pydantic extra, which is looked up
-    directly."""
-    t = type(obj)
-    declared = _DECLARES.get((t, name))
-    if declared is None:
-        fields = getattr(t, "model_fields", None)
-        declared = _DECLARES[(t, name)] = not isinstance(fields, dict) or name in fields or hasattr(t, name)
-    if declared:
-        return getattr(obj, name, None)
-    extra = getattr(obj, "__pydantic_extra__", None)
-    return extra.get(name) if extra else None
 
 
 _CACHE_MAX = 4096  # cached message / tool-definition JSON strings (entries hold their objects alive)
@@ -198,9 +177,6 @@ def _tool_message_of_command(output: Any, call_id: Any) -> Any:
     return tool_msgs[0] if tool_msgs else output
 
 
-_NONE: dict = {}  # _mapping(None), for on_llm_end, which only reads it
-
-
 def _mapping(obj: Any) -> dict:
     """A provider's metadata as a dict: usage may come as an object (pydantic or plain), and
     a step must not be lost for the shape of an optional field."""
@@ -274,7 +250,7 @@ class AssayCallbackHandler(BaseCallbackHandler):
 
     def _cached_json(self, obj: Any, make) -> str:
         """``to_json(make(obj))``, kept in the cache with what it was made from."""
-        content, calls = getattr(obj, "content", None), _optional(obj, "tool_calls")
+        content, calls = getattr(obj, "content", None), getattr(obj, "tool_calls", None)
         hit = self._json_cache.get(id(obj))
         if hit is not None and hit[0] is obj and hit[1] is content and hit[2] is calls:
             return hit[3]
@@ -537,14 +513,11 @@ class AssayCallbackHandler(BaseCallbackHandler):
         except (IndexError, AttributeError, TypeError):
             pass
         msg = getattr(gen, "message", None)
-        # _mapping(x), called only for what is neither a dict nor None (nearly always is);
-        # _NONE is only read
-        usage = x if type(x := getattr(msg, "usage_metadata", None)) is dict else _mapping(x)
-        llm_out = x if type(x := getattr(response, "llm_output", None)) is dict else _NONE if x is None else _mapping(x)
-        tu = (x if type(x := llm_out.get("token_usage") or llm_out.get("usage")) is dict
-              else _NONE if x is None else _mapping(x))
-        rmeta = x if type(x := getattr(msg, "response_metadata", None)) is dict else _NONE if x is None else _mapping(x)
-        ginfo = x if type(x := getattr(gen, "generation_info", None)) is dict else _NONE if x is None else _mapping(x)
+        usage = _mapping(getattr(msg, "usage_metadata", None))
+        llm_out = _mapping(getattr(response, "llm_output", None))
+        tu = _mapping(llm_out.get("token_usage") or llm_out.get("usage"))
+        rmeta = _mapping(getattr(msg, "response_metadata", None))
+        ginfo = _mapping(getattr(gen, "generation_info", None))
         in_tok = usage.get("input_tokens", tu.get("prompt_tokens", tu.get("input_tokens")))
         out_tok = usage.get("output_tokens", tu.get("completion_tokens", tu.get("output_tokens")))
         resp_model = rmeta.get("model_name") or rmeta.get("model") or llm_out.get("model_name")

@@ -29,25 +29,6 @@ def test_message_json_cache_matches_full_serialisation():
     assert h._messages_json(iter(msgs)) == h._messages_json(msgs)  # any iterable, as the loop takes
 
 
-def test_optional_attribute_matches_getattr():
-    """_optional skips pydantic's costly attribute miss but sees what getattr sees: fields,
-    extras (LangChain messages allow extra fields), properties and plain objects."""
-    pytest.importorskip("langchain_core")
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-
-    from otel_assay.capture.langchain import _optional
-
-    class Plain:
-        tool_calls = ["class attribute"]
-
-    extra = HumanMessage("hi", tool_calls=[{"name": "x"}])
-    for obj in (HumanMessage("hi"), extra, ToolMessage("r", tool_call_id="c"), Plain(), object(),
-                AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "1", "type": "tool_call"}])):
-        for name in ("tool_calls", "content", "nope"):
-            assert _optional(obj, name) == getattr(obj, name, None), (obj, name)
-    assert _optional(extra, "tool_calls") == [{"name": "x"}]
-
-
 class _Dumps:
     def model_dump(self):
         return {"b": 1, "a": {3, 4} and [3]}
