@@ -345,13 +345,9 @@ async def _in_context(agen, ctx, *, carry: bool = False):
         yield item
 
 
-def _team_name(team) -> str:
-    return getattr(team, "name", None) or type(team).__name__
-
-
 def _run_stream(wrapped, instance, args, kwargs):
     async def gen():
-        name = _team_name(instance)
+        name = getattr(instance, "name", None) or type(instance).__name__
         t = implicit_trial(name)
         attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_WORKFLOW, semconv.GEN_AI_WORKFLOW_NAME: name,
                  semconv.ASSAY_STEP_KIND: "workflow", semconv.ASSAY_FRAMEWORK: FRAMEWORK}

@@ -19,11 +19,18 @@ coworker's agent execution nests under it when CrewAI links the events so.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import threading
 import time
 from datetime import datetime
 from typing import Any
 
+import crewai
+import crewai.events.types
+import wrapt
+from crewai.events import crewai_event_bus
+from crewai.events.event_context import SCOPE_STARTING_EVENTS
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
@@ -92,8 +99,11 @@ class CrewAIListener:
                     self._start(event, STARTS[t])
                 elif t in ENDS:
                     self._end(event, ENDS[t])
-                elif t.endswith("_started") and (_SCOPES is None or t in _SCOPES):
-                    self._start(event, "task")  # flows, memory...: plumbing, but children link to it
+                elif t in SCOPE_STARTING_EVENTS:
+                    # flows, memory...: plumbing, but other events link to them as parent. Not
+                    # every *_started event: agent_logs_started, whose end is
+                    # agent_logs_execution, would wait for an end that never comes
+                    self._start(event, "task")
                 elif t.endswith(_END_SUFFIXES):
                     self._end(event, t.endswith(("_failed", "_error")))
                 now = time.monotonic()
@@ -243,7 +253,6 @@ class CrewAIListener:
 
     def flush(self, timeout_s: float = 30.0) -> None:
         try:
-            from crewai.events import crewai_event_bus
             crewai_event_bus.flush(timeout=timeout_s)
         except Exception:
             pass
@@ -255,10 +264,6 @@ class CrewAIListener:
 
 # (not "_paused": a paused flow resumes later under the same events)
 _END_SUFFIXES = ("_completed", "_finished", "_failed", "_error", "_canceled")
-# the event types other events can have as parent (CrewAI's scope-starting events); None
-# (an older CrewAI): every *_started event. Others (agent_logs_started, whose end is
-# agent_logs_execution) would be kept waiting for an end that never comes
-_SCOPES: frozenset | None = None
 
 
 def _field(obj, key):
@@ -317,13 +322,9 @@ _REGISTERED: list = []
 
 def _event_classes() -> list:
     """Every start/end event class (all of them link parents, so plumbing events matter)."""
-    import importlib
-    import pkgutil
-
-    import crewai.events.types as types_pkg
     out = []
     wanted = set(STARTS) | set(ENDS)
-    for info in pkgutil.iter_modules(types_pkg.__path__):
+    for info in pkgutil.iter_modules(crewai.events.types.__path__):
         try:
             mod = importlib.import_module(f"crewai.events.types.{info.name}")
         except Exception:
@@ -361,9 +362,6 @@ async def _akickoff(wrapped, instance, args, kwargs):
 
 
 def _patch_kickoffs() -> None:
-    import crewai
-    import wrapt
-
     for owner in (crewai.Crew, crewai.Agent):
         # kickoff_async runs kickoff in a thread (which carries the context): only the native
         # async entry point needs its own wrapper
@@ -375,13 +373,7 @@ def _patch_kickoffs() -> None:
 
 
 def instrument(module=None) -> bool:
-    global _LISTENER, _SCOPES
-    from crewai.events import crewai_event_bus
-    try:
-        from crewai.events.event_context import SCOPE_STARTING_EVENTS
-        _SCOPES = frozenset(SCOPE_STARTING_EVENTS)
-    except ImportError:  # pragma: no cover - depends on the CrewAI version
-        _SCOPES = None
+    global _LISTENER
     if _LISTENER is None:
         _LISTENER = CrewAIListener()
         _runtime.add_pre_flush(_LISTENER.flush)
@@ -396,7 +388,6 @@ def instrument(module=None) -> bool:
 
 
 def uninstrument() -> None:
-    from crewai.events import crewai_event_bus
     if _LISTENER is not None:
         _LISTENER.enabled = False
         for cls in _REGISTERED:

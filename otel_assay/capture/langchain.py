@@ -266,19 +266,11 @@ class AssayCallbackHandler(BaseCallbackHandler):
         call."""
         return "[" + ", ".join(self._cached_json(m, _message_json) for m in messages) + "]"
 
-    # ---------------------------------------------------------------- helpers
-    def _parent(self, parent_run_id: UUID | None):
-        if parent_run_id is not None:
-            r = self._runs.get(parent_run_id)
-            if r is not None:
-                return r.parent
-        return None  # -> current context
-
     # ---------------------------------------------------------------- chains
     def on_chain_start(self, serialized, inputs, *, run_id, parent_run_id=None, tags=None, metadata=None, **kw):
         if not self.enabled:
             return
-        parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        parent_run = self._runs.get(parent_run_id)
         md = metadata or {}
         if parent_run is not None:
             ns = md.get("checkpoint_ns")
@@ -453,7 +445,7 @@ class AssayCallbackHandler(BaseCallbackHandler):
                 attrs[semconv.GEN_AI_INPUT_MESSAGES] = to_json(messages)
             except Exception:
                 pass
-        parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        parent_run = self._runs.get(parent_run_id)
         parent = parent_run.parent if parent_run is not None else None
         if parent is None:  # the context of the start, not of the end
             parent = otel_context.get_current()
@@ -570,7 +562,7 @@ class AssayCallbackHandler(BaseCallbackHandler):
         content = _runtime.capture_content()  # for the result too, as for a model call (_llm_start)
         if content:
             attrs[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = args_json(inputs if inputs is not None else input_str)
-        parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        parent_run = self._runs.get(parent_run_id)
         span = start_span(f"execute_tool {name}", attrs, parent=parent_run.parent if parent_run is not None else None)
         run = _Run(span, span, kind="tool", root=parent_run.root if parent_run is not None else None)
         run.call_id = kw.get("tool_call_id")
@@ -614,9 +606,11 @@ class AssayCallbackHandler(BaseCallbackHandler):
                  semconv.ASSAY_GRAPH_NODE: md.get("langgraph_node")}
         if _runtime.capture_content() and query is not None:
             attrs[semconv.GEN_AI_RETRIEVAL_QUERY_TEXT] = str(query)
-        span = start_span(f"retrieval {name}", attrs, kind=CLIENT, parent=self._parent(parent_run_id))
-        parent_run = self._runs.get(parent_run_id) if parent_run_id is not None else None
-        self._runs[run_id] = _Run(span, span, kind="retrieval", root=parent_run.root if parent_run is not None else None)
+        parent_run = self._runs.get(parent_run_id)
+        parent = parent_run.parent if parent_run is not None else None  # None: the current context
+        span = start_span(f"retrieval {name}", attrs, kind=CLIENT, parent=parent)
+        root = parent_run.root if parent_run is not None else None
+        self._runs[run_id] = _Run(span, span, kind="retrieval", root=root)
 
     def on_retriever_end(self, documents, *, run_id, **kw):
         r = self._runs.pop(run_id, None)

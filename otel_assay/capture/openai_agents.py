@@ -83,20 +83,23 @@ def _kind(span, d) -> str:
     return t
 
 
+def _text_parts(content) -> list:
+    """A message's text, a string or a list of parts with ``text``, as GenAI text parts."""
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}] if content else []
+    if isinstance(content, list):
+        return [{"type": "text", "content": p["text"]} for p in content if isinstance(p, dict) and p.get("text")]
+    return []
+
+
 def _chat_messages(msgs) -> list:
     out = []
     for m in msgs or []:
         if not isinstance(m, dict):
             continue
         role = m.get("role", "user")
-        parts = []
         c = m.get("content")
-        if isinstance(c, str) and c:
-            parts.append({"type": "text", "content": c})
-        elif isinstance(c, list):
-            for p in c:
-                if isinstance(p, dict) and p.get("text"):
-                    parts.append({"type": "text", "content": p["text"]})
+        parts = _text_parts(c)
         for tc in m.get("tool_calls") or []:
             f = tc.get("function") or {}
             parts.append(tool_call_part(tc.get("id"), f.get("name"), f.get("arguments")))
@@ -133,11 +136,7 @@ def _response_messages(items) -> list:
             out.append({"role": "tool", "parts": [{"type": "tool_call_response", "id": it.get("call_id"),
                                                     "result": it.get("output")}]})
         elif t == "message" or (t is None and "role" in it):
-            c = it.get("content")
-            parts = ([{"type": "text", "content": c}] if isinstance(c, str) and c else
-                     [{"type": "text", "content": p["text"]} for p in c or [] if isinstance(p, dict) and p.get("text")]
-                     if isinstance(c, list) else [])
-            out.append({"role": it.get("role", "user"), "parts": parts})
+            out.append({"role": it.get("role", "user"), "parts": _text_parts(it.get("content"))})
     return out
 
 

@@ -113,7 +113,3 @@ def uninstrument(frameworks: Iterable[str] | str | None = None) -> list[str]:
         from .trial import unpatch_threads
         unpatch_threads()
     return names
-
-
-def active() -> list[str]:
-    return sorted(_ACTIVE)

@@ -94,14 +94,6 @@ def _attached(span):
 
 
 # ------------------------------------------------------------------ model wrapping
-def _chat_attrs_start(model, messages, kwargs) -> tuple[str, dict]:
-    mid = getattr(model, "model_id", None) or type(model).__name__
-    tools = kwargs.get("tools_to_call_from")
-    return f"chat {mid}", chat_attributes(FRAMEWORK, mid, _provider(model),
-                                          (lambda: _tool_defs(tools)) if tools else None,
-                                          lambda: _messages_json(messages))
-
-
 def _chat_finish(span, msg) -> None:
     usage = getattr(msg, "token_usage", None)
     calls = getattr(msg, "tool_calls", None) or []
@@ -135,8 +127,12 @@ class _Call(DeferredCall):
     __slots__ = ()
 
     def _span(self):
-        name, attrs = _chat_attrs_start(self.target, self.messages, self.kwargs)
-        return start_span(name, attrs, kind=CLIENT, parent=self.parent, start_time=self.start)
+        model = self.target
+        mid = getattr(model, "model_id", None) or type(model).__name__
+        tools = self.kwargs.get("tools_to_call_from")
+        attrs = chat_attributes(FRAMEWORK, mid, _provider(model), (lambda: _tool_defs(tools)) if tools else None,
+                                lambda: _messages_json(self.messages))
+        return start_span(f"chat {mid}", attrs, kind=CLIENT, parent=self.parent, start_time=self.start)
 
     def end(self, finish, result) -> None:
         if not self.delegated:
