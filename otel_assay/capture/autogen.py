@@ -510,12 +510,9 @@ def instrument(module=None) -> bool:
 
 
 def on_module(mod) -> None:
-    """Registry hook: an autogen_agentchat module listed in HOOK_MODULES finished importing."""
+    """Registry hook: an autogen_agentchat module the registry lists for us finished importing."""
     if mod.__name__ in _AGENTCHAT:
         _patch_agentchat_module(mod)
-
-
-HOOK_MODULES = _AGENTCHAT
 
 
 def uninstrument() -> None:

@@ -665,8 +665,7 @@ def handler() -> AssayCallbackHandler:
     return _HANDLER
 
 
-_PREGEL_MAIN = "langgraph.pregel.main"
-HOOK_MODULES = (_PREGEL_MAIN,)
+_PREGEL_MAIN = "langgraph.pregel.main"  # its import calls on_module: see the registry's EXTRA_HOOKS
 _GRAPH_PATCHES: list = []  # (module, attribute name, original)
 
 
