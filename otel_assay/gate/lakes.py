@@ -37,7 +37,6 @@ def open_lake(lake) -> Any:
         if interrupted(e):
             raise
         raise DataError(f"{lake}: cannot read the lake: {str(e).splitlines()[0]}") from None
-    eng.con.execute("SET enable_progress_bar = false")  # ours is on stderr, and only on a terminal
     return eng
 
 

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from otel_assay.analyze.engine import query_files
 from otel_assay.analyze.fingerprint import fingerprint_matrix
 
 from .conftest import rows
@@ -223,3 +224,23 @@ def test_response_consistency_cv(open_engine, lake):
     cv = math.sqrt(sum((x - mean) ** 2 for x in n) / 2) / mean
     s = rows(eng, "SELECT response_consistency FROM stability WHERE trace_id = ?", [tid(1)])[0]
     assert s["response_consistency"] == pytest.approx(1 - min(1, cv))
+
+
+def test_views_read_the_same_rows_created_before_or_after_the_cache(open_engine, lake):
+    """The engine creates the views above `steps` when first used, which after materialize()
+    binds them against the cached tables: each must read what it read when every view was
+    created at open and bound against the span tree."""
+    eager = open_engine(lake)
+    eager.rows("SELECT count(*) FROM stability_summary")  # every view created now, before anything is cached
+    eager.materialize(["steps", "trials"])
+    deferred = open_engine(lake)
+    deferred.materialize(["steps", "trials"])
+    counts = {}
+    for view in query_files():
+        got = [sorted(map(repr, eng.query(f"SELECT * FROM {view}").to_pylist())) for eng in (eager, deferred)]
+        assert got[0] == got[1], view
+        counts[view] = len(got[0])
+    assert {v: counts[v] for v in ("steps", "trials", "pass_rates", "fingerprints", "decision_paths", "step_states",
+                                   "tool_arguments", "stability", "stability_summary")} == {
+        "steps": 9, "trials": 4, "pass_rates": 2, "fingerprints": 4, "decision_paths": 4, "step_states": 9,
+        "tool_arguments": 4, "stability": 4, "stability_summary": 2}
