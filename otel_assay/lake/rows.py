@@ -22,12 +22,9 @@ from .. import semconv
 from .schema import (DEFAULT_LIMITS, EMPTY_TABLES, INT32_MAX, INT64_MAX, PARTITION_TIME, SPAN_EVENTS_SCHEMA,
                      SPAN_LINKS_SCHEMA, SPANS_SCHEMA, TRUNCATION_MARK, Limits)
 
-
-
 _PROMOTED = {key: (col, t) for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES}
 _PROMOTED_COLUMNS = [col for col, _key, _t in semconv.PROMOTED_SPAN_ATTRIBUTES]
 _PROMOTED_SET = frozenset(_PROMOTED_COLUMNS)
-_PROMOTED_STRING = {key: col for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES if t == "string"}
 
 
 def _jsonable(value: Any) -> Any:
@@ -280,25 +277,6 @@ class SpanBatch:
         n = 0
         dropped = 0
         for key, value in attributes:
-            if type(value) is str:  # the common case, decided with one lookup
-                if promoted is not None:
-                    col = _PROMOTED_STRING.get(key)
-                    if col is not None and col not in promoted:
-                        if len(value) > max_value:
-                            value = value[:max_value] + TRUNCATION_MARK
-                            self.truncated_values += 1
-                        promoted[col] = value
-                        continue
-                if n >= max_attributes or len(key) > max_key:
-                    dropped += 1
-                    continue
-                if len(value) > max_value:
-                    value = value[:max_value] + TRUNCATION_MARK
-                    self.truncated_values += 1
-                add_key(key)
-                add_value(value)
-                n += 1
-                continue
             if promoted is not None:
                 target = _PROMOTED.get(key)
                 if target is not None:
@@ -317,7 +295,7 @@ class SpanBatch:
             if n >= max_attributes or len(key) > max_key:
                 dropped += 1
                 continue
-            s = stringify(value)
+            s = value if type(value) is str else stringify(value)
             if s is not None and len(s) > max_value:
                 s = s[:max_value] + TRUNCATION_MARK
                 self.truncated_values += 1
