@@ -32,9 +32,7 @@ def parse_hostport(value: str, default_port: int) -> tuple[str, int]:
         port = rest.lstrip(":") or str(default_port)
     elif value.count(":") == 1:
         host, port = value.split(":")
-    elif value.count(":") > 1:  # bare IPv6
-        host, port = value, str(default_port)
-    else:
+    else:  # a bare host, or a bare IPv6 address
         host, port = value, str(default_port)
     host = host or "127.0.0.1"
     if not port.isdigit() or not 0 <= int(port) <= 65535:
