@@ -40,7 +40,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def stringify(value: Any) -> str | None:
-    """An attribute value as stored in the lake's string maps .
+    """An attribute value as stored in the lake's string maps.
 
     str as is; bool as ``true``/``false``; int and float in canonical decimal
     (``repr``, shortest round-trip); bytes as base64; arrays and key-value lists as
@@ -60,12 +60,6 @@ def stringify(value: Any) -> str | None:
     # stored as its text instead of failing the span
     if not isinstance(value, (list, tuple, dict)):
         return str(value)
-    if type(value) is tuple or type(value) is list:
-        for v in value:
-            if type(v) is not str:
-                break
-        else:  # an array of strings (finish reasons, tags): nothing for _jsonable to convert
-            return _compact_json(value)
     return _compact_json(_jsonable(value))
 
 
@@ -247,7 +241,6 @@ class SpanBatch:
         self._ln_span_row: list[int] = []
         self.rejected = 0
         self.reject_reasons: dict[str, int] = {}
-        self.truncated_values = 0
 
     def __len__(self) -> int:
         return len(self._span_cols["trace_id"])
@@ -289,7 +282,6 @@ class SpanBatch:
                     ):
                         if t == "string" and len(value) > max_value:
                             value = value[:max_value] + TRUNCATION_MARK
-                            self.truncated_values += 1
                         promoted[col] = value
                         continue
             if n >= max_attributes or len(key) > max_key:
@@ -298,7 +290,6 @@ class SpanBatch:
             s = value if type(value) is str else stringify(value)
             if s is not None and len(s) > max_value:
                 s = s[:max_value] + TRUNCATION_MARK
-                self.truncated_values += 1
             add_key(key)
             add_value(s)
             n += 1
