@@ -261,7 +261,6 @@ class OTLPHttpApp:
         try:
             await asyncio.wait_for(self._slots.acquire(), self.timeouts.slot_wait_s)
         except TimeoutError:
-            self.collector.note_throttled()
             return await self._refuse(req, 503, 14, "too many requests in flight; retry shortly", {"Retry-After": 1})
         try:
             body = await req.body(self.max_body)
@@ -297,7 +296,6 @@ class OTLPHttpApp:
         except (_TooLarge, TooManyRows) as e:
             return error(413, 8, str(e))
         except MalformedOTLP as e:
-            self.collector.note_malformed()
             return error(400, 3, str(e))
         except Overloaded as e:
             return error(503, 14, str(e), {"Retry-After": e.retry_after})

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -62,18 +62,14 @@ class IngestResult:
 @dataclass
 class CollectorStats:
     requests: int = 0
-    spans_received: int = 0
     spans_accepted: int = 0
     spans_duplicate: int = 0
     spans_rejected: int = 0
     spans_written: int = 0
-    throttled: int = 0
-    malformed: int = 0
     too_many_rows: int = 0  # requests refused for holding more rows than max_request_rows
     files_written: int = 0
     flush_errors: int = 0
     last_flush_error: str | None = None
-    reject_reasons: dict[str, int] = field(default_factory=dict)
 
 
 class _RecentKeys:
@@ -307,8 +303,6 @@ class Collector:
             raise Overloaded(5, "collector is shutting down")
         buffered = self.buffered_rows
         if buffered >= self.max_buffered_spans:
-            with self._stats_lock:
-                self.stats.throttled += 1
             self._wake.set()
             raise Overloaded(1, f"{buffered} spans, events and links waiting to be written; retry shortly")
 
@@ -351,8 +345,6 @@ class Collector:
                     timeout=DECODE_WAIT_S):
                 self._decode_queue.remove(turn)
                 self._decode_cv.notify_all()
-                with self._stats_lock:
-                    self.stats.throttled += 1
                 raise Overloaded(1, "too many large requests being decoded; retry shortly")
             self._decode_queue.popleft()
             self._decoding_bytes += size
@@ -404,13 +396,9 @@ class Collector:
         with self._stats_lock:
             st = self.stats
             st.requests += 1
-            st.spans_received += received
             st.spans_accepted += result.accepted
             st.spans_duplicate += result.duplicates
             st.spans_rejected += batch.rejected
-            for why, n in batch.reject_reasons.items():
-                if len(st.reject_reasons) < 100 or why in st.reject_reasons:
-                    st.reject_reasons[why] = st.reject_reasons.get(why, 0) + n
         if self.wal.buffered_rows >= self._flush_at:
             self._wake.set()
         return result
@@ -454,14 +442,6 @@ class Collector:
         dups = set(dup_keys)
         older = self._claims[:self._claims.index(own)]
         return [c for c in older if not c.done.is_set() and not dups.isdisjoint(c.keys)]
-
-    def note_throttled(self) -> None:
-        with self._stats_lock:
-            self.stats.throttled += 1
-
-    def note_malformed(self) -> None:
-        with self._stats_lock:
-            self.stats.malformed += 1
 
     # ------------------------------------------------------------------ flushing
     def flush(self) -> int:
