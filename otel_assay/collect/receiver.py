@@ -52,7 +52,6 @@ class Overloaded(Exception):
 
 @dataclass
 class IngestResult:
-    received: int = 0
     accepted: int = 0
     duplicates: int = 0
     rejected: int = 0
@@ -67,7 +66,6 @@ class CollectorStats:
     spans_rejected: int = 0
     spans_written: int = 0
     too_many_rows: int = 0  # requests refused for holding more rows than max_request_rows
-    files_written: int = 0
     flush_errors: int = 0
     last_flush_error: str | None = None
 
@@ -311,8 +309,8 @@ class Collector:
         of more rows than ``max_request_rows``, before decoding them."""
         self.check_capacity()
         with self._decoding(len(body)), self._counting_refusals():
-            batch, received = compiled.protobuf_batch(body, self.limits, self.max_request_rows)
-            return self._commit(batch, received)
+            batch, _received = compiled.protobuf_batch(body, self.limits, self.max_request_rows)
+            return self._commit(batch)
 
     def submit_json(self, body: bytes) -> IngestResult:
         self.check_capacity()
@@ -320,8 +318,8 @@ class Collector:
             doc = parse_json(body)
             self._check_rows(json_rows(doc))
             batch = SpanBatch(self.limits)
-            received = add_json(doc, batch)
-            return self._commit(batch, received)
+            add_json(doc, batch)
+            return self._commit(batch)
 
     @contextlib.contextmanager
     def _decoding(self, size: int):
@@ -356,20 +354,20 @@ class Collector:
                 self._decoding_bytes -= size
                 self._decode_cv.notify_all()
 
-    def _commit(self, batch: SpanBatch, received: int) -> IngestResult:
+    def _commit(self, batch: SpanBatch) -> IngestResult:
         with self._inflight_cv:
             if self._closing:  # the last flush has begun: nothing may be acknowledged after it
                 raise Overloaded(5, "collector is shutting down")
             self._inflight += 1
         try:
-            return self._commit_locked(batch, received)
+            return self._commit_locked(batch)
         finally:
             with self._inflight_cv:
                 self._inflight -= 1
                 self._inflight_cv.notify_all()
 
-    def _commit_locked(self, batch: SpanBatch, received: int) -> IngestResult:
-        result = IngestResult(received=received, rejected=batch.rejected)
+    def _commit_locked(self, batch: SpanBatch) -> IngestResult:
+        result = IngestResult(rejected=batch.rejected)
         keys = batch.keys if isinstance(batch, compiled.CompiledBatch) else _span_keys(*batch.span_keys())
         claim = _Claim()
         stored = False
@@ -479,7 +477,6 @@ class Collector:
                 self.lake.write(tables, token=segment.token, fsync=self.fsync)
                 with self._stats_lock:
                     self.stats.spans_written += segment.spans
-                    self.stats.files_written += 1
             segment.path.unlink(missing_ok=True)
             return True
         except OSError as e:

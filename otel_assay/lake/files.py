@@ -450,7 +450,7 @@ class Lake:
         return hidden
 
     # ------------------------------------------------------------------ compaction
-    def compact(self, *, target_bytes: int = 256 << 20, grace_seconds: float = 60.0, progress=None) -> "CompactResult":
+    def compact(self, *, target_bytes: int = 256 << 20, grace_seconds: float = 60.0) -> "CompactResult":
         """Merge each partition's small files, dropping duplicate spans. Safe while readers read.
 
         One compaction at a time per lake (:class:`LakeBusy` otherwise): two that merged the
@@ -464,7 +464,7 @@ class Lake:
         self.ensure_writable()
         lock = self.compaction_lock()
         try:
-            return self._compact(target_bytes, grace_seconds, progress)
+            return self._compact(target_bytes, grace_seconds)
         finally:
             lock.close()  # releases the lock
 
@@ -499,7 +499,7 @@ class Lake:
             return files
         return [f for f in files if not ((m := _SEGMENT_FILE_RE.match(f.name)) and m.group(1) in segments)]
 
-    def _compact(self, target_bytes: int, grace_seconds: float, progress) -> "CompactResult":
+    def _compact(self, target_bytes: int, grace_seconds: float) -> "CompactResult":
         import duckdb  # imported here: see duckdb_connect, agents that only write never pay it
 
         result = CompactResult()
@@ -541,8 +541,6 @@ class Lake:
                         result.files_out += 1
                         result.rows_in += before
                         result.rows_out += after
-                        if progress:
-                            progress(table, partition, len(group))
         finally:
             con.close()
         result.deleted_files += self._finish_records(grace_seconds)
