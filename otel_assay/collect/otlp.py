@@ -292,8 +292,7 @@ def _json_value(v: Any) -> Any:
     if not isinstance(v, dict) or not v:
         return None
     if "stringValue" in v:
-        s = v["stringValue"]
-        return s if isinstance(s, str) else _json_str(s)
+        return _json_str(v["stringValue"])
     if "intValue" in v:
         return _json_int(v["intValue"], "intValue")
     if "boolValue" in v:
