@@ -86,21 +86,21 @@ class Receiver:
         self.listeners: list[Listener] = []
         self.http: HttpServer | None = None
         self._grpc = None
-        tls = bool(tls_cert and tls_key)
+        if not (tls_cert and tls_key):  # TLS takes both
+            tls_cert = tls_key = None
+        tls = tls_cert is not None
         if max_connections is None:
             max_connections = default_max_connections()
         if http_addr is not None:
             self.http = HttpServer(collector, http_addr, token=token, max_body=max_body,
                                    max_concurrent_requests=max_concurrent_requests, max_connections=max_connections,
-                                   tls_cert=tls_cert if tls else None, tls_key=tls_key if tls else None,
-                                   timeouts=http_timeouts)
+                                   tls_cert=tls_cert, tls_key=tls_key, timeouts=http_timeouts)
             self.listeners.append(Listener("http", http_addr[0], self.http.port, tls))
         if grpc_addr is not None:
             try:
                 self._grpc, port = grpc_server(collector, grpc_addr, token=token, max_body=max_body,
                                                workers=grpc_workers, max_calls=max_concurrent_requests,
-                                               max_connections=max_connections, tls_cert=tls_cert if tls else None,
-                                               tls_key=tls_key if tls else None)
+                                               max_connections=max_connections, tls_cert=tls_cert, tls_key=tls_key)
             except BaseException:
                 if self.http is not None:
                     self.http.sock.close()
