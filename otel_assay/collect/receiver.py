@@ -277,10 +277,6 @@ class Collector:
         """The most spans, events and links one request may hold (see MIN_REQUEST_ROWS)."""
         return max(self.max_buffered_spans, MIN_REQUEST_ROWS)
 
-    def _check_rows(self, rows: int | None) -> None:
-        if rows is not None and rows > self.max_request_rows:
-            raise TooManyRows(rows, self.max_request_rows)
-
     @contextlib.contextmanager
     def _counting_refusals(self):
         try:
@@ -316,7 +312,8 @@ class Collector:
         self.check_capacity()
         with self._decoding(len(body)), self._counting_refusals():
             doc = parse_json(body)
-            self._check_rows(json_rows(doc))
+            if (rows := json_rows(doc)) > self.max_request_rows:
+                raise TooManyRows(rows, self.max_request_rows)
             batch = SpanBatch(self.limits)
             add_json(doc, batch)
             return self._commit(batch)

@@ -125,14 +125,11 @@ class _Resources:
 
     def add(self, resource: Resource) -> None:
         """One span's resource."""
-        self.rows.append(self.index(resource))
-
-    def index(self, resource: Resource) -> int:
         i = self._index.get(id(resource))
         if i is None:
             i = self._index[id(resource)] = len(self.distinct)
             self.distinct.append(resource)
-        return i
+        self.rows.append(i)
 
     def array(self) -> pa.MapArray:
         return resource_maps(self.distinct).take(pa.array(self.rows, pa.int32()))
@@ -148,18 +145,13 @@ def resource_maps(resources: list[Resource]) -> pa.MapArray:
     return maps.array()
 
 
-def _scrub(s: str | None) -> str | None:
-    # JSON can carry lone surrogates ("\ud800") that are valid Python str but not UTF-8.
-    if s is None:
-        return None
-    return s.encode("utf-8", "replace").decode("utf-8")
-
-
 def _safe_string_array(values: list) -> pa.Array:
     try:
         return pa.array(values, pa.string())
     except (pa.ArrowInvalid, UnicodeEncodeError):
-        return pa.array([_scrub(v) for v in values], pa.string())
+        # JSON can carry lone surrogates ("\ud800"): valid Python str, but not UTF-8
+        return pa.array([None if v is None else v.encode("utf-8", "replace").decode("utf-8") for v in values],
+                        pa.string())
 
 
 @dataclass
