@@ -56,30 +56,15 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
     stay in the log for the next start). Prints one line per listener when ready.
     """
     from ..collect.receiver import Collector
-    from ..collect.server import Receiver, is_loopback, parse_hostport
+    from ..collect.server import Receiver, check_tls, listen_addresses
+    from ..collect.wal import WALLocked
     from ..lake.files import LakeError
 
-    addrs = {}
-    for proto, value, port in (("grpc", grpc_addr, 4317), ("http", http_addr, 4318)):
-        if value.strip().lower() == "off":
-            addrs[proto] = None
-            continue
-        try:
-            addrs[proto] = parse_hostport(value, port)
-        except ValueError as e:
-            raise UsageError(f"--{proto}: {e}; use HOST:PORT, for example 127.0.0.1:{port}") from None
-    if not any(addrs.values()):
-        raise UsageError("both listeners are off; enable --grpc or --http")
-    exposed = [f"{h}:{p}" for h, p in filter(None, addrs.values()) if not is_loopback(h)]
-    if exposed and not token:
-        raise UsageError(f"listening on non-loopback address {', '.join(exposed)} needs a bearer token: "
-                         "pass --token or set OTEL_ASSAY_TOKEN")
-    if bool(tls_cert) != bool(tls_key):
-        raise UsageError("--tls-cert and --tls-key go together")
-    if tls_cert:
-        _check_tls(tls_cert, tls_key)
-    from ..collect.wal import WALLocked
-
+    try:
+        addrs = listen_addresses(grpc_addr, http_addr, token)
+        check_tls(tls_cert, tls_key)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     try:
         collector = Collector(lake_dir, max_buffered_spans=max_buffered_spans, flush_seconds=flush_seconds, fsync=fsync)
     except WALLocked as e:
@@ -292,20 +277,6 @@ def sql(lake, query, fmt):
     from ..report.output import write_table
 
     write_table(query_lake(lake, query), fmt)
-
-
-def _check_tls(cert, key) -> None:
-    """Load the certificate and key once up front: gRPC and http.server would report a bad
-    one as a failure to bind the port."""
-    import ssl
-
-    try:
-        # an empty password: an encrypted key fails here instead of prompting on the terminal
-        # (the gRPC server cannot use one either)
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(cert), str(key), password=b"")
-    except (ssl.SSLError, OSError) as e:
-        raise UsageError(f"--tls-cert {cert} / --tls-key {key}: cannot load them ({e}); give a PEM certificate "
-                         "(chain) and its PEM private key") from None
 
 
 def register(group: click.Group) -> None:

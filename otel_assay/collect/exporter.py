@@ -123,28 +123,13 @@ class ParquetSpanExporter(SpanExporter):
         self.max_unwritten_spans = max_unwritten_spans or settings.max_unwritten_spans()
         self.limits = limits
         self.fsync = fsync
-        self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
-        self._batch = SpanBatch(limits)
-        # (tables, rows) of flushes whose write failed, oldest first: rewritten before anything
-        # newer at the next flush, so spans that arrive while a write is failing wait their turn
-        self._unwritten: list[tuple[dict, int]] = []
-        self._dropping = False  # spans were dropped in this outage (warned once)
-        self._oldest: float | None = None
         self._resources: dict[int, tuple[object, Resource]] = {}
-        self.spans_received = 0
-        self.spans_written = 0
-        self.spans_rejected = 0
-        self.spans_lost = 0
-        self.files_written = 0
-        self.last_error: str | None = None
         self._shutdown = False
-        self._stop = threading.Event()
-        self._timer: threading.Thread | None = None
+        self._reset()
         self._start_timer()
         if hasattr(os, "register_at_fork"):
             # weak: the hook cannot be unregistered and must not keep the exporter alive
-            reinit = weakref.WeakMethod(self._after_fork_in_child)
+            reinit = weakref.WeakMethod(self._reset)
             os.register_at_fork(after_in_child=lambda: (m := reinit()) is not None and m())
 
     # ----------------------------------------------------------- SpanExporter API
@@ -220,20 +205,23 @@ class ParquetSpanExporter(SpanExporter):
         self._timer = threading.Thread(target=self._age_flusher, name="otel-assay-parquet-flush", daemon=True)
         self._timer.start()
 
-    def _after_fork_in_child(self) -> None:
-        # only the forking thread survives: locks another thread held would stay held, the
-        # flush thread is gone, and the buffered rows are the parent's to write
+    def _reset(self) -> None:
+        """A new exporter's state, and a forked child's: only the forking thread survives a
+        fork, so locks another thread held would stay held, the flush thread is gone (the
+        child's first export() starts its own), and the buffered rows are the parent's to write."""
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._batch = SpanBatch(self.limits)
-        self._unwritten = []
-        self._dropping = False
-        self._oldest = None
+        # (tables, rows) of flushes whose write failed, oldest first: rewritten before anything
+        # newer at the next flush, so spans that arrive while a write is failing wait their turn
+        self._unwritten: list[tuple[dict, int]] = []
+        self._dropping = False  # spans were dropped in this outage (warned once)
+        self._oldest: float | None = None
         self.spans_received = self.spans_written = self.spans_rejected = self.spans_lost = 0
         self.files_written = 0
-        self.last_error = None
+        self.last_error: str | None = None
         self._stop = threading.Event()
-        self._timer = None  # started by the child's first export(), not in the fork hook
+        self._timer: threading.Thread | None = None
 
     def _resource(self, res) -> Resource:
         hit = self._resources.get(id(res))

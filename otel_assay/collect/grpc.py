@@ -55,7 +55,6 @@ def trace_service(collector, token: str | None):
         except TooManyRows as e:  # not retried (no RetryInfo): the same batch would be refused again
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except MalformedOTLP as e:
-            collector.note_malformed()
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         except Overloaded as e:
             context.set_trailing_metadata(_retry_trailer(e.retry_after))

@@ -200,21 +200,17 @@ class OTLPHttpApp:
     """
 
     def __init__(self, collector, *, token: str | None, max_body: int, max_concurrent_requests: int,
-                 timeouts: HttpTimeouts, connections: "ConnectionGuard"):
+                 timeouts: HttpTimeouts):
         self.collector = collector
         self.token = token
         self.max_body = max_body
         self.timeouts = timeouts
-        self.connections = connections
         self.pool = ThreadPoolExecutor(max_concurrent_requests, thread_name_prefix="otel-assay-http")
-        self.max_concurrent_requests = max_concurrent_requests
-        self._slots: asyncio.Semaphore | None = None  # made on the server's loop
+        self._slots = asyncio.Semaphore(max_concurrent_requests)  # bound to the server's loop at first use
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return
-        key = scope.get("client")
-        self.connections.request_began(key)
         try:
             req = _Request(scope, receive, send, self.timeouts)
             if req.method == "GET":
@@ -226,8 +222,6 @@ class OTLPHttpApp:
                                 {"Allow": "GET, POST"}, close=True, is_json=True)
         except OSError:  # the client did not wait for the answer
             pass
-        finally:
-            self.connections.request_ended(key)
 
     async def _get(self, req: _Request) -> None:
         # a GET has no body here: one sent anyway is not read, so the connection closes after it
@@ -264,12 +258,9 @@ class OTLPHttpApp:
             self.collector.check_capacity()
         except Overloaded as e:
             return await self._refuse(req, 503, 14, str(e), {"Retry-After": e.retry_after})
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.max_concurrent_requests)
         try:
             await asyncio.wait_for(self._slots.acquire(), self.timeouts.slot_wait_s)
         except TimeoutError:
-            self.collector.note_throttled()
             return await self._refuse(req, 503, 14, "too many requests in flight; retry shortly", {"Retry-After": 1})
         try:
             body = await req.body(self.max_body)
@@ -305,7 +296,6 @@ class OTLPHttpApp:
         except (_TooLarge, TooManyRows) as e:
             return error(413, 8, str(e))
         except MalformedOTLP as e:
-            self.collector.note_malformed()
             return error(400, 3, str(e))
         except Overloaded as e:
             return error(503, 14, str(e), {"Retry-After": e.retry_after})
@@ -342,8 +332,8 @@ class OTLPHttpApp:
 
 
 class ConnectionGuard:
-    """Counts a listener's connections, refuses those past the cap, and closes the ones that
-    are idle too long or send their request head too slowly.
+    """Refuses a listener's connections past the cap, and closes the ones that are idle too
+    long or send their request head too slowly.
 
     Each connection is a thread-free protocol object, but a descriptor: idle clients that
     are never cut off use up the process's descriptors, and then nobody, over HTTP or gRPC,
@@ -357,45 +347,20 @@ class ConnectionGuard:
     def __init__(self, max_connections: int, timeouts: HttpTimeouts):
         self.max_connections = max_connections
         self.timeouts = timeouts
-        self.open = 0
         self._refusing = False
         self.out_of_fds = False  # told once, until a connection is accepted again
-        self._by_client: dict = {}  # peer address -> the connection's protocol
 
-    def admit(self, conn) -> bool:
+    def admit(self, open_connections: int) -> bool:
+        """Whether the newest of ``open_connections`` may stay."""
         self.out_of_fds = False
-        if self.open < self.max_connections:
-            self.open += 1
+        if open_connections <= self.max_connections:
             self._refusing = False
-            self._by_client[conn.peer] = conn
             return True
         if not self._refusing:
             self._refusing = True
             log.warning("%d HTTP connections open (--max-connections): refusing new ones until some close",
                         self.max_connections)
         return False
-
-    def release(self, conn) -> None:
-        self.open -= 1
-        if self._by_client.get(conn.peer) is conn:
-            del self._by_client[conn.peer]
-
-    def request_began(self, client) -> None:
-        conn = self._by_client.get(tuple(client) if client else None)
-        if conn is not None:
-            conn.busy = True
-            conn.set_deadline(None)
-
-    def request_ended(self, client) -> None:
-        conn = self._by_client.get(tuple(client) if client else None)
-        if conn is not None:
-            conn.busy = False
-            conn.set_deadline(self.timeouts.idle_s)
-
-
-def _peer(transport) -> tuple | None:
-    info = transport.get_extra_info("peername")
-    return (str(info[0]), int(info[1])) if isinstance(info, tuple) and len(info) >= 2 else None
 
 
 class _TooMany(Exception):
@@ -406,18 +371,34 @@ class _GuardedProtocol(HttpToolsProtocol):
     """uvicorn's protocol on httptools (llhttp, a strict parser in C) under a
     :class:`ConnectionGuard`, set on a subclass per server.
 
-    Overridden: the asyncio protocol interface (a connection's start, each arrival of bytes,
-    its end) and the parser's callbacks for the request target, each header field and each
-    chunk, to bound them: llhttp streams them and sets no limit of its own, so a client could
-    send header fields until memory ran out, or a body a byte a chunk. Which request a
-    connection is in is told by the application.
+    Overridden: a connection's start and end, and the parser's callbacks for a request's
+    start, its target, each header field, the end of its head and each chunk. llhttp streams
+    the head and the chunks and sets no limit of its own, so a client could send header
+    fields until memory ran out, or a body a byte a chunk. uvicorn closes a connection idle
+    after a response (``timeout_keep_alive``) but sets no deadline before the first request
+    nor on a head sent slowly: a timer of ours covers those two.
     """
 
     guard: ConnectionGuard
     max_chunks: int  # in one chunked body
     busy_body = status_body(14, "too many connections open; retry shortly", True)
 
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._timer = None
+        if not self.guard.admit(len(self.connections)):
+            transport.write(ConnectionGuard.BUSY % (len(self.busy_body), self.busy_body))
+            transport.close()
+            return
+        self._set_deadline(self.guard.timeouts.idle_s)
+
+    def connection_lost(self, exc) -> None:
+        self._set_deadline(None)
+        super().connection_lost(exc)
+
     def on_message_begin(self) -> None:
+        # the first byte of a request: its line and header fields have head_s to arrive
+        self._set_deadline(self.guard.timeouts.head_s)
         self.head_bytes = self.head_fields = self.chunks = 0
         super().on_message_begin()
 
@@ -432,6 +413,10 @@ class _GuardedProtocol(HttpToolsProtocol):
             raise _TooMany(f"more than {MAX_HEADERS} header fields")
         super().on_header(name, value)
 
+    def on_headers_complete(self) -> None:
+        self._set_deadline(None)  # the body keeps to the application's schedule
+        super().on_headers_complete()
+
     def on_chunk_header(self) -> None:
         # each chunk costs a call into Python whatever its size: a body sent a byte a chunk
         # cost a minute of CPU per 20 MiB, so past 64 chunks they must average 1 KiB
@@ -444,42 +429,16 @@ class _GuardedProtocol(HttpToolsProtocol):
         if self.head_bytes > MAX_HEADER_BYTES:
             raise _TooMany(f"request head larger than {MAX_HEADER_BYTES} bytes")
 
-    def connection_made(self, transport) -> None:
-        super().connection_made(transport)
-        self.peer = _peer(transport)
-        self.busy = False
-        self._timer = None
-        self.admitted = self.guard.admit(self)
-        if not self.admitted:
-            transport.write(ConnectionGuard.BUSY % (len(self.busy_body), self.busy_body))
-            transport.close()
-            return
-        self.set_deadline(self.guard.timeouts.idle_s)
-
-    def data_received(self, data: bytes) -> None:
-        if self.admitted and not self.busy and self._idle:
-            # the first byte of a request: its line and header fields have head_s to arrive
-            self.set_deadline(self.guard.timeouts.head_s, idle=False)
-        super().data_received(data)
-
-    def connection_lost(self, exc) -> None:
-        if self.admitted:
-            self.admitted = False
-            self.guard.release(self)
-        self.set_deadline(None)
-        super().connection_lost(exc)
-
-    def set_deadline(self, seconds: float | None, idle: bool = True) -> None:
+    def _set_deadline(self, seconds: float | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._idle = idle
-        if seconds is not None and self.admitted:
-            self._timer = asyncio.get_running_loop().call_later(seconds, self._cut_off)
+        if seconds is not None:
+            self._timer = self.loop.call_later(seconds, self._cut_off)
 
     def _cut_off(self) -> None:
         self._timer = None
-        log.debug("closing HTTP connection from %s: idle or its request head too slow", self.peer)
+        log.debug("closing HTTP connection from %s: idle or its request head too slow", self.client)
         self.transport.close()
 
 
@@ -493,8 +452,7 @@ class HttpServer:
         self.timeouts = timeouts or HttpTimeouts()
         self.guard = ConnectionGuard(max_connections, self.timeouts)
         self.app = OTLPHttpApp(collector, token=token, max_body=max_body,
-                               max_concurrent_requests=max_concurrent_requests, timeouts=self.timeouts,
-                               connections=self.guard)
+                               max_concurrent_requests=max_concurrent_requests, timeouts=self.timeouts)
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

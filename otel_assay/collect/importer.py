@@ -80,11 +80,8 @@ class ImportResult:
 
 
 def _digest(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:20]
+        return hashlib.file_digest(f, "sha256").hexdigest()[:20]
 
 
 class _Counting(io.RawIOBase):

@@ -20,8 +20,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from ..lake.rows import Resource, SpanBatch, make_resource
-from ..lake.schema import Limits
+from ..lake.rows import SpanBatch, make_resource
 
 
 class MalformedOTLP(ValueError):
@@ -41,24 +40,18 @@ class TooManyRows(Exception):
 
 
 # --------------------------------------------------------------------------- protobuf
+_SCALAR_FIELDS = frozenset({"string_value", "int_value", "bool_value", "double_value", "bytes_value"})
+
+
 def pb_value(v) -> Any:
     """An AnyValue as the Python value the row builder stores (None when it is empty)."""
     which = v.WhichOneof("value")
-    if which == "string_value":
-        return v.string_value
-    if which == "int_value":
-        return v.int_value
-    if which == "bool_value":
-        return v.bool_value
-    if which == "double_value":
-        return v.double_value
     if which == "array_value":
         return [pb_value(x) for x in v.array_value.values]
     if which == "kvlist_value":
         return {kv.key: pb_value(kv.value) for kv in v.kvlist_value.values}
-    if which == "bytes_value":
-        return v.bytes_value
-    return None
+    # not string_value_strindex: an index into a profile's string table, no value of a span
+    return getattr(v, which) if which in _SCALAR_FIELDS else None
 
 
 def pb_attributes(kvs) -> list[tuple[str, Any]]:
@@ -299,8 +292,7 @@ def _json_value(v: Any) -> Any:
     if not isinstance(v, dict) or not v:
         return None
     if "stringValue" in v:
-        s = v["stringValue"]
-        return s if isinstance(s, str) else _json_str(s)
+        return _json_str(v["stringValue"])
     if "intValue" in v:
         return _json_int(v["intValue"], "intValue")
     if "boolValue" in v:
@@ -336,22 +328,10 @@ def _json_key(k: Any) -> str:
     return k if k.isascii() else k.encode("utf-8", "replace").decode("utf-8")
 
 
-def _json_resource(rs: dict, limits: Limits) -> Resource:
-    res = rs.get("resource") or {}
-    return make_resource(_json_attrs(res.get("attributes")), limits)
-
-
-_CAMEL: dict[str, str] = {}
-
-
+@functools.lru_cache(maxsize=1024)  # field names are few; odd keys must not grow it
 def _camel_key(k: str) -> str:
-    c = _CAMEL.get(k)
-    if c is None:
-        head, *rest = k.split("_")
-        c = head + "".join(p[:1].upper() + p[1:] for p in rest)
-        if len(_CAMEL) < 1000:  # field names are few; don't let odd keys grow the cache
-            _CAMEL[k] = c
-    return c
+    head, *rest = k.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
 def _camel(v: Any) -> Any:
@@ -430,7 +410,7 @@ def add_json(doc: Any, batch: SpanBatch) -> int:
     limits = batch.limits
     for rs in _json_resource_spans(doc):
         try:
-            resource = _json_resource(rs, limits)
+            resource = make_resource(_json_attrs((rs.get("resource") or {}).get("attributes")), limits)
         except (TypeError, ValueError, AttributeError) as e:
             raise MalformedOTLP(f"malformed resource: {e}") from None
         for ss in _json_scope_spans(rs):

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -52,7 +52,6 @@ class Overloaded(Exception):
 
 @dataclass
 class IngestResult:
-    received: int = 0
     accepted: int = 0
     duplicates: int = 0
     rejected: int = 0
@@ -62,18 +61,13 @@ class IngestResult:
 @dataclass
 class CollectorStats:
     requests: int = 0
-    spans_received: int = 0
     spans_accepted: int = 0
     spans_duplicate: int = 0
     spans_rejected: int = 0
     spans_written: int = 0
-    throttled: int = 0
-    malformed: int = 0
     too_many_rows: int = 0  # requests refused for holding more rows than max_request_rows
-    files_written: int = 0
     flush_errors: int = 0
     last_flush_error: str | None = None
-    reject_reasons: dict[str, int] = field(default_factory=dict)
 
 
 class _RecentKeys:
@@ -283,10 +277,6 @@ class Collector:
         """The most spans, events and links one request may hold (see MIN_REQUEST_ROWS)."""
         return max(self.max_buffered_spans, MIN_REQUEST_ROWS)
 
-    def _check_rows(self, rows: int | None) -> None:
-        if rows is not None and rows > self.max_request_rows:
-            raise TooManyRows(rows, self.max_request_rows)
-
     @contextlib.contextmanager
     def _counting_refusals(self):
         try:
@@ -307,8 +297,6 @@ class Collector:
             raise Overloaded(5, "collector is shutting down")
         buffered = self.buffered_rows
         if buffered >= self.max_buffered_spans:
-            with self._stats_lock:
-                self.stats.throttled += 1
             self._wake.set()
             raise Overloaded(1, f"{buffered} spans, events and links waiting to be written; retry shortly")
 
@@ -317,17 +305,18 @@ class Collector:
         of more rows than ``max_request_rows``, before decoding them."""
         self.check_capacity()
         with self._decoding(len(body)), self._counting_refusals():
-            batch, received = compiled.protobuf_batch(body, self.limits, self.max_request_rows)
-            return self._commit(batch, received)
+            batch, _received = compiled.protobuf_batch(body, self.limits, self.max_request_rows)
+            return self._commit(batch)
 
     def submit_json(self, body: bytes) -> IngestResult:
         self.check_capacity()
         with self._decoding(len(body)), self._counting_refusals():
             doc = parse_json(body)
-            self._check_rows(json_rows(doc))
+            if (rows := json_rows(doc)) > self.max_request_rows:
+                raise TooManyRows(rows, self.max_request_rows)
             batch = SpanBatch(self.limits)
-            received = add_json(doc, batch)
-            return self._commit(batch, received)
+            add_json(doc, batch)
+            return self._commit(batch)
 
     @contextlib.contextmanager
     def _decoding(self, size: int):
@@ -351,8 +340,6 @@ class Collector:
                     timeout=DECODE_WAIT_S):
                 self._decode_queue.remove(turn)
                 self._decode_cv.notify_all()
-                with self._stats_lock:
-                    self.stats.throttled += 1
                 raise Overloaded(1, "too many large requests being decoded; retry shortly")
             self._decode_queue.popleft()
             self._decoding_bytes += size
@@ -364,20 +351,20 @@ class Collector:
                 self._decoding_bytes -= size
                 self._decode_cv.notify_all()
 
-    def _commit(self, batch: SpanBatch, received: int) -> IngestResult:
+    def _commit(self, batch: SpanBatch) -> IngestResult:
         with self._inflight_cv:
             if self._closing:  # the last flush has begun: nothing may be acknowledged after it
                 raise Overloaded(5, "collector is shutting down")
             self._inflight += 1
         try:
-            return self._commit_locked(batch, received)
+            return self._commit_locked(batch)
         finally:
             with self._inflight_cv:
                 self._inflight -= 1
                 self._inflight_cv.notify_all()
 
-    def _commit_locked(self, batch: SpanBatch, received: int) -> IngestResult:
-        result = IngestResult(received=received, rejected=batch.rejected)
+    def _commit_locked(self, batch: SpanBatch) -> IngestResult:
+        result = IngestResult(rejected=batch.rejected)
         keys = batch.keys if isinstance(batch, compiled.CompiledBatch) else _span_keys(*batch.span_keys())
         claim = _Claim()
         stored = False
@@ -404,13 +391,9 @@ class Collector:
         with self._stats_lock:
             st = self.stats
             st.requests += 1
-            st.spans_received += received
             st.spans_accepted += result.accepted
             st.spans_duplicate += result.duplicates
             st.spans_rejected += batch.rejected
-            for why, n in batch.reject_reasons.items():
-                if len(st.reject_reasons) < 100 or why in st.reject_reasons:
-                    st.reject_reasons[why] = st.reject_reasons.get(why, 0) + n
         if self.wal.buffered_rows >= self._flush_at:
             self._wake.set()
         return result
@@ -455,14 +438,6 @@ class Collector:
         older = self._claims[:self._claims.index(own)]
         return [c for c in older if not c.done.is_set() and not dups.isdisjoint(c.keys)]
 
-    def note_throttled(self) -> None:
-        with self._stats_lock:
-            self.stats.throttled += 1
-
-    def note_malformed(self) -> None:
-        with self._stats_lock:
-            self.stats.malformed += 1
-
     # ------------------------------------------------------------------ flushing
     def flush(self) -> int:
         """Write everything acknowledged so far to Parquet; return the spans written."""
@@ -499,7 +474,6 @@ class Collector:
                 self.lake.write(tables, token=segment.token, fsync=self.fsync)
                 with self._stats_lock:
                     self.stats.spans_written += segment.spans
-                    self.stats.files_written += 1
             segment.path.unlink(missing_ok=True)
             return True
         except OSError as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import resource
+import ssl
 from dataclasses import dataclass
 
 from .grpc import grpc_server
@@ -32,9 +33,7 @@ def parse_hostport(value: str, default_port: int) -> tuple[str, int]:
         port = rest.lstrip(":") or str(default_port)
     elif value.count(":") == 1:
         host, port = value.split(":")
-    elif value.count(":") > 1:  # bare IPv6
-        host, port = value, str(default_port)
-    else:
+    else:  # a bare host, or a bare IPv6 address
         host, port = value, str(default_port)
     host = host or "127.0.0.1"
     if not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -49,6 +48,44 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def listen_addresses(grpc: str, http: str, token: str | None) -> dict[str, tuple[str, int] | None]:
+    """The listeners' addresses from ``HOST:PORT`` or ``off``, by protocol; ValueError says
+    what to pass instead. A listener beyond loopback needs a bearer token: without one,
+    anyone who reaches the port writes into the lake."""
+    addrs: dict[str, tuple[str, int] | None] = {}
+    for proto, value, port in (("grpc", grpc, 4317), ("http", http, 4318)):
+        if value.strip().lower() == "off":
+            addrs[proto] = None
+            continue
+        try:
+            addrs[proto] = parse_hostport(value, port)
+        except ValueError as e:
+            raise ValueError(f"--{proto}: {e}; use HOST:PORT, for example 127.0.0.1:{port}") from None
+    if not any(addrs.values()):
+        raise ValueError("both listeners are off; enable --grpc or --http")
+    exposed = [f"{h}:{p}" for h, p in filter(None, addrs.values()) if not is_loopback(h)]
+    if exposed and not token:
+        raise ValueError(f"listening on non-loopback address {', '.join(exposed)} needs a bearer token: "
+                         "pass --token or set OTEL_ASSAY_TOKEN")
+    return addrs
+
+
+def check_tls(cert: str | None, key: str | None) -> None:
+    """Both or neither, and loadable: gRPC would report a bad certificate as a failure to
+    bind the port. ValueError says what is wrong."""
+    if bool(cert) != bool(key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    if not cert:
+        return
+    try:
+        # an empty password: an encrypted key fails here instead of prompting on the terminal
+        # (the gRPC server cannot use one either)
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(cert), str(key), password=b"")
+    except (ssl.SSLError, OSError) as e:
+        raise ValueError(f"--tls-cert {cert} / --tls-key {key}: cannot load them ({e}); give a PEM certificate "
+                         "(chain) and its PEM private key") from None
 
 
 @dataclass
@@ -88,21 +125,21 @@ class Receiver:
         self.listeners: list[Listener] = []
         self.http: HttpServer | None = None
         self._grpc = None
-        tls = bool(tls_cert and tls_key)
+        if not (tls_cert and tls_key):  # TLS takes both
+            tls_cert = tls_key = None
+        tls = tls_cert is not None
         if max_connections is None:
             max_connections = default_max_connections()
         if http_addr is not None:
             self.http = HttpServer(collector, http_addr, token=token, max_body=max_body,
                                    max_concurrent_requests=max_concurrent_requests, max_connections=max_connections,
-                                   tls_cert=tls_cert if tls else None, tls_key=tls_key if tls else None,
-                                   timeouts=http_timeouts)
+                                   tls_cert=tls_cert, tls_key=tls_key, timeouts=http_timeouts)
             self.listeners.append(Listener("http", http_addr[0], self.http.port, tls))
         if grpc_addr is not None:
             try:
                 self._grpc, port = grpc_server(collector, grpc_addr, token=token, max_body=max_body,
                                                workers=grpc_workers, max_calls=max_concurrent_requests,
-                                               max_connections=max_connections, tls_cert=tls_cert if tls else None,
-                                               tls_key=tls_key if tls else None)
+                                               max_connections=max_connections, tls_cert=tls_cert, tls_key=tls_key)
             except BaseException:
                 if self.http is not None:
                     self.http.sock.close()

@@ -142,7 +142,9 @@ class WriteAheadLog:
     def __init__(self, directory: Path, *, fsync: bool = True):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._lock_file = _lock(self.dir)
+        self._lock_file = files.exclusive_lock(self.dir / "LOCK", WALLocked(
+            f"another otel-assay collect is using this lake ({self.dir} is locked); "
+            "run one collector per lake, or give this one its own --dir"))
         self.fsync = fsync
         self._cv = threading.Condition()
         self._queue: list[tuple[bytes, dict[str, pa.Table], int]] = []
@@ -236,10 +238,3 @@ class WriteAheadLog:
             self._file.close()
         self._lock_file.close()  # releases the lock
 
-
-def _lock(directory: Path):
-    """The log's exclusive lock, held while the returned file is open."""
-
-    return files.exclusive_lock(directory / "LOCK", WALLocked(
-        f"another otel-assay collect is using this lake ({directory} is locked); "
-        "run one collector per lake, or give this one its own --dir"))

@@ -186,24 +186,6 @@ def _dt_name(day: int) -> str:
     return "dt=" + datetime.date.fromordinal(_EPOCH_ORDINAL + int(day)).isoformat()
 
 
-def _is_sorted(table: pa.Table, keys: list[tuple[str, str]]) -> bool:
-    """Whether ``table`` is already in ``keys`` order (ties allowed); False when unsure."""
-    n = table.num_rows
-    if n < 2:
-        return True
-    cols = [table.column(k) for k, _ in keys]
-    if any(d != "ascending" for _, d in keys) or any(c.null_count for c in cols):
-        return False
-    pairs = [(c.slice(0, n - 1), c.slice(1)) for c in cols]
-    if pc.any(pc.greater(*pairs[0])).as_py():  # most unsorted input fails on the first key alone
-        return False
-    ok = None
-    for a, b in reversed(pairs):
-        less = pc.less(a, b)
-        ok = less if ok is None else pc.or_(less, pc.and_(pc.equal(a, b), ok))
-    return pc.all(ok).as_py()
-
-
 def _dense_rank(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Each value's rank among the distinct values (nulls stay null): an int key that sorts
     like the strings. Sorting the distinct trace ids once and then ints halved the sort on
@@ -223,8 +205,6 @@ def _sort_order(table: pa.Table, keys: list[tuple[str, str]], days: np.ndarray |
     Equal to ``table.sort_by(keys)`` within each day: the rank sorts like its string, and
     Arrow's sort is stable, so even duplicate rows keep their relative order.
     """
-    if days is None and _is_sorted(table, keys):
-        return None
     cols, sort_keys = [], []
     if days is not None:
         cols.append(pa.array(days))
@@ -470,7 +450,7 @@ class Lake:
         return hidden
 
     # ------------------------------------------------------------------ compaction
-    def compact(self, *, target_bytes: int = 256 << 20, grace_seconds: float = 60.0, progress=None) -> "CompactResult":
+    def compact(self, *, target_bytes: int = 256 << 20, grace_seconds: float = 60.0) -> "CompactResult":
         """Merge each partition's small files, dropping duplicate spans. Safe while readers read.
 
         One compaction at a time per lake (:class:`LakeBusy` otherwise): two that merged the
@@ -484,7 +464,7 @@ class Lake:
         self.ensure_writable()
         lock = self.compaction_lock()
         try:
-            return self._compact(target_bytes, grace_seconds, progress)
+            return self._compact(target_bytes, grace_seconds)
         finally:
             lock.close()  # releases the lock
 
@@ -519,7 +499,7 @@ class Lake:
             return files
         return [f for f in files if not ((m := _SEGMENT_FILE_RE.match(f.name)) and m.group(1) in segments)]
 
-    def _compact(self, target_bytes: int, grace_seconds: float, progress) -> "CompactResult":
+    def _compact(self, target_bytes: int, grace_seconds: float) -> "CompactResult":
         import duckdb  # imported here: see duckdb_connect, agents that only write never pay it
 
         result = CompactResult()
@@ -561,8 +541,6 @@ class Lake:
                         result.files_out += 1
                         result.rows_in += before
                         result.rows_out += after
-                        if progress:
-                            progress(table, partition, len(group))
         finally:
             con.close()
         result.deleted_files += self._finish_records(grace_seconds)
@@ -583,7 +561,7 @@ class Lake:
                           "dropped_attributes_count",
         }[table]
         order = ", ".join(k for k, _ in SORT_KEYS[table])
-        files_sql = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in group) + "]"
+        files_sql = sql_list(group)
         before = con.execute(f"SELECT count(*) FROM read_parquet({files_sql}, union_by_name=true)").fetchall()[0][0]
         present = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({files_sql}, union_by_name=true)").fetchall()]
         merged = con.sql(

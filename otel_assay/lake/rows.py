@@ -22,12 +22,9 @@ from .. import semconv
 from .schema import (DEFAULT_LIMITS, EMPTY_TABLES, INT32_MAX, INT64_MAX, PARTITION_TIME, SPAN_EVENTS_SCHEMA,
                      SPAN_LINKS_SCHEMA, SPANS_SCHEMA, TRUNCATION_MARK, Limits)
 
-
-
 _PROMOTED = {key: (col, t) for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES}
 _PROMOTED_COLUMNS = [col for col, _key, _t in semconv.PROMOTED_SPAN_ATTRIBUTES]
 _PROMOTED_SET = frozenset(_PROMOTED_COLUMNS)
-_PROMOTED_STRING = {key: col for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES if t == "string"}
 
 
 def _jsonable(value: Any) -> Any:
@@ -43,7 +40,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def stringify(value: Any) -> str | None:
-    """An attribute value as stored in the lake's string maps .
+    """An attribute value as stored in the lake's string maps.
 
     str as is; bool as ``true``/``false``; int and float in canonical decimal
     (``repr``, shortest round-trip); bytes as base64; arrays and key-value lists as
@@ -63,12 +60,6 @@ def stringify(value: Any) -> str | None:
     # stored as its text instead of failing the span
     if not isinstance(value, (list, tuple, dict)):
         return str(value)
-    if type(value) is tuple or type(value) is list:
-        for v in value:
-            if type(v) is not str:
-                break
-        else:  # an array of strings (finish reasons, tags): nothing for _jsonable to convert
-            return _compact_json(value)
     return _compact_json(_jsonable(value))
 
 
@@ -134,14 +125,11 @@ class _Resources:
 
     def add(self, resource: Resource) -> None:
         """One span's resource."""
-        self.rows.append(self.index(resource))
-
-    def index(self, resource: Resource) -> int:
         i = self._index.get(id(resource))
         if i is None:
             i = self._index[id(resource)] = len(self.distinct)
             self.distinct.append(resource)
-        return i
+        self.rows.append(i)
 
     def array(self) -> pa.MapArray:
         return resource_maps(self.distinct).take(pa.array(self.rows, pa.int32()))
@@ -157,18 +145,13 @@ def resource_maps(resources: list[Resource]) -> pa.MapArray:
     return maps.array()
 
 
-def _scrub(s: str | None) -> str | None:
-    # JSON can carry lone surrogates ("\ud800") that are valid Python str but not UTF-8.
-    if s is None:
-        return None
-    return s.encode("utf-8", "replace").decode("utf-8")
-
-
 def _safe_string_array(values: list) -> pa.Array:
     try:
         return pa.array(values, pa.string())
     except (pa.ArrowInvalid, UnicodeEncodeError):
-        return pa.array([_scrub(v) for v in values], pa.string())
+        # JSON can carry lone surrogates ("\ud800"): valid Python str, but not UTF-8
+        return pa.array([None if v is None else v.encode("utf-8", "replace").decode("utf-8") for v in values],
+                        pa.string())
 
 
 @dataclass
@@ -250,7 +233,6 @@ class SpanBatch:
         self._ln_span_row: list[int] = []
         self.rejected = 0
         self.reject_reasons: dict[str, int] = {}
-        self.truncated_values = 0
 
     def __len__(self) -> int:
         return len(self._span_cols["trace_id"])
@@ -280,25 +262,6 @@ class SpanBatch:
         n = 0
         dropped = 0
         for key, value in attributes:
-            if type(value) is str:  # the common case, decided with one lookup
-                if promoted is not None:
-                    col = _PROMOTED_STRING.get(key)
-                    if col is not None and col not in promoted:
-                        if len(value) > max_value:
-                            value = value[:max_value] + TRUNCATION_MARK
-                            self.truncated_values += 1
-                        promoted[col] = value
-                        continue
-                if n >= max_attributes or len(key) > max_key:
-                    dropped += 1
-                    continue
-                if len(value) > max_value:
-                    value = value[:max_value] + TRUNCATION_MARK
-                    self.truncated_values += 1
-                add_key(key)
-                add_value(value)
-                n += 1
-                continue
             if promoted is not None:
                 target = _PROMOTED.get(key)
                 if target is not None:
@@ -311,16 +274,14 @@ class SpanBatch:
                     ):
                         if t == "string" and len(value) > max_value:
                             value = value[:max_value] + TRUNCATION_MARK
-                            self.truncated_values += 1
                         promoted[col] = value
                         continue
             if n >= max_attributes or len(key) > max_key:
                 dropped += 1
                 continue
-            s = stringify(value)
+            s = value if type(value) is str else stringify(value)
             if s is not None and len(s) > max_value:
                 s = s[:max_value] + TRUNCATION_MARK
-                self.truncated_values += 1
             add_key(key)
             add_value(s)
             n += 1
