@@ -195,8 +195,11 @@ def parse_contracts(spec: Any, *, where: str = "contracts") -> list[Contract]:
 def _check_regex(pattern: str, where: str) -> None:
     import duckdb  # imported here: 0.16 s that start-up must not pay (see _check_schema)
 
-    try:  # DuckDB's regex engine (RE2) decides, not Python's
-        duckdb.execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
+    # DuckDB's regex engine (RE2) decides, not Python's; on a connection of our own, not the
+    # process-wide default one the user's code may be using
+    try:
+        with duckdb.connect() as con:
+            con.execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
     except duckdb.Error as e:
         raise ContractError(f"{where}: invalid regular expression {pattern!r}: {str(e).splitlines()[0]}") from None
 

@@ -50,7 +50,7 @@ def _pipeline(monkeypatch, exporter):
 
 
 def _rows(directory) -> int:
-    return duckdb.sql(f"select count(*) from read_parquet('{directory}/**/*.parquet')").fetchall()[0][0]
+    return duckdb.connect().sql(f"select count(*) from read_parquet('{directory}/**/*.parquet')").fetchall()[0][0]
 
 
 def _wait(condition, timeout=10.0):

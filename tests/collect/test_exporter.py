@@ -66,12 +66,13 @@ def test_what_the_sdk_dropped_under_its_span_limits_is_counted(tmp_path):
     sdk = [s for s in mem.get_finished_spans() if s.name == "limited"][0]
     assert (sdk.dropped_attributes, sdk.dropped_events, sdk.dropped_links) == (2, 2, 1)
     import duckdb
-    row = duckdb.sql(
+    con = duckdb.connect()
+    row = con.sql(
         f"SELECT dropped_attributes_count, dropped_events_count, dropped_links_count, tool_name "
         f"FROM read_parquet('{tmp_path}/lake/spans/*/*.parquet') WHERE name = 'limited'").fetchall()
     assert row == [(2, 2, 1, "lookup")]
     assert sdk.events[0].dropped_attributes == 1
-    rows = duckdb.sql(f"SELECT dropped_attributes_count, cardinality(attributes) "
+    rows = con.sql(f"SELECT dropped_attributes_count, cardinality(attributes) "
                       f"FROM read_parquet('{tmp_path}/lake/span_events/*/*.parquet')").fetchall()
     assert rows == [(1, 1)]
 

@@ -248,7 +248,7 @@ def _write_files(lake, n_files, per_file, dup_every=0):
 def test_compaction_merges_dedupes_and_readers_never_see_a_row_twice(tmp_path):
     lake = tmp_path / "lake"
     _write_files(lake, 40, 500, dup_every=100)
-    distinct = duckdb.execute("SELECT count(DISTINCT (trace_id, span_id)) FROM read_parquet(?)",
+    distinct = duckdb.connect().execute("SELECT count(DISTINCT (trace_id, span_id)) FROM read_parquet(?)",
                               [[str(f) for f in Lake(lake).live_files()]]).fetchone()[0]
     assert distinct == 40 * 500
     counts, errors = [], []
@@ -293,7 +293,9 @@ def run_cli(*args):
 
 def _count(lake):
     files = [str(f) for f in Lake(lake).live_files()]
-    return duckdb.execute("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM read_parquet(?)", [files]).fetchone()
+    # a connection per call: the readers run in threads, and DuckDB's shared default
+    # connection holds one pending result at a time
+    return duckdb.connect().execute("SELECT count(*), count(DISTINCT (trace_id, span_id)) FROM read_parquet(?)", [files]).fetchone()
 
 
 def test_compacting_a_missing_lake_says_how_to_name_it(tmp_path):
