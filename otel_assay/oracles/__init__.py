@@ -5,7 +5,7 @@ import importlib
 _EXPORTS = {
     "Contract": "contracts", "ContractError": "contracts", "ContractResults": "contracts",
     "ContractVerdict": "contracts", "evaluate": "contracts", "outcome_from_contracts": "contracts",
-    "parse_contracts": "contracts", "regressions": "contracts", "verdicts": "contracts",
+    "parse_contracts": "contracts", "verdicts": "contracts",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -530,37 +530,6 @@ def verdicts(results: ContractResults) -> list[ContractVerdict]:
     return out
 
 
-@dataclass(frozen=True)
-class ContractRegression:
-    contract: str
-    scenario: str | None
-    baseline: tuple[int, int]
-    candidate: tuple[int, int]
-    verdict: str
-    pvalue: float | None
-
-
-def regressions(results: ContractResults, baseline_version: str, candidate_version: str, *,
-                delta: float = 0.10, alpha: float = 0.05) -> list[ContractRegression]:
-    """Whether each contract holds less often in the candidate version: the share of trials
-    where it holds is a pass rate like any other, so the regression verdict on it tells a
-    real drop from noise."""
-    from ..stats import regression_verdict  # imported here: see verdicts
-
-    by = {(v.contract, v.scenario, v.version): v for v in verdicts(results)}
-    out = []
-    for c in results.contracts:
-        for scenario in sorted({s for (name, s, _v) in by if name == c.name}, key=str):
-            b = by.get((c.name, scenario, baseline_version))
-            cand = by.get((c.name, scenario, candidate_version))
-            if not b or not cand or b.n == 0 or cand.n == 0:
-                continue
-            r = regression_verdict(b.holds, b.n, cand.holds, cand.n, delta=delta, alpha=alpha)
-            out.append(ContractRegression(c.name, scenario, (b.holds, b.n), (cand.holds, cand.n),
-                                          r.verdict.value, r.pvalue))
-    return out
-
-
 def outcome_from_contracts(results: ContractResults, names: Iterable[str] | None = None) -> dict[str, bool | None]:
     """A trial outcome for agents that recorded none: pass iff every named contract holds.
 

@@ -230,17 +230,3 @@ def verdicts(relations: list[Relation], pairs: list[dict]) -> list[RelationVerdi
                                        (r.ci.low, r.ci.high), rel.threshold, r.verdict.value))
     return out
 
-
-def compare_versions(relations: list[Relation], pairs: list[dict], baseline: str, candidate: str, *,
-                     delta: float = 0.10, alpha: float = 0.05) -> dict[str, Any]:
-    """Per relation: the regression verdict on the share of pairs where it holds (a relation
-    broken more often in the candidate is a regression in the property it encodes)."""
-    from ..stats import regression_verdict  # imported here: see verdicts
-
-    by = {(v.relation, v.version): v for v in verdicts(relations, pairs)}
-    out = {}
-    for rel in relations:
-        b, c = by.get((rel.name, baseline)), by.get((rel.name, candidate))
-        if b and c and b.pairs and c.pairs:
-            out[rel.name] = regression_verdict(b.holds, b.pairs, c.holds, c.pairs, delta=delta, alpha=alpha)
-    return out
