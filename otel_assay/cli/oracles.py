@@ -12,6 +12,7 @@ import click
 
 from ..oracles.contracts import KINDS
 from ..report.output import FORMATS
+from .options import SELECTOR_HELP
 
 
 def _lake_options(what: str):
@@ -20,7 +21,7 @@ def _lake_options(what: str):
         f = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                          show_default=True, help="Output format.")(f)
         f = click.option("--select", "selectors", multiple=True, metavar="KEY=VALUE",
-                         help=f"Only {what} matching (version, scenario, run, model, outcome); repeatable, ANDed.")(f)
+                         help=f"Only {what} matching {SELECTOR_HELP}")(f)
         return f
     return wrap
 
