@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from ..analyze.engine import Engine
-from ..analyze.select import NoTrialsError, Selection, SelectorError, select_trials
+from ..analyze.select import NoTrialsError, Selection, select_trials
 from ..lake.files import LakeError
 from ..errors import EXIT_BLOCK, EXIT_DEPLOY, EXIT_MANUAL, DataError, UsageError
 from .contracts import ContractError, check_names, evaluate, parse_contracts, verdicts
@@ -52,19 +52,16 @@ def load_relations(path: str):
 
 def _open_selected(lake: str, selectors, table: str):
     """An engine over LAKE with the selected trials' rows in temp table ``table``."""
-    try:
-        selection = Selection.parse(selectors)
-    except SelectorError as e:
-        raise UsageError(str(e)) from None
+    selection = Selection.parse(selectors)
     try:
         eng = Engine(lake)
     except LakeError as e:
         raise DataError(str(e)) from None
     try:
         select_trials(eng, selection)
-    except NoTrialsError as e:
+    except NoTrialsError:
         eng.close()
-        raise DataError(str(e)) from None
+        raise
     eng.rows(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM trials SEMI JOIN selected_trials USING (trace_id)")
     return eng
 
