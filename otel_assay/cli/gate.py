@@ -29,8 +29,10 @@ def _lake_argument(f):
     return click.argument("lake", type=click.Path())(f)
 
 
-def _common_options(f):
-    """--config and the report files, shared by gate, regress and report."""
+def _gate_command(f):
+    """A command comparing two arms (gate, regress, report): LAKE, --config, the selectors and
+    the report files, the same for all three."""
+    f = click.pass_context(f)
     for opt in reversed([
         click.option("--config", "config_path", type=click.Path(dir_okay=False),
                      help="Gate configuration YAML (`otel-assay init` writes a starter)."),
@@ -54,7 +56,7 @@ def _common_options(f):
         click.option("--quiet", "-q", is_flag=True, help="Print only the decision line."),
     ]):
         f = opt(f)
-    return f
+    return click.command(cls=ReportsCommand)(_lake_argument(f))
 
 
 def _config(config_path, threshold=None, alpha=None, delta=None):
@@ -122,10 +124,7 @@ def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, thres
     ctx.exit(result.exit_code if exit_with_decision else 0)
 
 
-@click.command(cls=ReportsCommand)
-@_lake_argument
-@_common_options
-@click.pass_context
+@_gate_command
 def gate(ctx, lake, **kw):
     """Decide deploy / block / manual for a candidate against a baseline: the CI gate.
 
@@ -145,10 +144,7 @@ def gate(ctx, lake, **kw):
     _run(ctx, "gate", lake, **kw)
 
 
-@click.command(cls=ReportsCommand)
-@_lake_argument
-@_common_options
-@click.pass_context
+@_gate_command
 def regress(ctx, lake, **kw):
     """Compare a candidate with a baseline, all checks, no coverage minimum (exploration).
 
@@ -158,10 +154,7 @@ def regress(ctx, lake, **kw):
     _run(ctx, "regress", lake, **kw)
 
 
-@click.command(cls=ReportsCommand)
-@_lake_argument
-@_common_options
-@click.pass_context
+@_gate_command
 def report(ctx, lake, json_path, junit_path, html_path, **kw):
     """Run the gate and write its reports (--html, --json, --junit); always exits 0.
 
