@@ -458,7 +458,7 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
                 k1, n1 = sum(outs), len(outs)
                 if decided is None and n1:
                     p = fisher_exact([[k0, n0 - k0], [k1, n1 - k1]])[1]
-                    t = suite.scenario(sc.name).config.threshold
+                    t = sc.config.threshold
                     v0, v1 = verdict(k0, n0, t, alpha).verdict, verdict(k1, n1, t, alpha).verdict
                     if p < alpha and abs(k0 / n0 - k1 / n1) >= delta:
                         decided = ("killed", f"Fisher p = {p:.3g}, |Δ| = {abs(k0 / n0 - k1 / n1):.3f} at n_max")

@@ -118,12 +118,6 @@ class Suite:
     source: str = "<scenarios>"
     baseline: str | None = None
 
-    def scenario(self, name: str) -> Scenario:
-        for s in self.scenarios:
-            if s.name == name:
-                return s
-        raise KeyError(name)
-
 
 @dataclass
 class StepFacts:
