@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+from ..errors import UsageError
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -64,8 +66,8 @@ RESERVED_NAMES = {"trace_id", "scenario", "version"}  # columns of ContractResul
 TOOL_KINDS = {"must_call", "call_order", "tool_args_schema"}  # a tool they name must exist
 
 
-class ContractError(ValueError):
-    """A contract that cannot be used; the message names the contract and what to fix."""
+class ContractError(UsageError, ValueError):
+    """A contract that cannot be used (exit 3); the message names the contract and what to fix."""
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,15 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .. import semconv
+from ..errors import DataError
 from .contracts import ContractError
 
 FAMILIES = ("permutation", "perturbation", "composition", "oracle")
 COMPARISONS = ("same_final_answer", "same_tool_set", "same_verdict", "output_length_within")
 
 
-class RelationDataError(LookupError):
-    """The lake lacks what a relation needs (pairs, or the source trials they name)."""
+class RelationDataError(DataError, LookupError):
+    """The lake lacks what a relation needs (pairs, or the source trials they name): exit 4."""
 
 
 @dataclass(frozen=True)
