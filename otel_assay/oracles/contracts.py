@@ -500,27 +500,30 @@ class ContractVerdict:
     reason: str = ""
 
 
+def tally(items: Iterable[tuple[Any, bool | None]]) -> dict[Any, list[int]]:
+    """Per key of the ``(key, holds)`` items: [judged, held, unjudged]; None is unjudged."""
+    out: dict[Any, list[int]] = {}
+    for key, holds in items:
+        g = out.setdefault(key, [0, 0, 0])
+        if holds is None:
+            g[2] += 1
+        else:
+            g[0] += 1
+            g[1] += int(holds)
+    return out
+
+
 def verdicts(results: ContractResults) -> list[ContractVerdict]:
     """Per contract, scenario and version: the share of trials where it holds, against its threshold."""
     # imported here: the statistics bring scipy (0.9 s), which start-up must not pay (see _check_schema)
     from ..stats import verdict as pass_rate_verdict
 
-    groups: dict[tuple, list[int]] = {}
     cols = {c.name: results.holds(c.name) for c in results.contracts}
     scen = results.table.column("scenario").to_pylist()
     ver = results.table.column("version").to_pylist()
     out = []
     for c in results.contracts:
-        groups = {}
-        for s, v, h in zip(scen, ver, cols[c.name]):
-            if not c.applies_to(s):
-                continue
-            g = groups.setdefault((s, v), [0, 0, 0])
-            if h is None:
-                g[2] += 1
-            else:
-                g[0] += 1
-                g[1] += int(h)
+        groups = tally(((s, v), h) for s, v, h in zip(scen, ver, cols[c.name]) if c.applies_to(s))
         for (s, v), (n, k, unknown) in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
             if n == 0:
                 out.append(ContractVerdict(c.name, c.kind, s, v, 0, 0, unknown, None, None, c.threshold,

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from .. import semconv
 from ..errors import DataError
-from .contracts import ContractError
+from .contracts import ContractError, tally
 
 FAMILIES = ("permutation", "perturbation", "composition", "oracle")
 COMPARISONS = ("same_final_answer", "same_tool_set", "same_verdict", "output_length_within")
@@ -211,16 +211,7 @@ def verdicts(relations: list[Relation], pairs: list[dict]) -> list[RelationVerdi
 
     out = []
     for rel in relations:
-        versions: dict[Any, list[int]] = {}
-        for p in pairs:
-            if p["relation"] != rel.name:
-                continue
-            g = versions.setdefault(p["version"], [0, 0, 0])
-            if p["holds"] is None:
-                g[2] += 1
-            else:
-                g[0] += 1
-                g[1] += int(p["holds"])
+        versions = tally((p["version"], p["holds"]) for p in pairs if p["relation"] == rel.name)
         for version, (n, k, unjudged) in sorted(versions.items(), key=lambda kv: str(kv[0])):
             if n == 0:
                 out.append(RelationVerdict(rel.name, rel.family, rel.compare, version, 0, 0, unjudged, None, None,
