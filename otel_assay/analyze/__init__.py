@@ -21,7 +21,7 @@ Views, in creation order (each file in queries/ documents its columns and rules)
 Python modules: :mod:`.engine` (binding, ``materialize``), :mod:`.canonical` (canonical
 JSON for tool arguments, a DuckDB function), :mod:`.labels`, :mod:`.select` (trial
 selectors), :mod:`.fingerprint` (the matrix over a tool vocabulary), :mod:`.coverage`
-(sets, schema boundaries, the report via :mod:`otel_assay.stats.coverage`),
-:mod:`.commands` (the CLI), :mod:`.stepfiles` (each lake file's steps, stored by
-``compact``).
+(sets, schema boundaries, the report via :mod:`otel_assay.stats.coverage`), :mod:`.tables`
+and :mod:`.sql` (what the analysis and ``sql`` commands print), :mod:`.stepfiles` and
+:mod:`.stepwrite` (each lake file's steps, stored by ``compact``).
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from ..errors import is_utf8
+from ..errors import DataError, UsageError, is_utf8
 from ..text import printable
 
 # selector key -> SQL predicate over the trials view (one parameter)
@@ -41,12 +41,12 @@ _FOUND_SQL = {
 }
 
 
-class SelectorError(ValueError):
-    """A selector that cannot be parsed or names an unknown key (a usage error)."""
+class SelectorError(UsageError, ValueError):
+    """A selector that cannot be parsed or names an unknown key: the user's to fix (exit 3)."""
 
 
-class NoTrialsError(LookupError):
-    """No trial matches the selectors (a data error); the message says what the lake has."""
+class NoTrialsError(DataError, LookupError):
+    """No trial matches the selectors (exit 4); the message says what the lake has."""
 
 
 @dataclass(frozen=True)

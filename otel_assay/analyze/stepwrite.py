@@ -62,7 +62,7 @@ class StepFilesResult:
 
 
 def write_step_files(lake_dir, *, threads: int | None = None, memory_limit: str | None = None,
-                     grace_seconds: float = 60.0, progress=None) -> StepFilesResult:
+                     grace_seconds: float = 60.0) -> StepFilesResult:
     """Give every live span file of the lake a current step file (``otel-assay compact``
     runs this after merging). A current, undamaged step file is kept; a damaged or stale
     one (no engine reads it) is deleted and written again; those of span files that are
@@ -101,9 +101,6 @@ def write_step_files(lake_dir, *, threads: int | None = None, memory_limit: str 
             except (duckdb.Error, LakeError, OSError) as e:
                 reason = str(e).splitlines()[0] if str(e) else type(e).__name__
                 result.failed.append(f"{steps_dir_for(span_file)}/{span_file.stem}.*: {reason}")
-                continue
-            if progress:
-                progress(span_file)
         result.removed = _remove_unused(lake, grace_seconds)
     finally:
         lock.close()

@@ -20,7 +20,7 @@ from .coverage import coverage_report, coverage_sets
 from .engine import Engine
 from .fingerprint import fingerprint_matrix
 from .labels import LabelError, read_labels_csv, write_labels
-from .select import NoTrialsError, Selection, SelectorError, select_trials
+from .select import Selection, select_trials
 
 STABILITY_SCORES = ("tool_usage_stability", "response_consistency", "redundancy", "cost_per_progress")
 
@@ -37,10 +37,7 @@ MAIN_COLUMNS = {
 def _open(lake: str, selectors, prices):
     """An engine with the selected trials in temp table ``selected_trials``; errors become
     exit 3 (usage) or 4 (data)."""
-    try:
-        selection = Selection.parse(selectors)
-    except SelectorError as e:
-        raise UsageError(str(e)) from None
+    selection = Selection.parse(selectors)
     try:
         eng = Engine(lake, prices=prices)
     except LakeError as e:
@@ -51,8 +48,6 @@ def _open(lake: str, selectors, prices):
         # aggregates (pass rates, stability across trials) over the selected trials only
         eng.restrict_trials("selected_trials")
         yield eng
-    except NoTrialsError as e:
-        raise DataError(str(e)) from None
     except duckdb.Error as e:
         raise DataError(f"reading the lake failed: {str(e).splitlines()[0]}") from None
     finally:

@@ -9,11 +9,8 @@ from __future__ import annotations
 import click
 
 from ..report.output import FORMATS
-from .options import FiniteFloatRange
+from .options import SELECTOR_HELP, FiniteFloatRange
 
-SELECTOR_HELP = ("Trial selector key=value (repeatable, ANDed; keys: version, scenario, run, model, "
-                 "outcome; an empty value selects trials without one: outcome=). Example: --select version=v2 "
-                 "--select scenario=refund.")
 # the default λ of state coverage, analyze's DEFAULT_STATE_LAMBDA (importing it here would
 # import numpy at start-up; a test holds the two equal)
 STATE_LAMBDA_DEFAULT = 50.0
@@ -31,8 +28,7 @@ def _write(table, fmt: str, main_columns: list[str] | None = None) -> None:
 def _common(f):
     """LAKE and the options every view shares: the selection, the format, the price table."""
     f = click.option("--prices", type=click.Path(dir_okay=False), default=None,
-                     help="CSV price table (provider,model,input_usd_per_mtok,output_usd_per_mtok) "
-                          "replacing the shipped one; also $OTEL_ASSAY_PRICES.")(f)
+                     help="CSV price table replacing the shipped one (also $OTEL_ASSAY_PRICES).")(f)
     f = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
                      help="Output format.")(f)
     f = click.option("--select", "selectors", multiple=True, metavar="KEY=VALUE", help=SELECTOR_HELP)(f)

@@ -17,11 +17,7 @@ import click
 from ..errors import UsageError
 from ..report.files import check_output_paths, remove_stale_reports, write_reports
 from ..report.otel import EmitError, check_target, emit_results
-from .options import UNIT, ReportsCommand
-
-SEL_HELP = ("key=value[,key=value] over the trials; keys: version, scenario, run, model, outcome; "
-            "repeating the option adds conditions; an empty value selects trials without one (outcome=). "
-            "Example: version=v2,model=gpt-4o")
+from .options import SELECTOR_HELP, UNIT, ReportsCommand
 
 
 def _selector(ctx, param, values) -> str | None:
@@ -33,27 +29,22 @@ def _lake_argument(f):
     return click.argument("lake", type=click.Path())(f)
 
 
-def _common_options(f):
-    """--config and the report files, shared by gate, regress and report."""
+def _gate_command(f):
+    """A command comparing two arms (gate, regress, report): LAKE, --config, the selectors and
+    the report files, the same for all three."""
+    f = click.pass_context(f)
     for opt in reversed([
         click.option("--config", "config_path", type=click.Path(dir_okay=False),
-                     help="Gate configuration (YAML; `otel-assay init` writes a starter). Default: α=0.05, "
-                          "β=0.10, δ=0.10, Holm correction, no threshold, no coverage minimum."),
-        click.option("--baseline", metavar="SEL", multiple=True, callback=_selector, help=f"Baseline trials. {SEL_HELP}"),
+                     help="Gate configuration YAML (`otel-assay init` writes a starter)."),
+        click.option("--baseline", metavar="SEL", multiple=True, callback=_selector,
+                     help=f"Baseline trials: {SELECTOR_HELP}"),
         click.option("--candidate", metavar="SEL", multiple=True, callback=_selector,
-                     help="Candidate trials (same form). With neither selector, a "
-                                                        "lake with exactly two versions compares the older "
-                                                        "(baseline) with the newer (two that ran at the same "
-                                                        "time: in name order)."),
+                     help="Candidate trials (same form; with neither, the older of two versions is the baseline)."),
         click.option("--baseline-lake", type=click.Path(), metavar="DIR",
-                     help="Take the baseline from this lake (a stored baseline reused across CI runs, so "
-                          "only the candidate needs new trials). Selectors then default to all trials of "
-                          "each lake."),
-        click.option("--threshold", type=UNIT, help="Pass-rate bar θ for the candidate (overrides the config, "
-                     "per-scenario thresholds included)."),
+                     help="Take the baseline from this lake (a stored baseline reused across CI runs)."),
+        click.option("--threshold", type=UNIT, help="Pass-rate bar θ for the candidate (overrides the config)."),
         click.option("--alpha", type=UNIT, help="False-alarm rate (overrides the config)."),
-        click.option("--delta", type=UNIT, help="Smallest pass-rate drop that matters (overrides the config, "
-                     "per-scenario values included)."),
+        click.option("--delta", type=UNIT, help="Smallest pass-rate drop that matters (overrides the config)."),
         click.option("--json", "json_path", type=click.Path(dir_okay=False), metavar="FILE",
                      help="Write the report as JSON (schema: otel_assay/report/schemas/gate-report.v1.json)."),
         click.option("--junit", "junit_path", type=click.Path(dir_okay=False), metavar="FILE",
@@ -61,14 +52,11 @@ def _common_options(f):
         click.option("--html", "html_path", type=click.Path(dir_okay=False), metavar="FILE",
                      help="Write a self-contained HTML report with plots (works offline)."),
         click.option("--emit-otel", metavar="TARGET",
-                     help="Also emit the verdicts as OpenTelemetry gen_ai.evaluation.result events on an "
-                          "`assay.gate` span: TARGET is `lake` (into LAKE) or an OTLP/HTTP traces URL "
-                          "(e.g. http://127.0.0.1:4318/v1/traces). If the target does not take them, a "
-                          "warning says so and the exit code is still the decision's."),
+                     help="Also emit the verdicts as OpenTelemetry events to `lake` or an OTLP/HTTP traces URL."),
         click.option("--quiet", "-q", is_flag=True, help="Print only the decision line."),
     ]):
         f = opt(f)
-    return f
+    return click.command(cls=ReportsCommand)(_lake_argument(f))
 
 
 def _config(config_path, threshold=None, alpha=None, delta=None):
@@ -139,19 +127,13 @@ def _run(ctx, mode, lake, config_path, baseline, candidate, baseline_lake, thres
     ctx.exit(result.exit_code if exit_with_decision else 0)
 
 
-@click.command(cls=ReportsCommand)
-@_lake_argument
-@_common_options
-@click.pass_context
+@_gate_command
 def gate(ctx, lake, **kw):
     """Decide deploy / block / manual for a candidate against a baseline: the CI gate.
 
-    LAKE is the span lake with the candidate's trials (and the baseline's, unless
-    --baseline-lake is given). Per scenario: pass rate against θ (only if a threshold is
-    set), regression test (Fisher, or exact McNemar when trials pair by index), Hotelling
-    T² on behavioural fingerprints, stability drift, configured contracts; the FAIL tests of
-    all gating checks in all scenarios corrected for multiple testing as one family (one
-    FAIL anywhere blocks); coverage against its minimum.
+    LAKE holds the candidate's trials (and the baseline's, unless --baseline-lake is
+    given). The checks of every scenario are one family corrected for multiple testing:
+    one FAIL anywhere blocks (the checks: docs/gate.md).
 
     Exit: 0 deploy (every check PASSes), 1 block (any check FAILs), 2 manual (anything
     inconclusive, or coverage below the minimum), 3 bad usage or config, 4 bad or missing
@@ -165,10 +147,7 @@ def gate(ctx, lake, **kw):
     _run(ctx, "gate", lake, **kw)
 
 
-@click.command(cls=ReportsCommand)
-@_lake_argument
-@_common_options
-@click.pass_context
+@_gate_command
 def regress(ctx, lake, **kw):
     """Compare a candidate with a baseline, all checks, no coverage minimum (exploration).
 
@@ -178,10 +157,7 @@ def regress(ctx, lake, **kw):
     _run(ctx, "regress", lake, **kw)
 
 
-@click.command(cls=ReportsCommand)
-@_lake_argument
-@_common_options
-@click.pass_context
+@_gate_command
 def report(ctx, lake, json_path, junit_path, html_path, **kw):
     """Run the gate and write its reports (--html, --json, --junit); always exits 0.
 
@@ -197,7 +173,7 @@ def report(ctx, lake, json_path, junit_path, html_path, **kw):
 @click.command(cls=ReportsCommand)
 @_lake_argument
 @click.option("--select", "select", metavar="SEL", multiple=True, callback=_selector,
-              help=f"The trials to judge. {SEL_HELP}")
+              help=f"The trials to judge: {SELECTOR_HELP}")
 @click.option("--threshold", type=UNIT, help="Pass-rate bar θ (required here or in the config).")
 @click.option("--alpha", type=UNIT, help="Error rate: the interval is at level 1-α.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Gate configuration (YAML).")
@@ -255,12 +231,9 @@ def init(path, force):
 def demo(out_dir, trials, seed):
     """Run the example LangGraph agent offline, then the gate: the first thing to try.
 
-    A baseline (v1) and a regressed candidate (v2: a prompt change that makes the agent
-    call a slower search tool and sometimes skip the order lookup) each run every scenario
-    with a scripted model; their traces go through otel-assay's capture layer into
-    DIR/lake; the gate compares them and writes DIR/report.html, DIR/report.json and
-    DIR/junit.xml. Needs the langgraph extra: pip install 'otel-assay[langgraph]'.
-    Exits 0 when the demo ran (the gate's own exit code is printed).
+    A baseline (v1) and a regressed candidate (v2) run every scenario with a scripted
+    model into DIR/lake; the gate compares them and writes its reports to DIR. Needs
+    the langgraph extra: pip install 'otel-assay[langgraph]'. Exits 0 when the demo ran.
     """
     from ..demo import run_demo
     from ..report.terminal import render

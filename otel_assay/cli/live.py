@@ -47,7 +47,7 @@ def sigterm_interrupts() -> None:
               help="Wall-clock budget (seconds) for the whole run.")
 @click.option("--budget-tokens", type=click.IntRange(min=1), default=None, help="Token budget for the whole run.")
 @click.option("--budget-dollars", type=FiniteFloatRange(min=0, min_open=True), default=None,
-              help="Dollar budget for the whole run (LLM calls priced by the model_prices table or $OTEL_ASSAY_PRICES).")
+              help="Dollar budget for the whole run (prices: $OTEL_ASSAY_PRICES or the shipped table).")
 @click.option("--method", type=click.Choice(["fixed", "sprt", "adaptive"]), default=None,
               help="Override every scenario's method.")
 @click.option("--scenario", "only", multiple=True, help="Run only this scenario (repeatable).")
@@ -109,15 +109,13 @@ def run(ctx, scenarios_file, agent_spec, version, lake_dir, baseline, gate_confi
 @click.command("mutate", cls=ReportsCommand)
 @click.argument("scenarios_file", metavar="SCENARIOS.yaml", type=click.Path(dir_okay=False))
 @click.option("--factory", "factory_spec", required=True, metavar="MODULE:CALLABLE",
-              help="make_agent(config) -> agent callable; config is an "
-                   "otel_assay.live.mutation.AgentConfig (.prompt, .tools, .model, .context, .extra).")
+              help="make_agent(config) -> agent, called with an otel_assay.live.mutation.AgentConfig.")
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="The agent config (YAML: prompt, tools, model, context, models, downgrades).")
 @click.option("--dir", "lake_dir", default=default_lake, type=click.Path(file_okay=False),
               help="The span lake directory [default: $OTEL_ASSAY_DIR or traces].")
 @click.option("--operators", default=None, metavar="A,B,...",
-              help=f"Operators or classes to apply (selective mutation; default all). Operators: "
-                   f"{', '.join(OPERATORS)}; classes: {', '.join(CLASSES)}.")
+              help=f"Operators or classes to apply (default all): {', '.join(OPERATORS)}; {', '.join(CLASSES)}.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the mutant generator (which instructions, tools, examples are changed).")
 @click.option("--per-operator", type=click.IntRange(min=1), default=1, show_default=True,

@@ -28,6 +28,9 @@ class FiniteFloatRange(click.FloatRange):
         return f" in the range {self._describe_range()}" if self.min is not None or self.max is not None else ""
 
 
+# how every command's trial selector is written (every rule: analyze/select.py)
+SELECTOR_HELP = "key=value[,key=value] (keys: version, scenario, run, model, outcome); repeat to AND, e.g. version=v2."
+
 # a probability or a share strictly between 0 and 1 (alpha, delta, a threshold)
 UNIT = FiniteFloatRange(0, 1, min_open=True, max_open=True)
 

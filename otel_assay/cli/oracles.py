@@ -12,29 +12,27 @@ import click
 
 from ..oracles.contracts import KINDS
 from ..report.output import FORMATS
+from .options import SELECTOR_HELP
 
 
-def _lake_options(what: str):
-    """The options both oracle commands share: the trial selection and the format."""
+def _lake_options(section: str, what: str):
+    """LAKE and the options both oracle commands share: the config with their ``section``,
+    the trial selection and the format."""
     def wrap(f):
         f = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
                          show_default=True, help="Output format.")(f)
         f = click.option("--select", "selectors", multiple=True, metavar="KEY=VALUE",
-                         help=f"Only {what} matching (version, scenario, run, model, outcome); repeatable, ANDed.")(f)
-        return f
+                         help=f"Only {what} matching {SELECTOR_HELP}")(f)
+        f = click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+                         help=f"YAML file with a `{section}:` list (the gate config works).")(f)
+        return click.argument("lake")(f)
     return wrap
 
 
-def _kinds_help() -> str:
-    return "\n".join(f"  {k:<26} {v}" for k, v in KINDS.items())
-
-
-@click.command(epilog="\b\nContract kinds:\n" + _kinds_help() + "\n\b\nOptions of every contract: name, threshold "
-               "(share of trials it must hold in, default 0.95), alpha (default 0.05), scenarios (list).")
-@click.argument("lake")
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="YAML file with a `contracts:` list (the gate config works).")
-@_lake_options("trials")
+@click.command(epilog="\b\nContract kinds:\n" + "\n".join(f"  {k:<26} {v}" for k, v in KINDS.items())
+               + "\n\b\nOptions of every contract: name, threshold (share of trials it must hold in, default 0.95), "
+               "alpha (default 0.05), scenarios (list).")
+@_lake_options("contracts", "trials")
 def contracts(lake, config_path, selectors, fmt):
     """Judge behavioural contracts on the recorded trials of LAKE, without running the agent.
 
@@ -63,10 +61,7 @@ def contracts(lake, config_path, selectors, fmt):
 
 
 @click.command()
-@click.argument("lake")
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="YAML file with a `metamorphic:` list (the gate config works).")
-@_lake_options("follow-up trials")
+@_lake_options("metamorphic", "follow-up trials")
 def metamorphic(lake, config_path, selectors, fmt):
     """Check metamorphic relations on recorded (source, follow-up) trial pairs of LAKE.
 

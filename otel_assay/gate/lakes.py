@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import DataError, UsageError, interrupted
 from ..analyze.engine import Engine
-from ..analyze.select import NoTrialsError, Selection, SelectorError, select_trials
+from ..analyze.select import NoTrialsError, Selection, select_trials
 from .. import settings
 from ..lake.files import LakeError
 
@@ -54,10 +54,7 @@ def check_has_trials(eng, lake_name: str) -> None:
 
 
 def select(eng, selector: str | None, table: str, lake_name: str) -> int:
-    try:
-        sel = Selection.parse([selector] if selector else [])
-    except SelectorError as e:
-        raise UsageError(str(e)) from None
+    sel = Selection.parse([selector] if selector else [])
     try:
         select_trials(eng, sel, table)
     except NoTrialsError as e:
@@ -88,10 +85,7 @@ def default_selectors(eng, baseline, candidate, separate_baseline: bool,
         return baseline, candidate
     for given in (baseline, candidate):
         if given:  # a wrong key or shape in the one given is the thing to say
-            try:
-                Selection.parse([given])
-            except SelectorError as e:
-                raise UsageError(str(e)) from None
+            Selection.parse([given])
     versions = _versions(eng)
     names = [v for v, _ in versions if v is not None]
     listing = ", ".join(f"{v} ({n} trials)" for v, n in versions) or "none"

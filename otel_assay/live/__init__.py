@@ -10,24 +10,12 @@
 - :mod:`.display` — what ``otel-assay run`` and ``otel-assay mutate`` show.
 """
 
-import importlib
+from .. import _lazy_exports
 
 _LAZY = {
-    "load_scenarios": ("otel_assay.live.scenarios", "load_scenarios"),
-    "parse_scenarios": ("otel_assay.live.scenarios", "parse_scenarios"),
-    "run_suite": ("otel_assay.live.runner", "run_suite"),
-    "stochastic": ("otel_assay.live.stochastic", "stochastic"),
-    "AgentConfig": ("otel_assay.live.mutation", "AgentConfig"),
-    "run_mutation": ("otel_assay.live.mutation", "run_mutation"),
+    "load_scenarios": ".scenarios", "parse_scenarios": ".scenarios", "run_suite": ".runner",
+    "stochastic": ".stochastic", "AgentConfig": ".mutation", "run_mutation": ".mutation",
 }
 
 __all__ = sorted(_LAZY)
-
-
-def __getattr__(name):
-    target = _LAZY.get(name)
-    if target is None:
-        raise AttributeError(f"module 'otel_assay.live' has no attribute {name!r}")
-    value = getattr(importlib.import_module(target[0]), target[1])
-    globals()[name] = value
-    return value
+__getattr__ = _lazy_exports(__name__, _LAZY)

@@ -143,14 +143,20 @@ def _synonym(c: AgentConfig, rng: random.Random):
     return (replace(c, prompt=new), f"'{w}' -> '{SYNONYMS[w]}'") if new != c.prompt else None
 
 
-def _reorder(c, rng):
-    ins = c.instructions
-    if len(ins) < 2:
+def _permuted(items, rng: random.Random) -> list | None:
+    """``items`` in another order, or None when there are fewer than two (a permutation of
+    one is the original, which is no mutant)."""
+    if len(items) < 2:
         return None
-    perm = ins[:]
-    while perm == ins:
+    perm = list(items)
+    while perm == list(items):
         rng.shuffle(perm)
-    return replace(c, prompt="\n".join(perm)), "instructions permuted"
+    return perm
+
+
+def _reorder(c, rng):
+    perm = _permuted(c.instructions, rng)
+    return None if perm is None else (replace(c, prompt="\n".join(perm)), "instructions permuted")
 
 
 def _noise(c, rng):
@@ -176,12 +182,8 @@ def _tool_remove(c, rng):
 
 
 def _tool_reorder(c, rng):
-    if len(c.tools) < 2:
-        return None
-    t = list(c.tools)
-    while t == list(c.tools):
-        rng.shuffle(t)
-    return replace(c, tools=tuple(t)), "tools permuted"
+    perm = _permuted(c.tools, rng)
+    return None if perm is None else (replace(c, tools=tuple(perm)), "tools permuted")
 
 
 def _tool_noise(c, rng):
@@ -226,12 +228,8 @@ def _context_noise(c, rng):
 
 
 def _context_permute(c, rng):
-    if len(c.context) < 2:
-        return None
-    ctx = list(c.context)
-    while ctx == list(c.context):
-        rng.shuffle(ctx)
-    return replace(c, context=tuple(ctx)), "context segments permuted"
+    perm = _permuted(c.context, rng)
+    return None if perm is None else (replace(c, context=tuple(perm)), "context segments permuted")
 
 
 OPERATORS: dict[str, tuple[str, Callable]] = {
@@ -460,7 +458,7 @@ def run_mutation(suite, factory: Callable[[AgentConfig], Callable], config: Agen
                 k1, n1 = sum(outs), len(outs)
                 if decided is None and n1:
                     p = fisher_exact([[k0, n0 - k0], [k1, n1 - k1]])[1]
-                    t = suite.scenario(sc.name).config.threshold
+                    t = sc.config.threshold
                     v0, v1 = verdict(k0, n0, t, alpha).verdict, verdict(k1, n1, t, alpha).verdict
                     if p < alpha and abs(k0 / n0 - k1 / n1) >= delta:
                         decided = ("killed", f"Fisher p = {p:.3g}, |Δ| = {abs(k0 / n0 - k1 / n1):.3f} at n_max")

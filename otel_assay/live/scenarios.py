@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from ..errors import UsageError
-from ..oracles.contracts import ContractError, parse_contracts
+from ..oracles.contracts import parse_contracts
 
 METHODS = ("fixed", "sprt", "adaptive")
 EVALUATORS = ("exact_match", "contains", "regex", "json_schema", "callable", "contract", "none")
@@ -117,12 +117,6 @@ class Suite:
     agent: str | None = None
     source: str = "<scenarios>"
     baseline: str | None = None
-
-    def scenario(self, name: str) -> Scenario:
-        for s in self.scenarios:
-            if s.name == name:
-                return s
-        raise KeyError(name)
 
 
 @dataclass
@@ -338,10 +332,7 @@ def _contract_evaluator(spec: Mapping, where: str) -> Evaluator:
     """The oracle's contracts (otel_assay.oracles.contracts) judged live on each trial: the
     trial passes when every contract holds. Kinds that need the recorded trace in the lake
     (cost, tool errors, argument schemas, repeated calls, sql) are for `otel-assay gate`."""
-    try:
-        contracts = parse_contracts(spec.get("contracts"), where=f"{where}: contracts")
-    except ContractError as e:
-        raise UsageError(str(e)) from None
+    contracts = parse_contracts(spec.get("contracts"), where=f"{where}: contracts")
     if not contracts:
         raise UsageError(f"{where}: a contract evaluator needs `contracts:` (a list like [{{must_call: lookup}}])")
     for c in contracts:

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+from ..errors import UsageError
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -64,8 +66,8 @@ RESERVED_NAMES = {"trace_id", "scenario", "version"}  # columns of ContractResul
 TOOL_KINDS = {"must_call", "call_order", "tool_args_schema"}  # a tool they name must exist
 
 
-class ContractError(ValueError):
-    """A contract that cannot be used; the message names the contract and what to fix."""
+class ContractError(UsageError, ValueError):
+    """A contract that cannot be used (exit 3); the message names the contract and what to fix."""
 
 
 @dataclass(frozen=True)
@@ -501,27 +503,30 @@ class ContractVerdict:
     reason: str = ""
 
 
+def tally(items: Iterable[tuple[Any, bool | None]]) -> dict[Any, list[int]]:
+    """Per key of the ``(key, holds)`` items: [judged, held, unjudged]; None is unjudged."""
+    out: dict[Any, list[int]] = {}
+    for key, holds in items:
+        g = out.setdefault(key, [0, 0, 0])
+        if holds is None:
+            g[2] += 1
+        else:
+            g[0] += 1
+            g[1] += int(holds)
+    return out
+
+
 def verdicts(results: ContractResults) -> list[ContractVerdict]:
     """Per contract, scenario and version: the share of trials where it holds, against its threshold."""
     # imported here: the statistics bring scipy (0.9 s), which start-up must not pay (see _check_schema)
     from ..stats import verdict as pass_rate_verdict
 
-    groups: dict[tuple, list[int]] = {}
     cols = {c.name: results.holds(c.name) for c in results.contracts}
     scen = results.table.column("scenario").to_pylist()
     ver = results.table.column("version").to_pylist()
     out = []
     for c in results.contracts:
-        groups = {}
-        for s, v, h in zip(scen, ver, cols[c.name]):
-            if not c.applies_to(s):
-                continue
-            g = groups.setdefault((s, v), [0, 0, 0])
-            if h is None:
-                g[2] += 1
-            else:
-                g[0] += 1
-                g[1] += int(h)
+        groups = tally(((s, v), h) for s, v, h in zip(scen, ver, cols[c.name]) if c.applies_to(s))
         for (s, v), (n, k, unknown) in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
             if n == 0:
                 out.append(ContractVerdict(c.name, c.kind, s, v, 0, 0, unknown, None, None, c.threshold,
@@ -530,37 +535,6 @@ def verdicts(results: ContractResults) -> list[ContractVerdict]:
             r = pass_rate_verdict(k, n, c.threshold, c.alpha)
             out.append(ContractVerdict(c.name, c.kind, s, v, n, k, unknown, k / n, (r.ci.low, r.ci.high),
                                        c.threshold, r.verdict.value))
-    return out
-
-
-@dataclass(frozen=True)
-class ContractRegression:
-    contract: str
-    scenario: str | None
-    baseline: tuple[int, int]
-    candidate: tuple[int, int]
-    verdict: str
-    pvalue: float | None
-
-
-def regressions(results: ContractResults, baseline_version: str, candidate_version: str, *,
-                delta: float = 0.10, alpha: float = 0.05) -> list[ContractRegression]:
-    """Whether each contract holds less often in the candidate version: the share of trials
-    where it holds is a pass rate like any other, so the regression verdict on it tells a
-    real drop from noise."""
-    from ..stats import regression_verdict  # imported here: see verdicts
-
-    by = {(v.contract, v.scenario, v.version): v for v in verdicts(results)}
-    out = []
-    for c in results.contracts:
-        for scenario in sorted({s for (name, s, _v) in by if name == c.name}, key=str):
-            b = by.get((c.name, scenario, baseline_version))
-            cand = by.get((c.name, scenario, candidate_version))
-            if not b or not cand or b.n == 0 or cand.n == 0:
-                continue
-            r = regression_verdict(b.holds, b.n, cand.holds, cand.n, delta=delta, alpha=alpha)
-            out.append(ContractRegression(c.name, scenario, (b.holds, b.n), (cand.holds, cand.n),
-                                          r.verdict.value, r.pvalue))
     return out
 
 

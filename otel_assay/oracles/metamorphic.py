@@ -27,14 +27,15 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .. import semconv
-from .contracts import ContractError
+from ..errors import DataError
+from .contracts import ContractError, tally
 
 FAMILIES = ("permutation", "perturbation", "composition", "oracle")
 COMPARISONS = ("same_final_answer", "same_tool_set", "same_verdict", "output_length_within")
 
 
-class RelationDataError(LookupError):
-    """The lake lacks what a relation needs (pairs, or the source trials they name)."""
+class RelationDataError(DataError, LookupError):
+    """The lake lacks what a relation needs (pairs, or the source trials they name): exit 4."""
 
 
 @dataclass(frozen=True)
@@ -210,16 +211,7 @@ def verdicts(relations: list[Relation], pairs: list[dict]) -> list[RelationVerdi
 
     out = []
     for rel in relations:
-        versions: dict[Any, list[int]] = {}
-        for p in pairs:
-            if p["relation"] != rel.name:
-                continue
-            g = versions.setdefault(p["version"], [0, 0, 0])
-            if p["holds"] is None:
-                g[2] += 1
-            else:
-                g[0] += 1
-                g[1] += int(p["holds"])
+        versions = tally((p["version"], p["holds"]) for p in pairs if p["relation"] == rel.name)
         for version, (n, k, unjudged) in sorted(versions.items(), key=lambda kv: str(kv[0])):
             if n == 0:
                 out.append(RelationVerdict(rel.name, rel.family, rel.compare, version, 0, 0, unjudged, None, None,
@@ -230,17 +222,3 @@ def verdicts(relations: list[Relation], pairs: list[dict]) -> list[RelationVerdi
                                        (r.ci.low, r.ci.high), rel.threshold, r.verdict.value))
     return out
 
-
-def compare_versions(relations: list[Relation], pairs: list[dict], baseline: str, candidate: str, *,
-                     delta: float = 0.10, alpha: float = 0.05) -> dict[str, Any]:
-    """Per relation: the regression verdict on the share of pairs where it holds (a relation
-    broken more often in the candidate is a regression in the property it encodes)."""
-    from ..stats import regression_verdict  # imported here: see verdicts
-
-    by = {(v.relation, v.version): v for v in verdicts(relations, pairs)}
-    out = {}
-    for rel in relations:
-        b, c = by.get((rel.name, baseline)), by.get((rel.name, candidate))
-        if b and c and b.pairs and c.pairs:
-            out[rel.name] = regression_verdict(b.holds, b.pairs, c.holds, c.pairs, delta=delta, alpha=alpha)
-    return out

@@ -11,11 +11,11 @@ from typing import Any
 import yaml
 
 from ..analyze.engine import Engine
-from ..analyze.select import NoTrialsError, Selection, SelectorError, select_trials
+from ..analyze.select import NoTrialsError, Selection, select_trials
 from ..lake.files import LakeError
 from ..errors import EXIT_BLOCK, EXIT_DEPLOY, EXIT_MANUAL, DataError, UsageError
-from .contracts import ContractError, check_names, evaluate, parse_contracts, verdicts
-from .metamorphic import RelationDataError, evaluate as evaluate_relations, parse_relations
+from .contracts import check_names, evaluate, parse_contracts, verdicts
+from .metamorphic import evaluate as evaluate_relations, parse_relations
 from .metamorphic import verdicts as relation_verdicts
 
 
@@ -36,35 +36,26 @@ def _load_yaml(path: str, key: str):
 
 def load_contracts(path: str):
     """The ``contracts:`` list of a YAML config file, parsed; UsageError naming what is wrong."""
-    try:
-        return parse_contracts(_load_yaml(path, "contracts"), where=f"{path}: contracts")
-    except ContractError as e:
-        raise UsageError(str(e)) from None
+    return parse_contracts(_load_yaml(path, "contracts"), where=f"{path}: contracts")
 
 
 def load_relations(path: str):
     """The ``metamorphic:`` list of a YAML config file, parsed."""
-    try:
-        return parse_relations(_load_yaml(path, "metamorphic"), where=f"{path}: metamorphic")
-    except ContractError as e:
-        raise UsageError(str(e)) from None
+    return parse_relations(_load_yaml(path, "metamorphic"), where=f"{path}: metamorphic")
 
 
 def _open_selected(lake: str, selectors, table: str):
     """An engine over LAKE with the selected trials' rows in temp table ``table``."""
-    try:
-        selection = Selection.parse(selectors)
-    except SelectorError as e:
-        raise UsageError(str(e)) from None
+    selection = Selection.parse(selectors)
     try:
         eng = Engine(lake)
     except LakeError as e:
         raise DataError(str(e)) from None
     try:
         select_trials(eng, selection)
-    except NoTrialsError as e:
+    except NoTrialsError:
         eng.close()
-        raise DataError(str(e)) from None
+        raise
     eng.rows(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM trials SEMI JOIN selected_trials USING (trace_id)")
     return eng
 
@@ -87,11 +78,8 @@ def contract_rows(lake: str, config_path: str, selectors) -> list[dict[str, Any]
                          f"(every kind: otel-assay contracts --help)")
     eng = _open_selected(lake, selectors, "contract_trials")
     try:
-        try:
-            check_names(eng, specs)
-            results = evaluate(eng, specs, trials="contract_trials")
-        except ContractError as e:
-            raise UsageError(str(e)) from None
+        check_names(eng, specs)
+        results = evaluate(eng, specs, trials="contract_trials")
     finally:
         eng.close()
     return [{
@@ -115,8 +103,6 @@ def relation_rows(lake: str, config_path: str, selectors) -> list[dict[str, Any]
     eng = _open_selected(lake, selectors, "relation_trials")
     try:
         pairs = evaluate_relations(eng, relations, trials="relation_trials")
-    except RelationDataError as e:
-        raise DataError(str(e)) from None
     finally:
         eng.close()
     return [{

@@ -11,7 +11,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from otel_assay.analyze.engine import Engine
 from otel_assay.collect import ParquetSpanExporter
-from otel_assay.oracles import ContractError, evaluate, outcome_from_contracts, parse_contracts, regressions, verdicts
+from otel_assay.oracles import ContractError, evaluate, outcome_from_contracts, parse_contracts, verdicts
 from otel_assay.oracles.contracts import check_names
 
 
@@ -138,9 +138,6 @@ def test_unknown_cost_is_not_judged_and_verdicts_need_enough_trials(tmp_path):
     unpriced = by[("max_cost_usd", "v3")]
     assert (unpriced.n, unpriced.unknown, unpriced.verdict) == (0, 72, "INCONCLUSIVE")
     assert by[("max_cost_usd", "v1")].n == 73
-    reg = {r.contract: r for r in regressions(res, "v1", "v2")}
-    assert reg["final_output_contains"].verdict == "FAIL"
-    assert reg["lean"].verdict in ("PASS", "INCONCLUSIVE")
     outcomes = outcome_from_contracts(res, ["final_output_contains"])
     assert sum(1 for v in outcomes.values() if v is False) == 15
 

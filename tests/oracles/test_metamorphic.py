@@ -13,8 +13,7 @@ import pytest
 from otel_assay.analyze.engine import Engine
 from otel_assay.metamorphic import follow_up, inject_noise, permute_documents, permute_tools, truncate
 from otel_assay.oracles.contracts import ContractError
-from otel_assay.oracles.metamorphic import (RelationDataError, compare_versions, evaluate, parse_relations,
-                                           verdicts)
+from otel_assay.oracles.metamorphic import RelationDataError, evaluate, parse_relations, verdicts
 
 SCRIPT = Path(__file__).parent / "scripts" / "mr_agent.py"
 
@@ -44,7 +43,6 @@ def test_order_invariant_version_passes_and_order_sensitive_version_fails(mr_lak
     # v2 answers from the first document: the permutation changes the answer whenever the
     # first document changes label, which this fixed seed makes happen in many pairs
     assert by["v2"].holds < 30 and by["v2"].verdict == "FAIL"
-    assert compare_versions(rels, pairs, "v1", "v2")["doc-order"].verdict.value == "FAIL"
     tools = parse_relations([{"relation": "doc-order", "compare": "same_tool_set"}])
     with Engine(mr_lake) as eng:
         assert all(p["holds"] for p in evaluate(eng, tools))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from otel_assay.analyze.engine import Engine
-from otel_assay.oracles.metamorphic import compare_versions, evaluate, parse_relations, verdicts
+from otel_assay.oracles.metamorphic import evaluate, parse_relations, verdicts
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "langgraph_agent.py"
@@ -140,7 +140,6 @@ def test_verdicts_on_the_example_agent(example_pairs):
         rels, pairs = example_pairs[compare]
         assert {v.version: v.verdict for v in verdicts(rels, pairs) if v.relation == relation} == {
             "v1": "PASS", "v2": "FAIL"}, relation
-        assert compare_versions(rels, pairs, "v1", "v2")[relation].verdict.value == "FAIL"
 
 
 def test_metamorphic_command_on_the_example_agent(example_lake, tmp_path):
