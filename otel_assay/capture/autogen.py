@@ -13,11 +13,10 @@ that provider, so they carry the trial's ``assay.*`` attributes. We add what the
   name, the messages as sent and the usage as returned, and a wrapper that asks again (a
   retry) makes one model call per attempt. A wrapper that answers without calling a
   wrapped client (a cache hit) records its own span;
-* tool arguments and results: AutoGen's own ``execute_tool`` span (same name, scope
-  ``autogen-core`` and attributes) is kept open until ``BaseTool.run_json`` returns (or
-  ``BaseStreamTool.run_json_stream`` ends: ``AgentTool`` and ``TeamTool``, agents and teams
-  used as tools), so the arguments and the result land on that one span — one tool call is
-  one span, not two;
+* tool arguments and results on AutoGen's own ``execute_tool`` span (scope ``autogen-core``),
+  set from inside the tool's ``run`` (or ``run_stream``: ``AgentTool`` and ``TeamTool``,
+  agents and teams used as tools), which runs while that span is current and open — one
+  tool call is one span, not two;
 * a root ``invoke_workflow {team}`` span around a team run (``run`` / ``run_stream`` of
   group chats), which native tracing lacks, so the agents of a group chat share a parent;
 * an agent run without a team (``run`` / ``run_stream`` of an agent) records AutoGen's own
@@ -42,11 +41,10 @@ import inspect
 import os
 import sys
 import warnings
-from contextlib import contextmanager
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 from .. import semconv
 from . import _runtime
@@ -56,8 +54,9 @@ from .trial import await_in_trial, implicit_trial
 
 FRAMEWORK = "autogen"
 _PATCHES: list = []
+_PATCHED: set = set()  # (owner, attr) of _PATCHES
 _WRAPPED_CLIENTS: set = set()
-_PENDING_TOOL: contextvars.ContextVar = contextvars.ContextVar("otel_assay_autogen_tool", default=None)
+_TOOL_CALL: contextvars.ContextVar = contextvars.ContextVar("otel_assay_autogen_tool", default=None)
 _CALL: contextvars.ContextVar = contextvars.ContextVar("otel_assay_autogen_chat", default=None)
 
 
@@ -252,72 +251,120 @@ def _all_subclasses(cls):
 
 
 # ------------------------------------------------------------------ tools
-@contextmanager
-def _trace_tool_span(tool_name, *, tracer=None, parent=None, tool_description=None, tool_call_id=None):
-    """AutoGen's trace_tool_span, but the span stays open for run_json to complete it."""
-    _runtime.pipeline()
-    holder = _PENDING_TOOL.get()
-    tracer = tracer or trace.get_tracer("autogen-core")
-    attrs = {semconv.GEN_AI_OPERATION_NAME: semconv.OP_EXECUTE_TOOL, semconv.GEN_AI_SYSTEM: "autogen",
-             semconv.GEN_AI_TOOL_NAME: tool_name, semconv.GEN_AI_TOOL_DESCRIPTION: tool_description,
-             semconv.GEN_AI_TOOL_CALL_ID: tool_call_id, semconv.GEN_AI_TOOL_TYPE: "function",
-             semconv.ASSAY_STEP_KIND: "tool", semconv.ASSAY_FRAMEWORK: FRAMEWORK}
-    with tracer.start_as_current_span(f"execute_tool {tool_name}", kind=SpanKind.INTERNAL,
-                                      context=trace.set_span_in_context(parent) if parent else None,
-                                      attributes={k: v for k, v in attrs.items() if v is not None},
-                                      end_on_exit=holder is None, record_exception=False,
-                                      set_status_on_exception=False) as span:
-        if holder is not None and _runtime.capture_content():
-            span.set_attribute(semconv.GEN_AI_TOOL_CALL_ARGUMENTS, args_json(dict(holder["args"] or {})))
+# AutoGen's ``run_json`` opens its ``execute_tool`` span (through the global provider: ours)
+# and calls the tool's ``run`` while that span is current and open; ``run_json_stream`` does
+# the same around ``run_stream``. So the arguments and the result are set on the current span
+# from inside ``run``: one tool call stays one span, AutoGen's, completed by us. ``run_json``
+# is wrapped too, to hand the arguments as the model sent them (``run`` gets them validated,
+# defaults filled in) and to wrap the ``run`` of the tool's class on its first call, whatever
+# module defined it and whenever.
+class _ToolCall:
+    """A ``run_json`` call whose span ``run`` has yet to complete. ``outer`` is the span that
+    was current before AutoGen opened the tool's: a ``run`` that finds it still current was
+    called without a span of AutoGen's, and leaves it alone. ``taken``: a ``run`` calling its
+    base class's ``run`` (both wrapped) completes the span once, in the outermost."""
+
+    __slots__ = ("args", "outer", "taken")
+
+    def __init__(self, args):
+        self.args, self.outer, self.taken = args, trace.get_current_span(), False
+
+
+def _tool_span():
+    """The current span, if it is the one AutoGen opened for this pending ``run_json`` call,
+    with what AutoGen's own span lacks set on it; else None."""
+    call = _TOOL_CALL.get()
+    span = trace.get_current_span()
+    if call is None or call.taken or span is call.outer or not span.is_recording():
+        return None
+    call.taken = True
+    span.set_attributes({semconv.GEN_AI_TOOL_TYPE: "function", semconv.ASSAY_STEP_KIND: "tool",
+                         semconv.ASSAY_FRAMEWORK: FRAMEWORK})
+    if _runtime.capture_content():
+        span.set_attribute(semconv.GEN_AI_TOOL_CALL_ARGUMENTS, args_json(dict(call.args or {})))
+    return span
+
+
+def _tool_result(span, instance, result) -> None:
+    if _runtime.capture_content():
         try:
-            yield span
-        except BaseException as e:
-            # BaseException: a tool cancelled (the run timed out or was stopped) must still end
-            # its span, which run_json will not end; the native span records it the same way
-            span.record_exception(e)
-            span.set_status(Status(StatusCode.ERROR, str(e)))
-            span.set_attribute(semconv.ERROR_TYPE, type(e).__name__)
-            if holder is not None:
-                span.end()
-            raise
-        if holder is not None:
-            holder["span"] = span
+            text = instance.return_value_as_string(result)
+        except Exception:  # the tool's conversion failed, not its call: record the value as it is
+            text = result_text(result)
+        span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, text)
 
 
-def _end_tool(holder, instance, result) -> None:
-    span = holder["span"]
-    if span is not None:
-        if _runtime.capture_content():
-            try:
-                text = instance.return_value_as_string(result)
-            except Exception:
-                text = result_text(result)
-            span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, text)
-        span.end()
+def _tool_cancelled(span, e: BaseException) -> None:
+    """AutoGen's span records an Exception itself, not a BaseException: a tool cancelled
+    (the run timed out or was stopped) would end as a success. A span a late close of the
+    generator finds already ended is left as it is."""
+    if isinstance(e, Exception) or not span.is_recording():
+        return
+    span.record_exception(e)
+    span.set_status(Status(StatusCode.ERROR, str(e)))
+    span.set_attribute(semconv.ERROR_TYPE, type(e).__name__)
 
 
-async def _run_json(wrapped, instance, args, kwargs):
-    holder = {"args": args[0] if args else kwargs.get("args"), "span": None}
-    token = _PENDING_TOOL.set(holder)
+async def _tool_run(wrapped, instance, args, kwargs):
+    span = _tool_span()
+    if span is None:
+        return await wrapped(*args, **kwargs)
     try:
         result = await wrapped(*args, **kwargs)
-    finally:
-        _PENDING_TOOL.reset(token)
-    _end_tool(holder, instance, result)
+    except BaseException as e:
+        _tool_cancelled(span, e)
+        raise
+    _tool_result(span, instance, result)
     return result
 
 
-def _run_json_stream(wrapped, instance, args, kwargs):
-    """``run_json_stream`` (how AssistantAgent runs a stream tool): like ``run_json``, the
+def _tool_run_stream(wrapped, instance, args, kwargs):
+    """``run_stream`` is called inside AutoGen's span, the stream read there to its end: the
     last item is the tool's return value."""
-    async def gen():
-        holder = {"args": args[0] if args else kwargs.get("args"), "span": None}
-        last = None
-        # the tool's own code enters and leaves trace_tool_span
-        async for item in _marked(wrapped(*args, **kwargs), _PENDING_TOOL, holder):
+    span = _tool_span()
+    agen = wrapped(*args, **kwargs)
+    return agen if span is None else _completing(agen, span, instance)
+
+
+async def _completing(agen, span, instance):
+    last = None
+    try:
+        async for item in agen:
             last = item
             yield item
-        _end_tool(holder, instance, last)
+    except BaseException as e:
+        _tool_cancelled(span, e)
+        raise
+    _tool_result(span, instance, last)
+
+
+def _wrap_tool_class(tool, attr, wrapper) -> None:
+    """Wrap ``attr`` once, where the tool's class finds it: in the nearest class defining it."""
+    for cls in type(tool).__mro__:
+        if attr in cls.__dict__:
+            if (cls, attr) not in _PATCHED:
+                _patch(cls, attr, wrapper)
+            return
+
+
+async def _run_json(wrapped, instance, args, kwargs):
+    _runtime.pipeline()  # before AutoGen opens its span: a no-op span has nothing to complete
+    _wrap_tool_class(instance, "run", _tool_run)
+    token = _TOOL_CALL.set(_ToolCall(args[0] if args else kwargs.get("args")))
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        _TOOL_CALL.reset(token)
+
+
+def _run_json_stream(wrapped, instance, args, kwargs):
+    """``run_json_stream`` (how AssistantAgent runs a stream tool: ``AgentTool``, ``TeamTool``)."""
+    async def gen():
+        _runtime.pipeline()
+        _wrap_tool_class(instance, "run_stream", _tool_run_stream)
+        call = _ToolCall(args[0] if args else kwargs.get("args"))
+        async for item in _marked(wrapped(*args, **kwargs), _TOOL_CALL, call):
+            yield item
     return gen()
 
 
@@ -442,6 +489,7 @@ def _patch(owner, attr, wrapper) -> None:
     orig = owner.__dict__[attr]
     setattr(owner, attr, wrapt.FunctionWrapper(orig, wrapper))
     _PATCHES.append((owner, attr, orig))
+    _PATCHED.add((owner, attr))
 
 
 def _agentchat_patches(mod) -> list:
@@ -475,21 +523,12 @@ def _patch_agentchat_module(mod) -> None:
     if not _PATCHES or not _imported(mod):  # uninstrumented meanwhile, or still importing
         return
     for cls, attr, wrapper in _agentchat_patches(mod):
-        if not any(o is cls and a == attr for o, a, _ in _PATCHES):
+        if (cls, attr) not in _PATCHED:
             _patch(cls, attr, wrapper)
 
 
 def _patch_tools() -> None:
-    """AutoGen's ``BaseTool.run_json`` opens its ``execute_tool`` span through the public
-    ``trace_tool_span``, looked up in the namespace of the module defining BaseTool; ours
-    replaces it there (that module is found from the public class, not by its path) so the
-    span stays open for ``run_json`` to complete. If AutoGen stops looking it up there, its
-    span closes early and the tool's arguments and result go unrecorded; the tool still runs."""
     from autogen_core import tools
-    namespace = sys.modules[tools.BaseTool.__module__]
-    if callable(getattr(namespace, "trace_tool_span", None)):
-        _PATCHES.append((namespace, "trace_tool_span", namespace.trace_tool_span))
-        namespace.trace_tool_span = _trace_tool_span
     _patch(tools.BaseTool, "run_json", _run_json)
     _patch(tools.BaseStreamTool, "run_json_stream", _run_json_stream)
 
@@ -519,4 +558,5 @@ def uninstrument() -> None:
     while _PATCHES:
         owner, attr, orig = _PATCHES.pop()
         setattr(owner, attr, orig)
+    _PATCHED.clear()
     _WRAPPED_CLIENTS.clear()

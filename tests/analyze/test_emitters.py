@@ -42,7 +42,7 @@ IMPORTS = {
     "langgraph_langsmith": ["langgraph", "langsmith"],
     "autogen_native": ["autogen_agentchat", "autogen_ext.models.replay"],
     "autogen_native_openinference": ["autogen_agentchat", "openinference.instrumentation.autogen_agentchat"],
-    "crewai_native": ["crewai"],
+    "crewai_native": ["crewai.telemetry.tracing"],
 }
 
 LLM_TOOL_RESPOND = [("llm", None), ("tool", "add"), ("respond", None)]

@@ -100,6 +100,17 @@ def test_agent_used_as_a_tool_has_its_arguments_and_result(lake):
         ("adder", "o1", {"task": "2+3"}, "adder: 5"), ("add", "i1", {"a": 2, "b": 3}, "5")]
 
 
+def test_a_users_tool_class_calling_its_base_completes_the_one_span_once(lake):
+    # the outermost run completes AutoGen's span: the result is the subclass's, not its base's;
+    # the tool run directly (no run_json, no span of AutoGen's) sets nothing on the trial's
+    tr = one(lake, "subclass-tool")
+    (tool,) = [s for s in tr if s["op"] == "execute_tool"]
+    assert (tool["scope_name"], tool["tool_call_id"], jload(tool["attributes"]["gen_ai.tool.call.arguments"]),
+            tool["attributes"]["gen_ai.tool.call.result"], tool["attributes"]["assay.step.kind"]) == (
+        "autogen-core", "l1", {"order_id": "C3"}, "ORDER C3: PAID", "tool")
+    assert [s["name"] for s in tr if "gen_ai.tool.call.arguments" in s["attributes"]] == ["execute_tool lookup_order"]
+
+
 def test_cancelled_tool_is_recorded_as_failed(lake):
     # the run timed out during the tool call: the tool's span ends (cancelled), it is not lost
     (tr,) = trial_spans(lake, "tool-cancelled")

@@ -154,6 +154,23 @@ async def main():
     else:
         raise SystemExit("the team did not raise")
 
+    # 10. a tool class of the user's whose run calls its base class's (both are wrapped), also
+    # called directly, outside run_json and so without a span of AutoGen's
+    from autogen_core import CancellationToken
+    from autogen_core.tools import FunctionTool
+
+    class LoudTool(FunctionTool):
+        async def run(self, args, cancellation_token):
+            return str(await super().run(args, cancellation_token)).upper()
+
+    loud_tool = LoudTool(lookup_order, description="Look up an order, loudly.")
+    loud = AssistantAgent("loud", model_client=client([call("lookup_order", {"order_id": "C3"}, "l1"), text("done")]),
+                          tools=[loud_tool], max_tool_iterations=2)
+    with otel_assay.trial("subclass-tool", version="v1") as t:
+        direct = await loud_tool.run(loud_tool.args_type()(order_id="D4"), CancellationToken())
+        res = await loud.run(task="is C3 paid?")
+        t.outcome(passed=direct == "ORDER D4: PAID" and res.messages[-1].content == "done")
+
 
 asyncio.run(main())
 assert otel_assay.flush()
