@@ -50,7 +50,8 @@ def _pipeline(monkeypatch, exporter):
 
 
 def _rows(directory) -> int:
-    return duckdb.connect().sql(f"select count(*) from read_parquet('{directory}/**/*.parquet')").fetchall()[0][0]
+    with duckdb.connect() as con:  # held: older DuckDB closes an unreferenced connection under its relation
+        return con.sql(f"select count(*) from read_parquet('{directory}/**/*.parquet')").fetchall()[0][0]
 
 
 def _wait(condition, timeout=10.0):
