@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from ..errors import UsageError
-from ..oracles.contracts import parse_contracts
+from ..oracles.contracts import checked_validator, closed_validator, parse_contracts
 
 METHODS = ("fixed", "sprt", "adaptive")
 EVALUATORS = ("exact_match", "contains", "regex", "json_schema", "callable", "contract", "none")
@@ -306,15 +306,8 @@ def make_evaluator(spec: Any, props: Mapping, where: str) -> Evaluator:
             return ok, None, None if ok else f"no match for {pat!r}"
         return regex
     # json_schema
-    # imported here: @stochastic loads this module while pytest collects a user's tests, and
-    # jsonschema (0.26 s) is needed only by suites that check a schema
-    import jsonschema
     schema, _ = _expected(spec, props, where, "schema")
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as e:
-        raise UsageError(f"{where}: invalid JSON schema: {e.message}") from None
-    validator = jsonschema.validators.validator_for(schema)(schema)
+    validator = checked_validator(schema, where)  # a ContractError is a UsageError: exit 3
 
     def json_schema(output, scenario):
         doc = output
@@ -340,9 +333,8 @@ def _contract_evaluator(spec: Mapping, where: str) -> Evaluator:
             raise UsageError(f"{where}: contract {c.name!r} ({c.kind}) is judged on the lake by `otel-assay gate`; "
                              f"live evaluators support {', '.join(LIVE_CONTRACT_KINDS)}")
     # imported here: @stochastic loads this module while pytest collects a user's tests;
-    # duckdb (0.16 s) and jsonschema (0.26 s) are needed only by suites with contracts
+    # duckdb (0.16 s) is needed only by suites with contracts
     import duckdb
-    import jsonschema
 
     # final_output_matches is RE2, as in the lake (the pattern was checked with it): Python's re
     # rejected RE2 patterns such as `\z` or `\pL` at the first trial (exit 3 after paying for it),
@@ -381,7 +373,7 @@ def _contract_evaluator(spec: Mapping, where: str) -> Evaluator:
                 doc = json.loads(output)
             except ValueError:
                 return False
-        return jsonschema.validators.validator_for(v)(v).is_valid(doc)
+        return closed_validator(v).is_valid(doc)
 
     def ev(output, scenario, facts):
         for c in contracts:

@@ -103,6 +103,93 @@ def _check_schema(schema: Any, where: str) -> None:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as e:
         raise ContractError(f"{where}: invalid JSON schema: {e.message}") from None
+    _check_refs(schema, where)
+
+
+def _refuse_retrieval(uri: str) -> Any:
+    raise LookupError(f"{uri} is not part of the schema")
+
+
+def _closed_registry():
+    """A registry that never retrieves anything. jsonschema's default one fetches any `$ref`
+    it does not know, over HTTP or from `file://` paths; a gate config comes from the pull
+    request it judges, so a ref in it must not reach the network or the machine's files."""
+    import referencing  # imported here: part of jsonschema, see _check_schema
+
+    return referencing.Registry(retrieve=_refuse_retrieval)
+
+
+def checked_validator(schema: Any, where: str):
+    """The validator of a schema from a config: a valid schema whose every reference resolves
+    inside it, or a ContractError naming ``where`` and what to fix."""
+    _check_schema(schema, where)
+    return closed_validator(schema)
+
+
+def closed_validator(schema: Any):
+    """A jsonschema validator for ``schema`` whose references resolve inside the schema only
+    (the JSON-schema meta-schemas jsonschema ships aside); any other reference raises
+    ``referencing.exceptions.Unresolvable`` instead of being fetched."""
+    import jsonschema  # imported here: see _check_schema
+
+    return jsonschema.validators.validator_for(schema)(schema, registry=_closed_registry())
+
+
+_REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
+def _pointers(schema: Any) -> dict[int, str]:
+    """The JSON pointer of every mapping in ``schema``, by identity (to name where a bad ref is)."""
+    out: dict[int, str] = {}
+    stack = [(schema, "")]
+    while stack:  # a loop, not recursion: a config may nest deeper than Python's stack
+        node, at = stack.pop()
+        if isinstance(node, dict):
+            out.setdefault(id(node), at)
+            stack.extend((v, f"{at}/{str(k).replace('~', '~0').replace('/', '~1')}") for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{at}/{i}") for i, v in enumerate(node))
+    return out
+
+
+def _check_refs(schema: Any, where: str) -> None:
+    """Refuse, when the config loads, every reference that does not resolve inside the schema:
+    a URL, a file, a meta-schema, or a part of the schema that does not exist. Checked then,
+    not when the first trial is judged, so a bad config fails before the gate reads the lake,
+    with the place of the reference. Only the keywords the schema's own draft reads as
+    subschemas are followed, as the validator does (a `$ref` key inside `const` is data)."""
+    import jsonschema  # imported here: see _check_schema
+    import referencing.jsonschema
+    from referencing.exceptions import Unresolvable
+
+    cls = jsonschema.validators.validator_for(schema)
+    spec = referencing.jsonschema.specification_with(cls.ID_OF(cls.META_SCHEMA) or "urn:unknown-dialect",
+                                                     default=referencing.Specification.OPAQUE)
+    pointers = _pointers(schema)
+    root = spec.create_resource(schema)
+    stack = [(root, _closed_registry().resolver_with_root(root))]
+    seen: set[int] = set()
+    while stack:
+        resource, resolver = stack.pop()
+        contents = resource.contents
+        if not isinstance(contents, dict) or id(contents) in seen:
+            continue
+        seen.add(id(contents))
+        for kw in _REF_KEYWORDS:
+            ref = contents.get(kw)
+            if not isinstance(ref, str):
+                continue
+            try:
+                resolved = resolver.lookup(ref)
+            except (Unresolvable, ValueError):  # ValueError: not a URI at all, e.g. "http://["
+                raise ContractError(
+                    f"{where}: {kw} {ref!r} at {pointers.get(id(contents), '?')}/{kw} does not point to a part "
+                    "of this schema; a $ref resolves only inside the schema itself (as '#/$defs/name'), "
+                    "so that a config can never make otel-assay fetch a URL or read a file"
+                ) from None
+            # the target may lie outside the keywords walked below (under an unknown keyword)
+            stack.append((spec.create_resource(resolved.contents), resolved.resolver))
+        stack.extend((sub, resolver.in_subresource(sub)) for sub in resource.subresources())
 
 
 def _number(value: Any, where: str, *, integer: bool = False) -> float | int:
@@ -435,7 +522,8 @@ def _sql_contracts(engine, facts: "pa.Table", contracts: list[tuple[int, Contrac
 
 def _valid(validator, text: str, contract: Contract) -> bool:
     """Whether ``text`` parses as JSON that satisfies the schema; a schema that cannot be
-    applied (a ``$ref`` to nowhere) is the config's fault, not the trial's."""
+    applied (a ``$ref`` outside it, in a contract built without ``parse_contracts``) is the
+    config's fault, not the trial's."""
     from referencing.exceptions import Unresolvable  # imported here: part of jsonschema, see _check_schema
 
     try:
@@ -452,9 +540,7 @@ def _valid(validator, text: str, contract: Contract) -> bool:
 
 
 def _final_output_schema(engine, trials: str, trace_ids: list[str], c: Contract) -> list[bool | None]:
-    import jsonschema  # imported here: see _check_schema
-
-    validator = jsonschema.validators.validator_for(c.value)(c.value)
+    validator = closed_validator(c.value)
     rows = engine.rows(f"SELECT s.trace_id, arg_max(s.output_text, s.seq) FROM steps s SEMI JOIN {trials} t "
                        "USING (trace_id) WHERE s.step_kind = 'respond' GROUP BY s.trace_id")
     finals = dict(rows)
@@ -470,9 +556,7 @@ def _final_output_schema(engine, trials: str, trace_ids: list[str], c: Contract)
 
 
 def _tool_args_schema(engine, trials: str, trace_ids: list[str], c: Contract) -> list[bool | None]:
-    import jsonschema  # imported here: see _check_schema
-
-    validators = {t: jsonschema.validators.validator_for(s)(s) for t, s in c.value.items()}
+    validators = {t: closed_validator(s) for t, s in c.value.items()}
     rows = engine.con.execute(
         f"SELECT s.trace_id, s.tool_name, s.tool_args FROM steps s SEMI JOIN {trials} t USING (trace_id) "
         "WHERE s.step_kind = 'tool' AND list_contains(?::VARCHAR[], s.tool_name)", [list(c.value)]).fetchall()

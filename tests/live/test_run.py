@@ -308,6 +308,13 @@ def test_a_baseline_in_the_file_must_be_a_selector_string(tmp_path, value):
     ("scenarios:\n  - {name: a, input: x, evaluator: {type: contains, value: billing, ignore_cas: false}}\n",
      "tests.live.agents:good", "evaluator contains: unknown key 'ignore_cas' (did you mean 'ignore_case'?); "
      "its keys: type, value, ignore_case"),
+    # a scenarios file's schema fetched its $refs over HTTP or from local files
+    ("scenarios:\n  - {name: a, input: x, evaluator: {type: json_schema, schema: "
+     "{properties: {a: {$ref: 'file:///etc/hostname'}}}}}\n",
+     "tests.live.agents:good", "$ref 'file:///etc/hostname' at /properties/a/$ref does not point to a part"),
+    ("scenarios:\n  - {name: a, input: x, evaluator: {type: contract, contracts: [{final_output_json_schema: "
+     "{$ref: 'http://127.0.0.1:9/s.json'}}]}}\n",
+     "tests.live.agents:good", "$ref 'http://127.0.0.1:9/s.json' at /$ref does not point to a part"),
 ])
 def test_bad_input_exits_3_naming_the_item(tmp_path, text, agent, needle):
     f = tmp_path / "s.yaml"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -293,7 +294,7 @@ def test_a_schema_ref_to_nowhere_is_a_config_error_not_a_traceback(tmp_path):
     write_trials(tmp_path, [{"tools": [B], "final": '{"a": 1}'}])
     for spec in ({"tool_args_schema": {"refund": {"$ref": "#/definitions/nope"}}},
                  {"final_output_json_schema": {"$ref": "#/definitions/nope"}}):
-        with pytest.raises(ContractError, match=r"\$ref that cannot be resolved"):
+        with pytest.raises(ContractError, match=r"\$ref '#/definitions/nope' at /\$ref"):
             judge(tmp_path, [spec])
 
 
@@ -378,3 +379,114 @@ def _yaml(tmp_path, expr: str):
     cfg = tmp_path / "contracts.yaml"
     cfg.write_text(json.dumps({"contracts": [{"sql": expr}]}))  # JSON is YAML
     return cfg
+
+
+class _CountingSchemaServer:
+    """A real HTTP server on loopback that serves a schema nothing satisfies and counts the
+    requests it gets: a gate config must never make the gate fetch anything."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        hits = self.hits = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                hits.append(self.path)
+                body = b'{"not": {}}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/schema.json"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _WatchedFile:
+    """A named pipe standing in for a local file: a writer thread waits for whoever opens it
+    for reading and records that it was opened, so "the file was not read" is observed, not
+    assumed (a plain file's access time is not kept on most mounts)."""
+
+    def __init__(self, path):
+        import os
+        import threading
+
+        self.path = path
+        os.mkfifo(path)
+        self.opened = threading.Event()
+
+        def writer():
+            with open(path, "w") as f:  # blocks until a reader opens the pipe
+                self.opened.set()
+                f.write('{"not": {}}')
+        self.thread = threading.Thread(target=writer, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        import os
+
+        if not self.opened.is_set():  # release the writer: open the reading end ourselves
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            self.thread.join(5)
+            os.close(fd)
+
+
+@pytest.mark.parametrize("kind", ["final_output_json_schema", "tool_args_schema"])
+def test_a_schema_ref_outside_the_schema_is_refused_at_load_and_never_fetched(tmp_path, kind):
+    """A gate config comes from the pull request it judges: a `$ref` to a URL made the gate
+    send requests (and changed the verdict), a `file:///` ref read a local file. Refs resolve
+    inside the schema only; anything else is a config error naming where the ref is."""
+    lake = tmp_path / "lake"
+    write_trials(lake, [{"tools": [B], "final": '{"amount": 1}'} for _ in range(3)])
+    server = _CountingSchemaServer()
+    watched = _WatchedFile(tmp_path / "schema.json")
+    try:
+        for ref in (server.url, watched.path.as_uri()):
+            schema = {"type": "object", "properties": {"amount": {"$ref": ref}}}
+            spec = {kind: schema if kind == "final_output_json_schema" else {"refund": schema}}
+            cfg = tmp_path / "assay.yaml"
+            cfg.write_text(json.dumps({"contracts": [spec]}))  # JSON is YAML
+            r = run_cli("contracts", lake, "--config", cfg)
+            assert r.returncode == 3, (ref, r.returncode, r.stdout, r.stderr)
+            assert "Traceback" not in r.stderr
+            assert "/properties/amount/$ref" in r.stderr and ref in r.stderr, r.stderr
+            with pytest.raises(ContractError, match="resolves only inside the schema"):
+                parse_contracts([spec])
+        assert server.hits == []
+        assert not watched.opened.is_set()
+    finally:
+        server.close()
+        watched.close()
+
+
+@pytest.mark.parametrize("schema", [
+    {"$defs": {"pos": {"type": "number", "minimum": 0}}, "properties": {"amount": {"$ref": "#/$defs/pos"}}},
+    {"$id": "https://example.invalid/order", "$defs": {"pos": {"$anchor": "pos", "minimum": 0}},
+     "properties": {"amount": {"$ref": "#pos"}}},
+    {"$defs": {"pos": {"$id": "pos.json", "minimum": 0}}, "properties": {"amount": {"$ref": "pos.json"}}},
+])
+def test_refs_inside_the_schema_still_work(tmp_path, schema):
+    write_trials(tmp_path, [{"final": '{"amount": 1}', "version": "t0"}, {"final": '{"amount": -1}', "version": "t1"}])
+    res = judge(tmp_path, [{"final_output_json_schema": schema}])
+    assert res.table.num_rows == 2
+    assert dict(zip(res.table.column("version").to_pylist(), res.holds("final_output_json_schema"))) == \
+        {"t0": True, "t1": False}
+
+
+def test_a_ref_to_a_meta_schema_or_a_missing_part_is_refused_at_load():
+    for ref, where in (("https://json-schema.org/draft/2020-12/schema", "/$ref"),
+                       ("#/definitions/nope", "/$ref")):
+        with pytest.raises(ContractError, match=re.escape(where) + ".*resolves only inside the schema"):
+            parse_contracts([{"final_output_json_schema": {"$ref": ref}}])
