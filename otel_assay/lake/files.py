@@ -25,11 +25,14 @@ and the old files stay readable for ``grace_seconds`` after they stop being list
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import json
 import os
 import re
+import shutil
 import tempfile
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -91,17 +94,44 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_temp_dirs: dict[int, str] = {}  # process id -> the private temp directory it made
+_temp_lock = threading.Lock()
+
+
+def _remove_temp_dir(path: str, pid: int) -> None:
+    if os.getpid() == pid:  # not in a forked child: the directory is its parent's
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def private_temp_dir() -> str:
+    """This process's directory for DuckDB's spill files, made on first use and removed when
+    the process exits.
+
+    Made by ``mkdtemp``: a fresh directory of mode 0700 under a name nobody can predict,
+    never one that already exists. A fixed name in the shared temp directory (such as one
+    derived from the process id) lets another user plant a symlink there, through which
+    queries would read and write where the link points, or create the directory first and
+    receive spill files holding lake data."""
+    with _temp_lock:
+        pid = os.getpid()
+        path = _temp_dirs.get(pid)
+        if path is None or os.path.islink(path) or not os.path.isdir(path):  # removed under us: a new one
+            path = _temp_dirs[pid] = tempfile.mkdtemp(prefix="otel-assay-duckdb-")
+            atexit.register(_remove_temp_dir, path, pid)
+        return path
+
+
 def duckdb_connect(memory_limit: str | None = None):
     """A DuckDB connection for work over lake files: at most ``memory_limit`` (else
-    OTEL_ASSAY_MEMORY_LIMIT, else DuckDB's own), spilling past it to the system temp
-    directory; an in-memory DuckDB would otherwise spill into ./.tmp of whatever directory
-    the command runs in (a CI checkout)."""
+    OTEL_ASSAY_MEMORY_LIMIT, else DuckDB's own), spilling past it to this process's private
+    temp directory; an in-memory DuckDB would otherwise spill into ./.tmp of whatever
+    directory the command runs in (a CI checkout)."""
     # imported here: the span exporter loads this module in every instrumented agent and
     # writes with pyarrow alone; duckdb (0.16 s) loads only when a query or compaction runs
     import duckdb
 
     con = duckdb.connect()
-    con.execute("SET temp_directory = ?", [os.path.join(tempfile.gettempdir(), f"otel-assay-duckdb-{os.getpid()}")])
+    con.execute("SET temp_directory = ?", [private_temp_dir()])
     memory_limit = memory_limit or settings.memory_limit()
     if memory_limit:
         con.execute("SET memory_limit = ?", [memory_limit])

@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -553,3 +554,40 @@ def test_a_span_file_whose_name_is_not_utf8_is_named_by_compaction(tmp_path):
     os.rename(first, odd)
     r = run_cli("compact", "--dir", lake, "--grace-seconds", "0")
     assert r.returncode == 4 and "Traceback" not in r.stderr and "part-" in r.stderr, r.stderr
+
+
+def test_duckdb_spills_into_a_private_directory_not_a_planted_one(tmp_path, monkeypatch):
+    """DuckDB's temp directory was /tmp/otel-assay-duckdb-<pid>: a name anyone can guess. A
+    symlink planted there sent `sql` through it to any file, and a directory made there by
+    another user received spill files of lake data. It is now made with mkdtemp (mode 0700,
+    a name nobody can predict, never an existing path) and removed when the process exits."""
+    import stat
+    import tempfile
+
+    planted_target = tmp_path / "someone-elses"
+    planted_target.mkdir()
+    old = Path(tempfile.gettempdir()) / f"otel-assay-duckdb-{os.getpid()}"
+    if not old.exists() and not old.is_symlink():
+        old.symlink_to(planted_target)
+    try:
+        con = lake_module.duckdb_connect(memory_limit="32MB")
+        con.execute("SET threads = 1; SET preserve_insertion_order = false")
+        temp = Path(con.execute("SELECT current_setting('temp_directory')").fetchone()[0])
+        # a sort of ~100 MB under a 32 MB limit spills
+        n = con.execute("SELECT count(*) FROM (SELECT i, md5(i::VARCHAR) AS h FROM range(2000000) t(i) "
+                        "ORDER BY h)").fetchone()[0]
+        assert n == 2_000_000
+        assert temp != old and not temp.is_symlink() and temp.parent == Path(tempfile.gettempdir())
+        assert stat.S_IMODE(temp.lstat().st_mode) == 0o700
+        assert list(planted_target.iterdir()) == []
+        con.close()
+    finally:
+        if old.is_symlink():
+            old.unlink()
+    # removed when the process that made it exits
+    code = ("from otel_assay.lake import files\n"
+            "con = files.duckdb_connect()\n"
+            "print(con.execute(\"SELECT current_setting('temp_directory')\").fetchone()[0])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    made = Path(r.stdout.strip())
+    assert made.name.startswith("otel-assay-duckdb-") and not made.exists() and not made.is_symlink()
