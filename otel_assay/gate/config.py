@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from .. import yamlfile
 from ..errors import UsageError
 from ..oracles.contracts import ContractError, parse_contracts
 from ..oracles.metamorphic import parse_relations
@@ -183,16 +184,16 @@ def parse_config(text: str, source: str = "<config>") -> GateConfig:
     """Validate a YAML configuration (``yaml.safe_load``); every error names the key and line."""
     loc = _Located(source)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = yamlfile.compose(text, source)
+        if node is not None:
+            loc.walk(node)  # before construct, which rewrites merge keys (<<) in the node
+        data = yamlfile.construct(node, source)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise UsageError(f"{where}: malformed YAML: {problem}; fix the syntax (run `otel-assay init` "
                          "for a valid starter file)") from None
-    if node is not None:
-        loc.walk(node)
     cfg = GateConfig(source=source)
     if data is None:
         return cfg

@@ -115,9 +115,11 @@ class AgentConfig:
         # imported here: `otel-assay` loads this module at start-up (for `mutate --help`),
         # and yaml costs 0.14 s
         import yaml
+
+        from .. import yamlfile
         try:
             with open(path, encoding="utf-8") as f:
-                doc = yaml.safe_load(f)
+                doc = yamlfile.load(f.read(), str(path))
         except OSError as e:
             raise UsageError(f"cannot read agent config {path}: {e.strerror}") from None
         except yaml.YAMLError as e:

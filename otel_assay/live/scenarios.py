@@ -551,13 +551,15 @@ def load_scenarios(path: str | os.PathLike) -> Suite:
     # configure it in Python; yaml (0.14 s) is for scenario files only
     import yaml
 
+    from .. import yamlfile
+
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
         raise UsageError(f"cannot read scenario file {path}: {e.strerror}") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yamlfile.load(text, str(path))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

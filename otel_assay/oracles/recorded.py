@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from .. import yamlfile
 from ..analyze.engine import Engine
 from ..analyze.select import NoTrialsError, Selection, select_trials
 from ..lake.files import LakeError
@@ -22,7 +23,7 @@ from .metamorphic import verdicts as relation_verdicts
 def _load_yaml(path: str, key: str):
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+            doc = yamlfile.load(f.read(), path)
     except OSError as e:
         raise UsageError(f"cannot read config {path}: {e.strerror}") from None
     except yaml.YAMLError as e:

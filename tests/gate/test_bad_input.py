@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from .conftest import cli
+from .conftest import REPO, cli
 from .lakes import write_trials
 
 
@@ -375,3 +375,59 @@ def test_token_features_without_reported_usage_are_left_out_with_their_own_reaso
     assert ("fingerprint features left out for missing values: total_tokens, tokens_per_step, cost_usd, "
             "cost_per_step") in text, text
     assert "token counts need LLM calls that report gen_ai.usage.input_tokens or output_tokens" in text, text
+
+
+# 9 aliases of 9 aliases, nine levels deep: under 400 bytes standing for 9**9 (387 million) values
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n"
+    for a, b in zip("abcdefgh", "bcdefghi"))
+
+
+def _bounded(args, tmp_path):
+    """The real CLI with at most 2 GiB of address space and 60 s: the bomb took 3.2 GB."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return subprocess.run([sys.executable, "-m", "otel_assay", *map(str, args)], capture_output=True, text=True,
+                          timeout=60, env=env, stdin=subprocess.DEVNULL, cwd=REPO, preexec_fn=limit)
+
+
+@pytest.mark.parametrize("command", ["gate", "contracts", "metamorphic", "run", "mutate"])
+def test_a_yaml_alias_bomb_is_a_usage_error_in_bounded_memory(small_lake, tmp_path, command):
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(ALIAS_BOMB)
+    assert len(ALIAS_BOMB) < 400
+    args = {"gate": ["gate", small_lake, "--config", bomb, "--baseline", "version=v1", "--candidate", "version=v2"],
+            "contracts": ["contracts", small_lake, "--config", bomb],
+            "metamorphic": ["metamorphic", small_lake, "--config", bomb],
+            "run": ["run", bomb, "--agent", "tests.live.agents:good", "--version", "v", "--dir", tmp_path / "l"],
+            "mutate": ["mutate", tmp_path / "s.yaml", "--factory", "tests.live.agents:good", "--config", bomb,
+                       "--dir", tmp_path / "l"]}[command]
+    (tmp_path / "s.yaml").write_text("scenarios:\n  - {name: a, input: x, properties: {expected: billing}}\n")
+    p = _bounded(args, tmp_path)
+    _check(p, 3, "bomb.yaml", "YAML aliases (*name) would expand this file by")
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_a_yaml_alias_that_contains_itself_is_a_usage_error(small_lake, tmp_path):
+    cfg = tmp_path / "loop.yaml"
+    cfg.write_text("contracts: &c\n  - max_steps: 3\n  - *c\n")
+    _check(_bounded(["contracts", small_lake, "--config", cfg], tmp_path), 3,
+           "a YAML alias refers to the value that contains it")
+
+
+def test_aliases_within_the_budget_still_work(small_lake, tmp_path):
+    cfg = tmp_path / "assay.yaml"
+    cfg.write_text("scenarios:\n  s1: &strict {threshold: 0.5, delta: 0.2}\n  s2: *strict\n"
+                   "contracts:\n  - &steps {max_steps: 30, name: short}\n  - <<: *steps\n    name: also-short\n")
+    p = cli("gate", small_lake, "--config", cfg, "--baseline", "version=v1", "--candidate", "version=v2")
+    assert p.returncode in (0, 1, 2) and "Traceback" not in p.stderr, p.stderr
+    p = cli("contracts", small_lake, "--config", cfg, "--format", "json")
+    assert p.returncode in (0, 1, 2), p.stderr
+    import json
+    assert sorted(r["contract"] for r in json.loads(p.stdout)) == ["also-short", "also-short", "short", "short"]
