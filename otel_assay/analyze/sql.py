@@ -15,18 +15,27 @@ from ..errors import DataError, UsageError, is_utf8
 from .engine import Engine, is_read_only_sql, looks_like_select
 
 _ONLY = "only read-only queries (SELECT, WITH, DESCRIBE, ...) are allowed"
-# DuckDB's exception kinds that mean the query is wrong, not the lake
-_QUERY_MISTAKES = (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException,
-                   duckdb.ConversionException, duckdb.OutOfRangeException, duckdb.NotImplementedException,
-                   duckdb.TypeMismatchException, duckdb.SyntaxException, duckdb.InvalidTypeException,
-                   duckdb.InvalidInputException)
+# DuckDB's error kinds that are not the query's fault: a lake file that cannot be read (an
+# I/O error; a Parquet page DuckDB cannot decode raises the bare duckdb.Error), too little
+# memory, an internal failure, Ctrl-C. Every other kind (parser, binder, conversion, invalid
+# input, a transaction the read-only engine refuses, ...) is a query DuckDB cannot run.
+_NOT_THE_QUERY = (duckdb.IOException, duckdb.OutOfMemoryException, duckdb.InterruptException,
+                  duckdb.FatalException, duckdb.InternalException)
+
+
+def _lake_failed(e: duckdb.Error) -> bool:
+    """Whether ``e`` came from reading the lake's files or the machine, not from the query.
+    Exit 4 with a hint to find the corrupt file sends the user hunting through a lake that
+    is fine when the query was at fault; exit 3 on a corrupt file hides the damage."""
+    return (isinstance(e, _NOT_THE_QUERY) or type(e) is duckdb.Error
+            or "Failed to read file" in str(e))  # a corrupt page reported as invalid input
 
 
 def query_lake(lake: str, query: str) -> pa.Table:
     """The result of one read-only ``query`` over the views of ``lake`` (a lake directory, a
     Parquet file or a glob). A wrong query is a UsageError, a lake that cannot be opened a
-    DataError; any other DuckDB error (a page that cannot be read, out of memory) is the
-    lake's or the machine's and propagates for the caller to report."""
+    DataError; an error reading the lake's files or of the machine (out of memory)
+    propagates for the caller to report."""
     _check(query)
     try:
         eng = Engine(lake)
@@ -37,9 +46,9 @@ def query_lake(lake: str, query: str) -> pa.Table:
         return eng.query(query)
     except duckdb.PermissionException as e:
         raise UsageError(f"the query may only read the lake's views: {e}") from None
-    except _QUERY_MISTAKES as e:
-        if "Failed to read file" in str(e):
-            raise  # a corrupt page, not the query: a lake error (exit 4)
+    except duckdb.Error as e:
+        if _lake_failed(e):
+            raise
         raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
     finally:
         eng.close()

@@ -540,3 +540,14 @@ def test_an_unreadable_label_file_is_named_and_nothing_is_written(capsys, lake, 
         assert code == 4 and "unreadable files in the lake" in err and broken.name in err, (command, err)
         assert "compact" not in err  # compact does not look at label files: the hint must not send users there
     assert list((lake / "labels").glob("*.parquet")) == [broken]  # the failed label command wrote nothing
+
+
+@pytest.mark.parametrize("query", ["select * from force_checkpoint()",
+                                   "SELECT error('not the lake')", "SELECT 'x'::INTEGER FROM spans"])
+def test_a_query_error_is_a_usage_error_not_a_corrupt_lake(capsys, lake, query):
+    """Only an error reading a lake file is the lake's (exit 4, with what to do about a corrupt
+    Parquet file); a query DuckDB cannot run, whatever its error class (here a transaction
+    error), is the query's: exit 3, no Parquet hint."""
+    code, _, err = run(capsys, "sql", str(lake), query)
+    assert code == 3, (code, err)
+    assert "query failed" in err and "Parquet" not in err and "Traceback" not in err, err
