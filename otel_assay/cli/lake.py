@@ -27,7 +27,10 @@ from .options import FiniteFloatRange, lake_option
               help="OTLP/HTTP listen address (POST /v1/traces); 'off' disables it.")
 @click.option("--token", envvar="OTEL_ASSAY_TOKEN", default=None,
               help="Bearer token clients must send (Authorization: Bearer TOKEN). Required for a "
-                   "non-loopback address. Also read from $OTEL_ASSAY_TOKEN.")
+                   "non-loopback address. Prefer $OTEL_ASSAY_TOKEN or --token-file: other users see "
+                   "the command line.")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Read the bearer token from this file (one line; its line ending is not part of it).")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate: serve TLS on both listeners.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key for --tls-cert.")
 @click.option("--max-body-mib", type=FiniteFloatRange(min=0.001), default=20, show_default=True,
@@ -45,8 +48,8 @@ from .options import FiniteFloatRange, lake_option
 @click.option("--fsync/--no-fsync", default=True, show_default=True,
               help="fsync the write-ahead log before acknowledging. --no-fsync is faster but an OS crash "
                    "can lose acknowledged spans.")
-def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_mib, max_buffered_spans,
-            max_connections, flush_seconds, fsync):
+def collect(lake_dir, grpc_addr, http_addr, token, token_file, tls_cert, tls_key, max_body_mib,
+            max_buffered_spans, max_connections, flush_seconds, fsync):
     """Receive OTLP traces (gRPC and HTTP, protobuf and JSON) into the lake at --dir.
 
     A batch is acknowledged only once it is in the write-ahead log (LAKE/_wal) and fsynced;
@@ -56,11 +59,19 @@ def collect(lake_dir, grpc_addr, http_addr, token, tls_cert, tls_key, max_body_m
     stay in the log for the next start). Prints one line per listener when ready.
     """
     from ..collect.receiver import Collector
-    from ..collect.server import Receiver, check_tls, listen_addresses
+    from ..collect.server import Receiver, check_tls, check_token, listen_addresses, read_token_file
     from ..collect.wal import WALLocked
     from ..lake.files import LakeError
 
+    given = click.get_current_context().get_parameter_source("token")
+    source = "--token" if given is click.core.ParameterSource.COMMANDLINE else "OTEL_ASSAY_TOKEN"
     try:
+        if token_file is not None:
+            if token is not None:
+                raise ValueError(f"give the token once: --token-file and {source} are both set")
+            token = read_token_file(token_file)
+        elif token is not None:
+            token = check_token(token, source)
         addrs = listen_addresses(grpc_addr, http_addr, token)
         check_tls(tls_cert, tls_key)
     except ValueError as e:

@@ -68,8 +68,42 @@ def listen_addresses(grpc: str, http: str, token: str | None) -> dict[str, tuple
     exposed = [f"{h}:{p}" for h, p in filter(None, addrs.values()) if not is_loopback(h)]
     if exposed and not token:
         raise ValueError(f"listening on non-loopback address {', '.join(exposed)} needs a bearer token: "
-                         "pass --token or set OTEL_ASSAY_TOKEN")
+                         "set OTEL_ASSAY_TOKEN or pass --token-file")
     return addrs
+
+
+def check_token(token: str, source: str) -> str:
+    """``token`` if a client can send it; ValueError naming ``source`` otherwise (never
+    repeating the token, a secret).
+
+    HTTP and gRPC strip whitespace around a header value and cannot carry a newline, a
+    control character or (gRPC) a non-ASCII one: such a token was accepted at start and then
+    every client was refused with 401. Refused here instead, not stripped, because the token
+    the clients hold is the one to fix."""
+    if not token:
+        raise ValueError(f"{source} is empty; give the token clients send as Authorization: Bearer TOKEN")
+    if not all(" " < c < "\x7f" for c in token):
+        raise ValueError(f"{source}: the token contains whitespace (a trailing newline?), a control character "
+                         "or a non-ASCII character, which no client can send in an Authorization header; "
+                         "remove it (a --token-file may end in one newline)")
+    return token
+
+
+def read_token_file(path: str) -> str:
+    """The token in file ``path``: its text without the one line ending editors and ``echo``
+    add; ValueError naming the file when it cannot be read or the token could not be sent."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read(64 * 1024).decode("utf-8")
+    except OSError as e:
+        raise ValueError(f"--token-file {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"--token-file {path}: not UTF-8 text") from None
+    for ending in ("\r\n", "\n"):
+        if text.endswith(ending):
+            text = text[: -len(ending)]
+            break
+    return check_token(text, f"--token-file {path}")
 
 
 def check_tls(cert: str | None, key: str | None) -> None:

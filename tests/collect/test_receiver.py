@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import socket
 import threading
@@ -1019,3 +1020,55 @@ def test_header_names_are_case_insensitive_and_expect_100_continue_is_answered(t
     assert data.startswith(b"HTTP/1.1 200") and b"content-type: application/x-protobuf" in data.lower(), data[:300]
     c.terminate()
     assert lake_view(tmp_path / "lake") == expected_view(spans)
+
+
+def _collect_exits(tmp_path, *args, env=None):
+    """`otel-assay collect` that must refuse to start: its exit code and stderr (a collector
+    that starts anyway is killed after 30 s and fails the test)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "otel_assay", "collect", "--dir", str(tmp_path / "lake"), "--grpc", "off",
+           "--http", "127.0.0.1:0", *args]
+    env = {**{k: v for k, v in os.environ.items() if k != "OTEL_ASSAY_TOKEN"}, **(env or {})}
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"collect {args} started instead of refusing the token")
+    return r.returncode, r.stderr
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+@pytest.mark.parametrize("bad", ["s3cret\n", " s3cret", "s3cret\t", "s3 cret", "s3cret\r\n"])
+def test_a_token_no_client_can_send_is_refused_at_start(tmp_path, how, bad):
+    """HTTP and gRPC strip a header value's surrounding whitespace and cannot carry a newline:
+    a token with either was taken at start, then every client got 401."""
+    args, env = (["--token", bad], None) if how == "flag" else ([], {"OTEL_ASSAY_TOKEN": bad})
+    code, err = _collect_exits(tmp_path, *args, env=env)
+    assert code == 3, err
+    assert "whitespace" in err and "Traceback" not in err, err
+    assert "s3" not in err  # the secret is not repeated
+    assert ("--token" if how == "flag" else "OTEL_ASSAY_TOKEN") in err, err
+
+
+def test_token_file_takes_a_file_as_editors_write_it(tmp_path, collector_factory):
+    """--token-file keeps the secret off the command line (visible to every user in ps); the
+    one line ending a file is not part of the token."""
+    f = tmp_path / "token"
+    f.write_text("s3cret\n")
+    c = collector_factory(tmp_path / "lake", "--token-file", str(f), grpc=False)
+    body = encode_proto(recorded_trials(1)).SerializeToString()
+    assert post(c.http_url, body)[0] == 401
+    assert post(c.http_url, body, headers={"Authorization": "Bearer s3cret"})[0] == 200
+    assert c.terminate()[0] == 0
+    for text, needle in (("", "is empty"), ("s3cret\n\n", "whitespace"), ("s3\ncret\n", "whitespace")):
+        f.write_text(text)
+        code, err = _collect_exits(tmp_path, "--token-file", str(f))
+        assert code == 3 and needle in err and str(f) in err and "Traceback" not in err, err
+    f.write_text("s3cret\n")
+    code, err = _collect_exits(tmp_path, "--token-file", str(f), "--token", "other")
+    assert code == 3 and "--token-file" in err and "--token" in err, err
+    code, err = _collect_exits(tmp_path, "--token-file", str(f), env={"OTEL_ASSAY_TOKEN": "other"})
+    assert code == 3 and "OTEL_ASSAY_TOKEN" in err, err
+    code, err = _collect_exits(tmp_path, "--token-file", str(tmp_path / "nope"))
+    assert code == 3 and "nope" in err, err
