@@ -123,7 +123,10 @@ def collect(lake_dir, grpc_addr, http_addr, token, token_file, tls_cert, tls_key
 @click.command("import")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @lake_option
-def import_(paths, lake_dir):
+@click.option("--max-decompressed-mib", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Read at most this much of a gzip or zstd file, decompressed (a small file can expand to "
+                   "gigabytes). Past it the file is an error; the spans before it are imported.")
+def import_(paths, lake_dir, max_decompressed_mib):
     """Import OTLP trace files into the lake at --dir.
 
     Each PATH is a file, or a directory: the files directly in it (not in its
@@ -159,9 +162,10 @@ def import_(paths, lake_dir):
             with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                           TimeRemainingColumn(), transient=True) as prog:
                 task = prog.add_task("importing", total=total)
-                result = import_files(list(files), lake_dir, progress=lambda n: prog.advance(task, n))
+                result = import_files(list(files), lake_dir, progress=lambda n: prog.advance(task, n),
+                                      max_decompressed=max_decompressed_mib << 20)
         else:
-            result = import_files(list(files), lake_dir)
+            result = import_files(list(files), lake_dir, max_decompressed=max_decompressed_mib << 20)
     except LakeError as e:
         raise DataError(str(e)) from None
     for f in result.files:

@@ -44,7 +44,15 @@ from ..lake.rows import SpanBatch
 from ..lake.schema import DEFAULT_LIMITS, Limits
 
 CHUNK_SPANS = 200_000
+# The largest record read whole: a protobuf message, a JSON line or a JSON document. Each is
+# held in memory (several times over once parsed), so this bounds the importer's memory
+# whatever a file claims or decompresses to; the Collector writes records of a few MiB.
 MAX_RECORD = 256 << 20
+# Decompressed bytes read from one compressed file by default (`--max-decompressed-mib`): a
+# zstd file expands up to ~32,000 times, so a few hundred KiB can stand for gigabytes that
+# would take minutes to read. A compressed Collector export rotated at its default 100 MiB
+# expands to about this much.
+MAX_DECOMPRESSED = 1 << 30
 _GZIP = b"\x1f\x8b"
 _ZSTD = b"\x28\xb5\x2f\xfd"
 
@@ -59,6 +67,7 @@ class FileReport:
     errors: list[str] = field(default_factory=list)
     reject_reasons: dict[str, int] = field(default_factory=dict)
     already_imported: str | None = None  # the record of an earlier import of the same content, if any
+    stopped_at_limit: bool = False  # reading stopped at the decompressed-size limit: the rest is unread
     spans_already_in_lake: int | None = None  # imported spans the lake held before (None: not checked)
 
 
@@ -108,6 +117,14 @@ class CorruptCompressed(Exception):
     """The compressed stream broke off or is damaged; what was decompressed before it is good."""
 
 
+class DecompressedLimit(Exception):
+    """The file decompresses to more than the limit; what was read before it is good."""
+
+
+class RecordTooLong(Exception):
+    """A record longer than MAX_RECORD: reading the file stops there (the records before it are good)."""
+
+
 class _Decompressed(io.RawIOBase):
     """Turns a decompressor's errors into :class:`CorruptCompressed`.
 
@@ -116,9 +133,9 @@ class _Decompressed(io.RawIOBase):
     damage and still let a real read error through.
     """
 
-    def __init__(self, inner, kind: str, errors: tuple[type[BaseException], ...]):
-        self.inner, self.kind, self.errors = inner, kind, errors
-        self.produced = 0  # decompressed bytes so far, for the message
+    def __init__(self, inner, kind: str, errors: tuple[type[BaseException], ...], limit: int):
+        self.inner, self.kind, self.errors, self.limit = inner, kind, errors, limit
+        self.produced = 0  # decompressed bytes so far, for the message and the limit
 
     def readable(self) -> bool:
         return True
@@ -132,6 +149,10 @@ class _Decompressed(io.RawIOBase):
             raise CorruptCompressed(f"corrupt or truncated {self.kind} file: {e} "
                                     f"(after {self.produced} bytes of decompressed data)") from None
         self.produced += n
+        if self.produced > self.limit:
+            raise DecompressedLimit(f"the {self.kind} file decompresses to more than {self.limit >> 20} MiB; "
+                                    "the spans before that were imported: if the file is genuine, import it again "
+                                    "with a higher --max-decompressed-mib")
         return n
 
     def close(self) -> None:
@@ -139,17 +160,18 @@ class _Decompressed(io.RawIOBase):
         super().close()
 
 
-def _open_decompressed(path: Path, progress) -> tuple[io.BufferedReader, str]:
+def _open_decompressed(path: Path, progress, limit: int) -> tuple[io.BufferedReader, str]:
     f = open(path, "rb", buffering=0)
     head = f.read(4)
     f.seek(0)
     raw = io.BufferedReader(_Counting(f, progress), 1 << 20)
     if head[:2] == _GZIP:
         # BadGzipFile (a bad header or CRC) is an OSError, but not a failing read
-        gz = _Decompressed(gzip.GzipFile(fileobj=raw), "gzip", (EOFError, zlib.error, gzip.BadGzipFile))
+        gz = _Decompressed(gzip.GzipFile(fileobj=raw), "gzip", (EOFError, zlib.error, gzip.BadGzipFile), limit)
         return io.BufferedReader(gz, 1 << 20), "gzip"
     if head == _ZSTD:
-        return io.BufferedReader(_Decompressed(_ZstdFrames(raw), "zstd", (zstandard.ZstdError,)), 1 << 20), "zstd"
+        zst = _Decompressed(_ZstdFrames(raw), "zstd", (zstandard.ZstdError,), limit)
+        return io.BufferedReader(zst, 1 << 20), "zstd"
     return raw, ""
 
 
@@ -206,6 +228,8 @@ def _protobuf_records(stream: BinaryIO) -> Iterator[bytes]:
         (n,) = struct.unpack(">I", head)
         if n > MAX_RECORD:
             raise MalformedOTLP(f"record length {n} is implausible")
+        if n == 0:  # no exporter writes an empty message; a file of zero bytes is billions of them
+            raise MalformedOTLP("record length 0 (a run of zero bytes?)")
         body = stream.read(n)
         if len(body) < n:
             raise MalformedOTLP("truncated record at end of file")
@@ -303,8 +327,10 @@ def import_files(
     *,
     limits: Limits = DEFAULT_LIMITS,
     progress: Callable[[int], None] | None = None,
+    max_decompressed: int = MAX_DECOMPRESSED,
 ) -> ImportResult:
-    """Import OTLP trace files into the lake at ``lake_dir``; bad records are reported, good ones kept."""
+    """Import OTLP trace files into the lake at ``lake_dir``; bad records are reported, good
+    ones kept. A compressed file is read up to ``max_decompressed`` bytes."""
     lake = Lake(lake_dir)
     lake.ensure_writable()
     result = ImportResult()
@@ -314,7 +340,7 @@ def import_files(
         report = FileReport(str(path))
         result.files.append(report)
         try:
-            files = _import_one(path, lake, limits, report, progress)
+            files = _import_one(path, lake, limits, report, progress, max_decompressed)
         except OSError as e:
             report.errors.append(f"cannot read: {e.strerror or e}")
             continue
@@ -342,7 +368,8 @@ def _record_import(lake: Lake, digest: str, report: FileReport) -> None:
     os.replace(tmp, path)
 
 
-def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, progress) -> list[Path]:
+def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, progress,
+                max_decompressed: int) -> list[Path]:
     """Import one file; return the spans files written for it."""
     digest = _digest(path)
     try:
@@ -355,14 +382,15 @@ def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, prog
         return []
     # an OSError (reading the file or writing the lake failed) propagates and nothing is
     # recorded: the same content may import fully later
-    written = _import_stream(path, digest, lake, limits, report, progress)
+    written = _import_stream(path, digest, lake, limits, report, progress, max_decompressed)
     # recorded even with bad lines or a corrupt compressed tail: the same bytes can never
     # import more than they just did, and importing them again after a compaction would
     # store the good spans twice. Not a file nothing of which was imported (not OTLP, empty,
     # unreadable from its first byte): importing it again cannot store anything twice, and a
     # record would make the next run call it "imported before" and exit 0 with none of it in
-    # the lake, even once the file is readable (or otel-assay reads its format)
-    if report.spans_imported or not (report.errors or report.spans_rejected):
+    # the lake, even once the file is readable (or otel-assay reads its format). Nor a file
+    # read only up to the decompressed-size limit: with a higher one, its rest imports
+    if (report.spans_imported or not (report.errors or report.spans_rejected)) and not report.stopped_at_limit:
         _record_import(lake, digest, report)
     return written
 
@@ -420,9 +448,9 @@ def _count_already_in_lake(lake: Lake, written: list[tuple[FileReport, list[Path
 
 
 def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: FileReport,
-                   progress) -> list[Path]:
+                   progress, max_decompressed: int) -> list[Path]:
     """Read one file into the lake; return the spans files written."""
-    stream, compression = _open_decompressed(path, progress)
+    stream, compression = _open_decompressed(path, progress, max_decompressed)
     chunk = 0
     batch = SpanBatch(limits)
     written: list[Path] = []
@@ -460,6 +488,12 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
             report.errors.append(f"{e}; " + (
                 "the spans before the damage were imported; copy or export the file again for the rest"
                 if report.spans_seen else "no spans could be read; copy or export the file again"))
+        except DecompressedLimit as e:
+            report.format = report.format if report.format != "?" else compression
+            report.stopped_at_limit = True
+            report.errors.append(str(e))
+        except RecordTooLong as e:
+            report.errors.append(f"{e}; the rest of the file was not read")
         flush()  # after a damaged tail too: the spans read before it are good
     finally:
         stream.close()
@@ -469,10 +503,18 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
 _BOM = b"\xef\xbb\xbf"
 
 
+# Records in a row that hold no span before the rest of a file is given up: exporters write a
+# message only when they have spans, and tiny empty messages (a few bytes each) would
+# otherwise keep the importer busy for minutes per decompressed GiB.
+MAX_EMPTY_RECORDS = 1000
+
+
 def _import_protobuf(stream: BinaryIO, *, batch_ref, flush, report: FileReport) -> None:
     n = 0
+    empty = 0
     try:
         for n, record in enumerate(_protobuf_records(stream), 1):
+            seen = report.spans_seen
             try:
                 if record[:4] == _ZSTD:
                     # the Collector's file exporter with `compression: zstd` (its default,
@@ -491,6 +533,9 @@ def _import_protobuf(stream: BinaryIO, *, batch_ref, flush, report: FileReport) 
                     report.spans_seen += add_protobuf(parse_protobuf(record), batch_ref())
             except MalformedOTLP as e:
                 report.errors.append(f"record {n}: {e}")
+            empty = empty + 1 if report.spans_seen == seen else 0
+            if empty >= MAX_EMPTY_RECORDS:
+                raise MalformedOTLP(f"{MAX_EMPTY_RECORDS} records in a row hold no span")
             if len(batch_ref()) >= CHUNK_SPANS:
                 flush()
     except MalformedOTLP as e:
@@ -540,8 +585,19 @@ def _note_foreign(doc, foreign: set[str]) -> None:
         foreign.update(str(k)[:40] for k in list(doc)[:20])
 
 
+def _bounded_lines(stream: BinaryIO) -> Iterator[bytes]:
+    """The lines of ``stream``, each read with a bound: iterating a stream reads a line
+    whole however long it is, and one line of a decompressed bomb is gigabytes."""
+    n = 0
+    while line := stream.readline(MAX_RECORD + 1):
+        n += 1
+        if len(line) > MAX_RECORD:
+            raise RecordTooLong(f"line {n} is longer than {MAX_RECORD >> 20} MiB, more than any OTLP export line")
+        yield line
+
+
 def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport, foreign: set[str]) -> None:
-    lines = iter(stream)
+    lines = _bounded_lines(stream)
     skipped = b""  # leading blank lines: neither a document nor a bad line
     first_line = b""
     for line in lines:
@@ -553,7 +609,9 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport,
         first_doc = json.loads(first_line)
     except (ValueError, RecursionError):
         # one (pretty-printed) document, or JSON Lines whose first line is cut off or bad
-        text = skipped + first_line + stream.read()
+        text = skipped + first_line + stream.read(MAX_RECORD + 1)
+        if len(text) > MAX_RECORD:
+            raise RecordTooLong(f"a JSON document longer than {MAX_RECORD >> 20} MiB, more than any OTLP export")
         try:
             doc = json.loads(text)
             docs = doc if isinstance(doc, list) else [doc]

@@ -443,3 +443,74 @@ def test_a_directory_imports_the_span_files_directly_in_it(tmp_path):
     r = run_cli("import", tmp_path / "empty", "--dir", tmp_path / "lake4")
     assert r.returncode == 4 and "the directories named are empty" in r.stderr, r.stdout + r.stderr
     assert lake_view(lake) == expected_view(spans[:20] + spans[25:])
+
+
+def _zstd_of(parts, repeat: int) -> bytes:
+    """zstd of ``parts[0] + parts[1] * repeat``, compressed in a stream (never all in memory)."""
+    buf = io.BytesIO()
+    with zstandard.ZstdCompressor(level=19).stream_writer(buf, closefd=False) as w:
+        w.write(parts[0])
+        for _ in range(repeat):
+            w.write(parts[1])
+    return buf.getvalue()
+
+
+def _bounded_import(*args):
+    """The real CLI under a 3 GiB address-space limit (the bomb reached 2.6 GB RSS and a
+    MemoryError traceback); returns the result and the child's peak RSS in bytes."""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    r = subprocess.run([sys.executable, "-m", "otel_assay", "import", *map(str, args)], capture_output=True, text=True,
+                       timeout=300, preexec_fn=limit)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return r, max(peak, before) * 1024
+
+
+def test_a_small_zstd_that_expands_to_gigabytes_is_refused_in_bounded_memory(tmp_path):
+    # one JSON "line" of 4 GiB: a few hundred KiB compressed
+    bomb = tmp_path / "bomb.jsonl.zst"
+    bomb.write_bytes(_zstd_of((b"[", b" " * (1 << 20)), 4 << 10))
+    assert bomb.stat().st_size < 1 << 20
+    r, peak = _bounded_import(bomb, "--dir", tmp_path / "lake")
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "MemoryError" not in r.stderr
+    assert "longer than 256 MiB" in r.stderr, r.stderr
+    assert peak < 1 << 30, peak
+
+
+def test_the_decompressed_size_limit_stops_a_file_and_a_higher_limit_imports_the_rest(tmp_path):
+    spans = recorded_trials(400)
+    data = jsonl(spans, per_line=1)
+    f = tmp_path / "traces.jsonl.gz"
+    f.write_bytes(gzip.compress(data))
+    assert len(data) > 1 << 20
+    r = run_cli("import", f, "--dir", tmp_path / "lake", "--max-decompressed-mib", "1")
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "decompresses to more than 1 MiB" in r.stderr and "--max-decompressed-mib" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    got = lake_view(tmp_path / "lake")
+    assert 0 < len(got) < len(spans)
+    # not recorded as imported: with a higher limit the rest comes in
+    r = run_cli("import", f, "--dir", tmp_path / "lake", "--max-decompressed-mib", "64")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+    r = run_cli("import", f, "--dir", tmp_path / "lake", "--max-decompressed-mib", "0")
+    assert r.returncode == 3, r.stderr
+
+
+@pytest.mark.parametrize("unit", [b"\0", b"\0\0\0\x02\x0a\x00"])
+def test_a_file_of_empty_records_is_an_error_read_in_seconds(tmp_path, unit):
+    """64 MiB of zero bytes read as 16 million empty protobuf messages: 27 s and exit 0 with
+    0 spans; a GiB took minutes. Tiny messages without spans likewise."""
+    import time
+
+    f = tmp_path / "zeros.binpb.zst"
+    f.write_bytes(_zstd_of((b"", unit * ((64 << 20) // len(unit))), 1))
+    t0 = time.monotonic()
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert time.monotonic() - t0 < 20
