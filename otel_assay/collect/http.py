@@ -230,8 +230,13 @@ class OTLPHttpApp:
             c = self.collector
             unwritten = c.unwritten_spans
             # degraded: acknowledged spans are safe in the log but cannot reach Parquet (disk full?)
-            body = json.dumps({"status": "degraded" if unwritten else "ok", "buffered_rows": c.buffered_rows,
-                               "unwritten_spans": unwritten, "flush_errors": c.stats.flush_errors}).encode()
+            health = {"status": "degraded" if unwritten else "ok"}
+            # probes ask without the token; the counts (how much traffic, how far behind) are told
+            # only to a client that holds it
+            if self.token is None or bearer_ok(req.headers.get("authorization"), self.token):
+                health.update(buffered_rows=c.buffered_rows, unwritten_spans=unwritten,
+                              flush_errors=c.stats.flush_errors)
+            body = json.dumps(health).encode()
             await req.answer(503 if unwritten else 200, body, JSON, close=close)
         else:
             await req.error(404, 5, "not found; OTLP traces are POSTed to /v1/traces", close=close, is_json=True)

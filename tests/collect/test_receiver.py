@@ -268,6 +268,17 @@ def test_token_required_and_checked(tmp_path, collector_factory):
     assert post(c.http_url, body, headers={"Authorization": "Basic s3cret"})[0] == 401
     assert post(c.http_url, body, headers={"Authorization": "bearer s3cret"})[0] == 200  # scheme: any case
     assert post(c.http_url, body, headers={"Authorization": "Bearer s3cret"})[0] == 200  # retransmission
+    health = f"http://127.0.0.1:{c.ports['http']}/health"
+    # a probe without the token learns the status only; the counts need the token
+    with urllib.request.urlopen(health, timeout=10) as r:
+        assert (r.status, json.loads(r.read())) == (200, {"status": "ok"})
+    with urllib.request.urlopen(urllib.request.Request(health, headers={"Authorization": "Bearer wrong"}),
+                                timeout=10) as r:
+        assert json.loads(r.read()) == {"status": "ok"}
+    with urllib.request.urlopen(urllib.request.Request(health, headers={"Authorization": "Bearer s3cret"}),
+                                timeout=10) as r:
+        told = json.loads(r.read())
+    assert told["status"] == "ok" and {"buffered_rows", "unwritten_spans", "flush_errors"} <= told.keys()
     g = GrpcExporter(endpoint=c.grpc_endpoint, insecure=True)
     assert g.export(second) == SpanExportResult.FAILURE
     g = GrpcExporter(endpoint=c.grpc_endpoint, insecure=True, headers={"authorization": "Bearer s3cret"})
