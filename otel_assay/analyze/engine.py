@@ -242,6 +242,10 @@ class Engine:
     def _create_view(self, view: str, sql: str) -> None:
         try:
             self._con.execute(sql)
+        except duckdb.IOException:
+            # the lake changed under the reader (a file compacted away since it was listed): a
+            # data error for the caller to report, not a view that cannot bind
+            raise
         except duckdb.Error as e:
             raise RuntimeError(f"queries/{view}.sql failed to bind: {e}") from e
 

@@ -48,6 +48,9 @@ def _open(lake: str, selectors, prices):
         # aggregates (pass rates, stability across trials) over the selected trials only
         eng.restrict_trials("selected_trials")
         yield eng
+    except duckdb.IOException as e:
+        raise DataError(f"reading the lake failed: {str(e).splitlines()[0]}; if the lake was compacted "
+                        "meanwhile, run the command again") from None
     except duckdb.Error as e:
         raise DataError(f"reading the lake failed: {str(e).splitlines()[0]}") from None
     finally:

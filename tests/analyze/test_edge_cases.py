@@ -367,3 +367,16 @@ def test_a_glob_relative_to_the_table_directory_during_compaction_grace_reads_ea
     monkeypatch.chdir(lake / "spans")
     for glob in ("*/*.parquet", "../spans/*/*.parquet"):
         assert open_engine(glob).rows("SELECT count(*), count(DISTINCT trace_id) FROM spans")[0] == (4, 4), glob
+
+
+def test_a_file_removed_after_the_lake_was_listed_is_a_data_error_not_a_bug(tmp_path, open_engine):
+    # what `compact --grace-seconds 0` does to a reader that listed the lake a moment before
+    import duckdb
+
+    write_lake(tmp_path, [span(1, 1, None, "invoke_agent a", 0, 10, {**AGENT, "assay.scenario": "s"})], token="one")
+    write_lake(tmp_path, [span(1, 2, 1, "execute_tool t", 1, 2, TOOL)], token="two")
+    eng = open_engine(tmp_path)
+    for f in (tmp_path / "spans").glob("dt=*/*.parquet"):
+        f.unlink()
+    with pytest.raises(duckdb.IOException):  # which the commands report as exit 4, not as a failed view
+        eng.con  # binds the views not created yet, over the files listed at open
