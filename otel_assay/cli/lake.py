@@ -19,6 +19,10 @@ from .options import FiniteFloatRange, lake_option
 
 
 # ---------------------------------------------------------------------------- collect
+# seconds from SIGTERM or SIGINT to exit, at most: the listeners' grace (5 s each), then the
+# last flush; docs/collector.md promises it
+STOP_SECONDS = 20
+
 @click.command()
 @lake_option
 @click.option("--grpc", "grpc_addr", default="127.0.0.1:4317", show_default=True, metavar="HOST:PORT",
@@ -55,8 +59,9 @@ def collect(lake_dir, grpc_addr, http_addr, token, token_file, tls_cert, tls_key
     A batch is acknowledged only once it is in the write-ahead log (LAKE/_wal) and fsynced;
     a background flusher turns the log into Parquet. After a crash the log is replayed at
     the next start. Retransmitted spans (same trace_id and span_id) are stored once.
-    SIGTERM or SIGINT flushes and exits 0 (4 when that last Parquet write fails: the spans
-    stay in the log for the next start). Prints one line per listener when ready.
+    SIGTERM or SIGINT flushes and exits 0 within 20 s (4 when that last Parquet write fails
+    or takes longer: the spans stay in the log for the next start). Prints one line per
+    listener when ready.
     """
     from ..collect.receiver import Collector
     from ..collect.server import Receiver, check_tls, check_token, listen_addresses, read_token_file
@@ -105,11 +110,26 @@ def collect(lake_dir, grpc_addr, http_addr, token, token_file, tls_cert, tls_key
     sys.stdout.flush()
     while not stop.wait(0.5):
         pass
-    receiver.stop()
+    # a stop that cannot finish (a disk that hangs every write) must not keep a supervisor
+    # waiting: past the bound the process ends, and the log keeps what it acknowledged
+    stopper = threading.Thread(target=receiver.stop, name="otel-assay-stop", daemon=True)
+    stopper.start()
+    stopper.join(STOP_SECONDS)
+    if stopper.is_alive():
+        click.echo(f"otel-assay collect: could not finish within {STOP_SECONDS} s of the signal; "
+                   f"{collector.buffered_rows} acknowledged spans, events and links not yet in Parquet are "
+                   f"written from the write-ahead log {collector.lake.wal_dir} at the next start", err=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(4)  # threads stuck in the kernel would keep a normal exit waiting for ever
     st = collector.stats
     click.echo(f"otel-assay collect: stopped; {st.spans_accepted} spans accepted, {st.spans_written} written, "
                f"{st.spans_duplicate} duplicates dropped, {st.spans_rejected} rejected"
                + (f", {st.too_many_rows} requests refused for holding too many rows" if st.too_many_rows else ""))
+    if collector.lost_spans:
+        raise DataError(f"{collector.lost_spans} acknowledged spans could not be written: the lake directory "
+                        f"{collector.lake.root} or its write-ahead log was deleted while the collector ran "
+                        f"({st.last_flush_error}), so no copy is left on disk")
     if collector.unwritten_spans:
         # nothing is lost, but a supervisor that sees exit 0 would never tell anyone the
         # lake is missing acknowledged spans until the next start

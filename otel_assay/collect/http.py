@@ -228,16 +228,19 @@ class OTLPHttpApp:
         close = req.length not in (None, 0) or "transfer-encoding" in req.headers
         if req.path.rstrip("/") in ("", "/health", "/healthz"):
             c = self.collector
-            unwritten = c.unwritten_spans
-            # degraded: acknowledged spans are safe in the log but cannot reach Parquet (disk full?)
-            health = {"status": "degraded" if unwritten else "ok"}
-            # probes ask without the token; the counts (how much traffic, how far behind) are told
-            # only to a client that holds it
+            h = c.health()
+            health = {"status": h.status}
+            # probes ask without the token; the cause (paths, errors) and the counts (how much
+            # traffic, how far behind) are told only to a client that holds it
             if self.token is None or bearer_ok(req.headers.get("authorization"), self.token):
-                health.update(buffered_rows=c.buffered_rows, unwritten_spans=unwritten,
-                              flush_errors=c.stats.flush_errors)
+                if h.cause is not None:
+                    health["cause"] = h.cause
+                if h.since_s is not None:
+                    health["since_s"] = round(h.since_s, 1)
+                health.update(buffered_rows=c.buffered_rows, unwritten_spans=c.unwritten_spans,
+                              flush_errors=c.stats.flush_errors, faults=c.stats.faults)
             body = json.dumps(health).encode()
-            await req.answer(503 if unwritten else 200, body, JSON, close=close)
+            await req.answer(200 if h.status == "ok" else 503, body, JSON, close=close)
         else:
             await req.error(404, 5, "not found; OTLP traces are POSTed to /v1/traces", close=close, is_json=True)
 

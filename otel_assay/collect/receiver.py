@@ -40,6 +40,13 @@ MIN_REQUEST_ROWS = 100_000
 # client is told to retry: a 20 MiB body takes about 2 s to decode, and the client's upload
 # is already done, so waiting for one or two ahead beats having it sent again
 DECODE_WAIT_S = 5.0
+# after a fault, the flusher tries the lake again after RETRY_MIN_S, doubling up to
+# RETRY_MAX_S: a brief fault costs clients a fraction of a second, a long one costs the disk
+# one probe every few seconds
+RETRY_MIN_S = 0.1
+RETRY_MAX_S = 5.0
+# how often the flusher looks for the lake and the log's segment when nothing else happens
+CHECK_EVERY_S = 1.0
 
 
 class Overloaded(Exception):
@@ -68,6 +75,18 @@ class CollectorStats:
     too_many_rows: int = 0  # requests refused for holding more rows than max_request_rows
     flush_errors: int = 0
     last_flush_error: str | None = None
+    faults: int = 0  # times the log stopped taking writes
+    longest_fault_s: float = 0.0
+
+
+@dataclass
+class Health:
+    """What ``/health`` tells: ``ok``; ``degraded`` (acknowledged spans are safe in the log
+    but cannot reach Parquet); ``unavailable`` (the log takes no writes: requests get 503)."""
+
+    status: str
+    cause: str | None = None
+    since_s: float | None = None  # how long the fault has lasted
 
 
 class _RecentKeys:
@@ -201,6 +220,11 @@ class Collector:
         self._inflight = 0  # commits between their capacity check and the log
         self._inflight_cv = threading.Condition()
         self._closing = False
+        self._parquet_fault: str | None = None  # cleared only when every sealed segment is written
+        self._fault_since: float | None = None  # when the log stopped taking writes
+        self._retry_delay = RETRY_MIN_S
+        self._next_retry = 0.0
+        self._last_check = 0.0
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._last_flush = time.monotonic()
@@ -291,10 +315,25 @@ class Collector:
         # a small --max-buffered-spans must not wait for flush_rows (or the timer) to drain
         return max(1, min(self.flush_rows, self.max_buffered_spans // 2))
 
+    def health(self) -> Health:
+        fault = self.wal.fault
+        if fault is not None:
+            since = self._fault_since
+            return Health("unavailable", fault, None if since is None else time.monotonic() - since)
+        if self._parquet_fault is not None:
+            return Health("degraded", f"acknowledged spans are kept in the write-ahead log: {self._parquet_fault}")
+        return Health("ok")
+
     def check_capacity(self) -> None:
-        """Raise :class:`Overloaded` before any decoding work when the buffer is full."""
+        """Raise :class:`Overloaded` before any decoding work when the buffer is full, or
+        while the log takes no writes (what fails is said; the flusher is retrying)."""
         if self._stop.is_set():
             raise Overloaded(5, "collector is shutting down")
+        fault = self.wal.fault
+        if fault is not None:
+            self._note_fault()
+            wait = max(1, round(self._next_retry - time.monotonic()))
+            raise Overloaded(wait, f"the lake cannot take writes now ({fault}); the collector retries by itself")
         buffered = self.buffered_rows
         if buffered >= self.max_buffered_spans:
             self._wake.set()
@@ -374,7 +413,11 @@ class Collector:
             tables = batch.tables(keep=fresh if result.duplicates else None)
             result.accepted = tables["spans"].num_rows
             if result.accepted:
-                self.wal.append(tables, result.accepted)
+                try:
+                    self.wal.append(tables, result.accepted)
+                except WALError:
+                    self._note_fault()
+                    raise
             stored = True
         finally:
             with self._dedupe_lock:
@@ -439,8 +482,21 @@ class Collector:
         return [c for c in older if not c.done.is_set() and not dups.isdisjoint(c.keys)]
 
     # ------------------------------------------------------------------ flushing
+    def _note_fault(self) -> None:
+        """Start the clock of a fault the log reported (once per fault)."""
+        with self._stats_lock:
+            if self._fault_since is None:
+                self._fault_since = time.monotonic()
+                self._next_retry = self._fault_since + RETRY_MIN_S
+                self._retry_delay = RETRY_MIN_S
+                self.stats.faults += 1
+                log.error("the lake cannot take writes: %s; refusing requests (503) and retrying", self.wal.fault)
+        self._wake.set()
+
     def flush(self) -> int:
-        """Write everything acknowledged so far to Parquet; return the spans written."""
+        """Write everything acknowledged so far to Parquet; return the spans written.
+
+        Sealing the log is also its recovery after a fault (see ``WriteAheadLog.seal``)."""
         with self._flush_lock:
             # every row stays counted in buffered_rows until its write has succeeded or it is
             # back in _unwritten (check_capacity reads them without a lock): a moment's double
@@ -450,62 +506,119 @@ class Collector:
             self._flushing_rows = sum(seg.rows for seg in retry)
             self._unwritten = []
             self._flushing_rows += self.wal.buffered_rows
-            segment = self.wal.seal()
+            try:
+                segment = self.wal.seal()
+            except BaseException:  # a bug in sealing: what was being retried stays for the next try
+                self._unwritten, self._flushing_rows = retry, 0
+                raise
+            self._after_seal()
             self._flushing_rows = sum(seg.rows for seg in retry) + segment.rows
             written = 0
+            failed = None
             try:
                 for seg in retry + [segment]:
-                    if self._write_segment(seg):
+                    if (error := self._write_segment(seg)) is None:
                         written += seg.spans
                     else:
+                        failed = error
                         self._unwritten.append(seg)
                     self._flushing_rows -= seg.rows
             finally:
                 self._flushing_rows = 0
                 self._last_flush = time.monotonic()
+                # health reads this without the lock: it changes only here, once the outcome is known
+                self._parquet_fault = failed
             return written
 
-    def _write_segment(self, segment) -> bool:
-        """Write a sealed segment to Parquet and delete it; False (segment kept) if that failed."""
+    def _after_seal(self) -> None:
+        """Count the seal as a retry of a fault, or as its end."""
+        now = time.monotonic()
+        with self._stats_lock:
+            if self.wal.fault is not None:
+                if self._fault_since is None:
+                    self._fault_since = now
+                    self.stats.faults += 1
+                    log.error("the lake cannot take writes: %s; refusing requests (503) and retrying", self.wal.fault)
+                self._next_retry = now + self._retry_delay
+                self._retry_delay = min(RETRY_MAX_S, self._retry_delay * 2)
+            elif self._fault_since is not None:
+                lasted = now - self._fault_since
+                self.stats.longest_fault_s = max(self.stats.longest_fault_s, lasted)
+                self._fault_since = None
+                self._retry_delay = RETRY_MIN_S
+                log.warning("the lake takes writes again after %.1f s; accepting requests", lasted)
+
+    def _write_segment(self, segment) -> str | None:
+        """Write a sealed segment to Parquet and delete it; None, or why it failed (the
+        segment is kept: on disk for the next start's replay, in memory for the next flush)."""
         try:
             if segment.tables:
+                if not self.lake.root.is_dir():
+                    # writing would make it again; a missing lake may be an unmounted volume
+                    raise FileNotFoundError(f"the lake directory {self.lake.root} is gone")
                 names = segment.tables[0].keys()
                 tables = {n: pa.concat_tables([t[n] for t in segment.tables]) for n in names}
                 self.lake.write(tables, token=segment.token, fsync=self.fsync)
                 with self._stats_lock:
                     self.stats.spans_written += segment.spans
-            segment.path.unlink(missing_ok=True)
-            return True
-        except OSError as e:
-            # the segment stays on disk (replayed at the next start) and is retried at the next flush
+            if segment.path is not None:
+                segment.path.unlink(missing_ok=True)
+            return None
+        except Exception as e:  # any failure, a bug included, keeps the segment for the next flush
             with self._stats_lock:
                 self.stats.flush_errors += 1
                 self.stats.last_flush_error = str(e)
             log.error("writing Parquet to %s failed: %s; the write-ahead log keeps the spans, retrying",
-                      self.lake.root, e)
-            return False
+                      self.lake.root, e, exc_info=not isinstance(e, OSError))
+            return str(e)
+
+    @property
+    def lost_spans(self) -> int:
+        """Acknowledged spans not in Parquet whose log segment is gone too (the lake was
+        deleted under the collector): only this process's memory holds them."""
+        return sum(seg.spans for seg in self._unwritten if seg.path is None or not seg.path.exists())
 
     def _flush_loop(self) -> None:
+        """The flusher: never dies of an error (each is logged and retried after a pause)."""
         while not self._stop.is_set():
             self._wake.wait(timeout=min(0.25, self.flush_seconds))
             self._wake.clear()
             if self._stop.is_set():
                 break
-            due = time.monotonic() - self._last_flush >= self.flush_seconds
-            if (self.wal.buffered_rows or self._unwritten) and (due or self.wal.buffered_rows >= self._flush_at):
-                self.flush()
+            try:
+                self._tick()
+            except Exception:  # a bug: the collector must go on flushing what it acknowledged
+                log.exception("the flusher failed; retrying in %.0f s", RETRY_MAX_S)
+                self._stop.wait(RETRY_MAX_S)
 
-    def close(self) -> None:
-        """Stop the flusher, write what is buffered, close the log."""
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if now - self._last_check >= CHECK_EVERY_S:
+            self._last_check = now
+            if self.wal.check() is not None:
+                self._note_fault()
+        if self.wal.fault is not None:
+            if now >= self._next_retry:
+                self.flush()
+            return
+        due = now - self._last_flush >= self.flush_seconds
+        if (self.wal.buffered_rows or self._unwritten) and (due or self.wal.buffered_rows >= self._flush_at):
+            self.flush()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the flusher, write what is buffered, close the log. Waits at most ``timeout``
+        seconds for requests in flight and for the flusher; the last flush is one attempt."""
+        deadline = time.monotonic() + timeout
         self._stop.set()
         self._wake.set()
         with self._inflight_cv:  # let acknowledgements already on their way land in the log first
             self._closing = True
-            self._inflight_cv.wait_for(lambda: self._inflight == 0, timeout=30)
-        self._flusher.join(timeout=30)
+            self._inflight_cv.wait_for(lambda: self._inflight == 0, timeout=max(0.0, deadline - time.monotonic()))
+        self._flusher.join(timeout=max(0.0, deadline - time.monotonic()))
         self.flush()
         self.wal.close()
         # the segment opened by the last seal is empty
         for seg in self.lake.wal_dir.glob("seg-*.wal"):
-            if seg.stat().st_size == 0:
-                seg.unlink()
+            with contextlib.suppress(OSError):
+                if seg.stat().st_size == 0:
+                    seg.unlink()

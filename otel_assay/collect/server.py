@@ -187,9 +187,11 @@ class Receiver:
             self.http.start()
 
     def stop(self, grace: float = 5.0) -> None:
-        """Stop accepting, let in-flight requests finish, then flush and close the collector."""
+        """Stop accepting, let in-flight requests finish (both listeners at once, ``grace``
+        seconds), then flush and close the collector."""
+        stopped = self._grpc.stop(grace) if self._grpc is not None else None
         if self.http is not None:
             self.http.stop(grace)
-        if self._grpc is not None:
-            self._grpc.stop(grace).wait(grace + 1)
+        if stopped is not None:
+            stopped.wait(grace + 1)
         self.collector.close()

@@ -17,6 +17,11 @@ segment (a crash mid-write) was never acknowledged, and replay skips it. A torn 
 the middle (a failed write whose bytes could not be taken back; later appends go after it)
 is skipped too, and the records after it are recovered: replay then keeps the segment in
 ``_wal/damaged/`` and says so.
+
+When the log cannot take a record (a full disk, a read-only or vanished directory, its
+segment file deleted or moved away), it says so in :attr:`WriteAheadLog.fault` and takes
+no more until a :meth:`WriteAheadLog.seal` has opened a segment again and written a probe:
+a batch is never acknowledged into a file that is no longer where replay would look.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ from ..lake import files
 from ..lake.schema import EMPTY_TABLES
 
 MAGIC = b"OAW1"
+# written and fsynced beside the log to learn whether it takes writes again after a fault:
+# a new segment's name needs an inode, not space, so opening one proves too little
+PROBE_BYTES = 64 * 1024
 _HEADER = struct.Struct("<4sII")
 _LEN = struct.Struct("<I")
 TABLE_ORDER = ("spans", "span_events", "span_links")
@@ -122,7 +130,7 @@ def _write_all(f, data: bytes) -> None:
 
 @dataclass
 class Segment:
-    path: Path
+    path: Path | None  # None: no file could be opened (the log is at fault), nothing in it
     tables: list[dict[str, pa.Table]] = field(default_factory=list)
     spans: int = 0
     # every row of the three tables: what the segment holds in memory. An event or link is a
@@ -142,9 +150,7 @@ class WriteAheadLog:
     def __init__(self, directory: Path, *, fsync: bool = True):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._lock_file = files.exclusive_lock(self.dir / "LOCK", WALLocked(
-            f"another otel-assay collect is using this lake ({self.dir} is locked); "
-            "run one collector per lake, or give this one its own --dir"))
+        self._lock_file = self._lock()
         self.fsync = fsync
         self._cv = threading.Condition()
         self._queue: list[tuple[bytes, dict[str, pa.Table], int]] = []
@@ -152,7 +158,17 @@ class WriteAheadLog:
         self._next = 1
         self._done = 0
         self._writing = False
+        # why the log takes no records now; set by a failed write, a failed open or check(),
+        # cleared by the first seal() that opens a segment and writes a probe again
+        self.fault: str | None = None
+        self._file = None
+        self._segment = Segment(None)
         self._open_segment()
+
+    def _lock(self):
+        return files.exclusive_lock(self.dir / "LOCK", WALLocked(
+            f"another otel-assay collect is using this lake ({self.dir} is locked); "
+            "run one collector per lake, or give this one its own --dir"))
 
     def existing_segments(self) -> list[Path]:
         return sorted(p for p in self.dir.glob("seg-*.wal") if p != self._segment.path)
@@ -160,19 +176,41 @@ class WriteAheadLog:
     def _open_segment(self) -> None:
         name = f"seg-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:12]}.wal"
         path = self.dir / name
-        self._file = open(path, "ab", buffering=0)
-        self._segment = Segment(path)
-        if self.fsync:
-            # the file's fsync at each append makes its data durable, not its name: without
-            # the directory's, a power loss can drop the whole segment of acknowledged batches
-            files.fsync_dir(self.dir)  # looked up on the module: tests count the calls
+        f = open(path, "ab", buffering=0)
+        try:
+            if self.fsync:
+                # the file's fsync at each append makes its data durable, not its name: without
+                # the directory's, a power loss can drop the whole segment of acknowledged batches
+                files.fsync_dir(self.dir)  # looked up on the module: tests count the calls
+        except OSError:
+            f.close()
+            path.unlink(missing_ok=True)
+            raise
+        self._file, self._segment = f, Segment(path)
+
+    def _in_place(self) -> bool:
+        """Whether the open segment is still the file at its path: one deleted, or moved away
+        with its directory, would take acknowledged records where no replay finds them."""
+        try:
+            on_disk = os.stat(self._segment.path)
+            held = os.fstat(self._file.fileno())
+        except (OSError, ValueError):
+            return False
+        return (on_disk.st_ino, on_disk.st_dev) == (held.st_ino, held.st_dev)
+
+    def _misplaced(self) -> str:
+        if not self.dir.parent.is_dir():
+            return f"the lake directory {self.dir.parent} is gone (deleted, moved or unmounted)"
+        return (f"the write-ahead log segment {self._segment.path} is gone (was {self.dir} deleted or moved?)")
 
     def append(self, tables: dict[str, pa.Table], spans: int) -> None:
         """Make ``tables`` (holding ``spans`` spans) durable; return only when they are fsynced
-        (raise WALError if not)."""
+        (raise WALError if not, and set :attr:`fault`)."""
         payload = encode(tables)
         record = _HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
         with self._cv:
+            if self.fault is not None:
+                raise WALError(self.fault)
             seq = self._next
             self._next += 1
             self._queue.append((record, tables, spans))
@@ -188,18 +226,7 @@ class WriteAheadLog:
                 self._cv.release()
                 error = None
                 try:
-                    start = f.tell()
-                    try:
-                        _write_all(f, b"".join(r for r, _t, _n in group))
-                        if self.fsync:
-                            os.fsync(f.fileno())
-                    except OSError as e:
-                        error = e
-                        try:  # take the torn bytes back so later records stay readable
-                            f.truncate(start)
-                            f.seek(start)
-                        except OSError:
-                            pass
+                    error = self._write_group(f, b"".join(r for r, _t, _n in group))
                 finally:
                     self._cv.acquire()
                 if error is None:
@@ -208,6 +235,7 @@ class WriteAheadLog:
                         segment.spans += n
                         segment.rows += sum(table.num_rows for table in t.values())
                 else:
+                    self.fault = error
                     for s in range(first, last + 1):
                         self._failed[s] = error
                 self._done = last
@@ -215,17 +243,93 @@ class WriteAheadLog:
                 self._cv.notify_all()
             err = self._failed.pop(seq, None)
         if err is not None:
-            raise WALError(f"write-ahead log {self.dir} is not writable: {err}")
+            raise WALError(err)
+
+    def _write_group(self, f, data: bytes) -> str | None:
+        """Append ``data`` to the open segment and fsync it; None, or why that failed (the
+        torn bytes then taken back, so that later records stay readable)."""
+        if f is None:
+            return self.fault or f"no write-ahead log segment is open in {self.dir}"
+        if not self._in_place():
+            return self._misplaced()
+        try:
+            start = f.tell()
+        except (OSError, ValueError) as e:
+            return f"write-ahead log {self.dir} is not writable: {e}"
+        try:
+            _write_all(f, data)
+            if self.fsync:
+                os.fsync(f.fileno())
+            return None
+        except OSError as e:
+            try:
+                f.truncate(start)
+                f.seek(start)
+            except OSError:
+                pass
+            return f"write-ahead log {self.dir} is not writable: {e}"
 
     def seal(self) -> Segment:
-        """Close the current segment and start a new one; the caller flushes the sealed one."""
+        """Close the current segment and start a new one; the caller flushes the sealed one.
+
+        This is also how the log recovers from a fault: the new segment must open, and after a
+        fault a probe must be written and fsynced beside it, before :attr:`fault` clears. The
+        sealed segment is returned either way: its records were acknowledged and are in memory
+        even when its file is gone."""
         with self._cv:
             while self._writing:
                 self._cv.wait()
             sealed = self._segment
-            self._file.close()
-            self._open_segment()
+            if self._file is not None:
+                try:
+                    self._file.close()
+                except OSError:
+                    pass
+            self._file, self._segment = None, Segment(None)
+            try:
+                self._reopen_dir()
+                if self.fault is not None:
+                    self._probe()
+                self._open_segment()
+                self.fault = None
+            except WALLocked as e:
+                self.fault = str(e)
+            except OSError as e:
+                self.fault = f"write-ahead log {self.dir} is not writable: {e}"
             return sealed
+
+    def _reopen_dir(self) -> None:
+        """After the lake was deleted and made again: the log's directory and its lock again.
+        The lake directory itself is never made here: a missing one may be an unmounted volume."""
+        if not self.dir.parent.is_dir():
+            raise OSError(f"the lake directory {self.dir.parent} is gone (deleted, moved or unmounted)")
+        self.dir.mkdir(exist_ok=True)
+        try:
+            held = os.fstat(self._lock_file.fileno())
+            on_disk = os.stat(self.dir / "LOCK")
+            same = (held.st_ino, held.st_dev) == (on_disk.st_ino, on_disk.st_dev)
+        except OSError:
+            same = False
+        if not same:  # the lock we hold is on a file that is gone: another collector could start
+            lock = self._lock()
+            self._lock_file.close()
+            self._lock_file = lock
+
+    def _probe(self) -> None:
+        path = self.dir / f".probe-{uuid.uuid4().hex[:12]}"
+        try:
+            with open(path, "wb", buffering=0) as f:
+                _write_all(f, bytes(PROBE_BYTES))
+                os.fsync(f.fileno())
+        finally:
+            path.unlink(missing_ok=True)
+
+    def check(self) -> str | None:
+        """Set :attr:`fault` if the log's segment or directory is gone; return the fault."""
+        with self._cv:
+            if self.fault is None and self._file is not None and not self._in_place():
+                self.fault = self._misplaced()
+            return self.fault
 
     @property
     def buffered_rows(self) -> int:
@@ -235,6 +339,9 @@ class WriteAheadLog:
         with self._cv:
             while self._writing:
                 self._cv.wait()
-            self._file.close()
+            if self._file is not None:
+                try:
+                    self._file.close()
+                except OSError:
+                    pass
         self._lock_file.close()  # releases the lock
-

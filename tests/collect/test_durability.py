@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -25,6 +26,15 @@ def _post(url: str, body: bytes) -> int:
         return e.code
     except (urllib.error.URLError, ConnectionError, OSError):
         return -1
+
+
+def _health(http_url: str) -> tuple[int, dict]:
+    url = http_url.replace("/v1/traces", "/health")
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
 def _stored_span_ids(lake) -> list[str]:
@@ -137,10 +147,17 @@ def test_a_short_write_to_the_log_is_not_acknowledged(tmp_path, monkeypatch):
     with pytest.raises(WALError, match="no space left"):
         wal.append(*batch(2))
     wal._file = real
+    assert "no space left" in wal.fault
+    with pytest.raises(WALError, match="no space left"):  # nothing more until a seal has probed the disk
+        wal.append(*batch(3))
+    first = wal.seal()
+    assert wal.fault is None
     wal.append(*batch(3))
-    path = wal._segment.path
+    second = wal._segment.path
     wal.close()
-    assert len(list(read_segment(path))) == 2  # records 1 and 3; the torn half was taken back
+    skipped = []
+    assert len(list(read_segment(first.path, skipped))) == 1 and not skipped  # the torn half was taken back
+    assert len(list(read_segment(second))) == 1
 
 
 def test_batches_with_and_without_events_and_links_share_one_log_and_one_parquet_write(tmp_path):
@@ -538,3 +555,186 @@ def test_the_dedupe_window_matches_a_plain_model_of_it():
                 model.popitem(last=False)
             assert w.add_new(keys) == want
             assert w._set == set(model)
+
+
+# ---------------------------------------------------------------------------- faults that heal
+def _request(seed: int, n: int = 10) -> bytes:
+    return synthetic.request(n, rng=random.Random(seed)).SerializeToString()
+
+
+def _wait_for(cond, timeout: float = 15.0, what: str = "") -> float:
+    start = time.monotonic()
+    while not cond():
+        assert time.monotonic() - start < timeout, f"not within {timeout} s: {what}"
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+def _submit_until_acked(c, body: bytes, timeout: float = 15.0) -> int:
+    """Retry a body as an OTLP exporter does (on Overloaded and WALError); its accepted spans."""
+    from otel_assay.collect.receiver import Overloaded
+    from otel_assay.collect.wal import WALError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return c.submit_protobuf(body).accepted
+        except (Overloaded, WALError):
+            assert time.monotonic() < deadline, f"not acknowledged within {timeout} s: {c.health()}"
+            time.sleep(0.05)
+
+
+def test_a_segment_that_fails_to_open_once_is_refused_then_healed_by_the_flusher(tmp_path, monkeypatch):
+    """Opening a new log segment fails (a read-only _wal, no inodes, EMFILE): the flusher used
+    to die, the next request got 500 on a closed file, and every later one hung. Now requests
+    get Overloaded (503) naming the cause, /health says unavailable, and the flusher's own
+    retry heals the log: no restart, and every acknowledged span reaches Parquet once."""
+    from otel_assay.collect.receiver import Collector, Overloaded
+    from otel_assay.lake import files as lake_module
+
+    c = Collector(tmp_path / "lake", flush_seconds=0.1)
+    real = lake_module.fsync_dir
+    failing = threading.Event()
+
+    def fsync_dir(path):
+        if failing.is_set():
+            raise OSError(30, "Read-only file system")
+        return real(path)
+
+    monkeypatch.setattr(lake_module, "fsync_dir", fsync_dir)
+    acked = 0
+    try:
+        acked += c.submit_protobuf(_request(1)).accepted
+        failing.set()
+        _wait_for(lambda: c.health().status == "unavailable", what="the failed seal is seen")
+        h = c.health()
+        assert "Read-only file system" in h.cause and h.since_s is not None
+        with pytest.raises(Overloaded, match="cannot take writes now .*Read-only") as refused:
+            c.submit_protobuf(_request(2))
+        assert refused.value.retry_after >= 1
+        time.sleep(0.5)  # several retries fail meanwhile; the flusher lives on
+        assert c._flusher.is_alive() and c.health().status == "unavailable"
+        failing.clear()
+        healed = _wait_for(lambda: c.health().status == "ok", what="the flusher heals the log")
+        assert healed < 6.0  # the retry interval is at most 5 s
+        acked += _submit_until_acked(c, _request(2))
+        assert c.stats.faults == 1 and c.stats.longest_fault_s > 0
+    finally:
+        c.close()
+    ids = _stored_span_ids(tmp_path / "lake")
+    assert len(ids) == len(set(ids)) == acked == 200
+
+
+def test_the_lake_deleted_under_the_collector_stops_acks_and_heals_when_it_is_back(tmp_path):
+    """rm -rf of the lake used to be acknowledged batch after batch into a log file that no
+    longer existed. Now the next batch is refused, /health names the missing directory, the
+    spans acknowledged before (in memory only, their segment deleted) are written once the
+    lake is there again, and acknowledging resumes by itself."""
+    import shutil
+
+    from otel_assay.collect.receiver import Collector
+    from otel_assay.collect.wal import WALError
+
+    lake = tmp_path / "lake"
+    c = Collector(lake, flush_seconds=3600)  # nothing reaches Parquet before the deletion
+    try:
+        before = c.submit_protobuf(_request(1)).accepted
+        shutil.rmtree(lake)
+        with pytest.raises(WALError, match="is gone"):
+            c.submit_protobuf(_request(2))
+        assert c.health().status == "unavailable" and "gone" in c.health().cause
+        time.sleep(0.5)  # the flusher's retries find no lake: it is not made again behind the user's back
+        assert not lake.exists()
+        lake.mkdir()
+        _wait_for(lambda: c.health().status == "ok", what="the collector heals once the lake is back")
+        after = _submit_until_acked(c, _request(2))
+    finally:
+        c.close()
+    ids = _stored_span_ids(lake)
+    assert len(ids) == len(set(ids)) == before + after == 200
+    assert (lake / "_wal" / "LOCK").exists()  # the log's lock is held on the new directory
+
+
+def test_health_never_says_ok_while_a_parquet_write_is_being_retried(tmp_path, monkeypatch):
+    """The failed segments leave the retry list while a flush retries them: /health read
+    "unwritten spans = 0" then and said ok during the disk-full retry (1-2 of 200 polls)."""
+    from otel_assay.collect.receiver import Collector
+
+    c = Collector(tmp_path / "lake", flush_seconds=3600)
+    real_write = Lake.write
+    failing = [True]
+
+    def write(self, tables, **kw):
+        if failing[0]:
+            time.sleep(0.005)  # a slow failing write: the window the poll used to land in
+            raise OSError(28, "No space left on device")
+        return real_write(self, tables, **kw)
+
+    monkeypatch.setattr(Lake, "write", write)
+    try:
+        c.submit_protobuf(_request(1))
+        c.flush()
+        seen: list[str] = []
+        stop = threading.Event()
+
+        def flusher():
+            while not stop.is_set():
+                c.flush()
+
+        t = threading.Thread(target=flusher)
+        t.start()
+        try:
+            for _ in range(400):
+                seen.append(c.health().status)
+                time.sleep(0.001)
+        finally:
+            stop.set()
+            t.join()
+        assert set(seen) == {"degraded"}, {s: seen.count(s) for s in set(seen)}
+        assert "No space left" in c.health().cause
+        failing[0] = False
+        c.flush()
+        assert c.health().status == "ok" and c.unwritten_spans == 0
+    finally:
+        c.close()
+
+
+def test_the_flusher_survives_a_bug_and_keeps_the_spans(tmp_path, monkeypatch):
+    """An unexpected exception in a write used to end the flusher thread for good."""
+    from otel_assay.collect.receiver import Collector
+
+    c = Collector(tmp_path / "lake", flush_seconds=0.1)
+    real_write = Lake.write
+    calls = []
+
+    def write(self, tables, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        return real_write(self, tables, **kw)
+
+    monkeypatch.setattr(Lake, "write", write)
+    try:
+        c.submit_protobuf(_request(1))
+        _wait_for(lambda: len(calls) >= 2 and c.unwritten_spans == 0, what="the flusher writes after the bug")
+        assert c._flusher.is_alive()
+    finally:
+        c.close()
+    assert len(_stored_span_ids(tmp_path / "lake")) == 100
+
+
+def test_sigterm_with_the_lake_gone_exits_in_bounded_time_and_says_what_is_lost(tmp_path, collector_factory):
+    import shutil
+
+    lake = tmp_path / "lake"
+    c = collector_factory(lake, "--flush-seconds", "3600", grpc=False)
+    assert _post(c.http_url, _request(1)) == 200
+    shutil.rmtree(lake)
+    assert _post(c.http_url, _request(2)) == 503
+    status, doc = _health(c.http_url)
+    assert status == 503 and doc["status"] == "unavailable" and "gone" in doc["cause"], doc
+    start = time.monotonic()
+    code, out, err = c.terminate(timeout=30)
+    assert time.monotonic() - start < 25
+    assert code == 4 and "100 acknowledged spans could not be written" in err and "deleted" in err, (out, err)
+    assert "Traceback" not in err
