@@ -30,11 +30,14 @@ GRPC_HANDSHAKE_TIMEOUT_MS = 10_000
 
 
 def _retry_trailer(seconds: int):
-    """The RetryInfo an OTLP exporter reads to know when to send an UNAVAILABLE batch again."""
+    """The RetryInfo an OTLP exporter reads to know when to send an UNAVAILABLE batch again,
+    in both places exporters look: the Collector's (Go) reads it from the status details, the
+    Python SDK's from its own trailer, ``google.rpc.retryinfo-bin``."""
+    info = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=seconds))
     detail = Any()
-    detail.Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=seconds)))
+    detail.Pack(info)
     st = status_pb2.Status(code=grpc.StatusCode.UNAVAILABLE.value[0], message="overloaded", details=[detail])
-    return (("grpc-status-details-bin", st.SerializeToString()),)
+    return (("grpc-status-details-bin", st.SerializeToString()), ("google.rpc.retryinfo-bin", info.SerializeToString()))
 
 
 def trace_service(collector, token: str | None):

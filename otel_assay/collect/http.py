@@ -222,6 +222,10 @@ class OTLPHttpApp:
                                 {"Allow": "GET, POST"}, close=True, is_json=True)
         except OSError:  # the client did not wait for the answer
             pass
+        except asyncio.CancelledError:
+            # the server stopping past its grace, with a request still waiting for the disk: its
+            # client gets no answer and retries elsewhere; no traceback in the collector's log
+            pass
 
     async def _get(self, req: _Request) -> None:
         # a GET has no body here: one sent anyway is not read, so the connection closes after it

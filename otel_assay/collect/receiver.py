@@ -44,7 +44,16 @@ DECODE_WAIT_S = 5.0
 # RETRY_MAX_S: a brief fault costs clients a fraction of a second, a long one costs the disk
 # one probe every few seconds
 RETRY_MIN_S = 0.1
-RETRY_MAX_S = 5.0
+RETRY_MAX_S = 2.0
+# a fault that comes back within CALM_S of the last one's end goes on with its backoff: a disk
+# that fails every other write must not be probed ten times a second
+CALM_S = 30.0
+# failed Parquet writes are retried after --flush-seconds, doubling up to this: each retry
+# writes every waiting segment again, and a full disk does not empty itself in seconds
+PARQUET_RETRY_MAX_S = 30.0
+# a write to the log that has not returned for this long (a hung disk, a frozen filesystem)
+# makes the collector unavailable, rather than letting requests wait for it
+STALL_S = 5.0
 # how often the flusher looks for the lake and the log's segment when nothing else happens
 CHECK_EVERY_S = 1.0
 
@@ -221,7 +230,12 @@ class Collector:
         self._inflight_cv = threading.Condition()
         self._closing = False
         self._parquet_fault: str | None = None  # cleared only when every sealed segment is written
+        self._parquet_delay = flush_seconds
+        self._parquet_retry_at = 0.0
+        self._parquet_logged: str | None = None  # the error last logged: each is logged once
+        self._undeleted: list[Path] = []  # segments written to Parquet whose file could not be deleted
         self._fault_since: float | None = None  # when the log stopped taking writes
+        self._fault_ended = float("-inf")
         self._retry_delay = RETRY_MIN_S
         self._next_retry = 0.0
         self._last_check = 0.0
@@ -320,6 +334,8 @@ class Collector:
         if fault is not None:
             since = self._fault_since
             return Health("unavailable", fault, None if since is None else time.monotonic() - since)
+        if (stalled := self._stalled()) is not None:
+            return Health("unavailable", stalled)
         if self._parquet_fault is not None:
             return Health("degraded", f"acknowledged spans are kept in the write-ahead log: {self._parquet_fault}")
         return Health("ok")
@@ -334,6 +350,8 @@ class Collector:
             self._note_fault()
             wait = max(1, round(self._next_retry - time.monotonic()))
             raise Overloaded(wait, f"the lake cannot take writes now ({fault}); the collector retries by itself")
+        if (stalled := self._stalled()) is not None:
+            raise Overloaded(5, stalled)
         buffered = self.buffered_rows
         if buffered >= self.max_buffered_spans:
             self._wake.set()
@@ -482,22 +500,33 @@ class Collector:
         return [c for c in older if not c.done.is_set() and not dups.isdisjoint(c.keys)]
 
     # ------------------------------------------------------------------ flushing
+    def _stalled(self) -> str | None:
+        waited = self.wal.write_waited_s()
+        if waited is not None and waited > STALL_S:
+            return f"a write to the write-ahead log has not returned for {waited:.0f} s (a hung disk?)"
+        return None
+
     def _note_fault(self) -> None:
         """Start the clock of a fault the log reported (once per fault)."""
         with self._stats_lock:
             if self._fault_since is None:
-                self._fault_since = time.monotonic()
-                self._next_retry = self._fault_since + RETRY_MIN_S
-                self._retry_delay = RETRY_MIN_S
-                self.stats.faults += 1
-                log.error("the lake cannot take writes: %s; refusing requests (503) and retrying", self.wal.fault)
+                self._start_fault(time.monotonic())
         self._wake.set()
+
+    def _start_fault(self, now: float) -> None:  # with _stats_lock
+        self._fault_since = now
+        if now - self._fault_ended > CALM_S:
+            self._retry_delay = RETRY_MIN_S
+        self._next_retry = now + self._retry_delay
+        self.stats.faults += 1
+        log.error("the lake cannot take writes: %s; refusing requests (503) and retrying", self.wal.fault)
 
     def flush(self) -> int:
         """Write everything acknowledged so far to Parquet; return the spans written.
 
         Sealing the log is also its recovery after a fault (see ``WriteAheadLog.seal``)."""
         with self._flush_lock:
+            self._undeleted = [p for p in self._undeleted if not self._deleted(p, quiet=True)]
             # every row stays counted in buffered_rows until its write has succeeded or it is
             # back in _unwritten (check_capacity reads them without a lock): a moment's double
             # count only throttles early, while a gap let requests past the bound during a
@@ -526,8 +555,7 @@ class Collector:
             finally:
                 self._flushing_rows = 0
                 self._last_flush = time.monotonic()
-                # health reads this without the lock: it changes only here, once the outcome is known
-                self._parquet_fault = failed
+                self._after_parquet(failed)
             return written
 
     def _after_seal(self) -> None:
@@ -536,17 +564,28 @@ class Collector:
         with self._stats_lock:
             if self.wal.fault is not None:
                 if self._fault_since is None:
-                    self._fault_since = now
-                    self.stats.faults += 1
-                    log.error("the lake cannot take writes: %s; refusing requests (503) and retrying", self.wal.fault)
+                    self._start_fault(now)
                 self._next_retry = now + self._retry_delay
                 self._retry_delay = min(RETRY_MAX_S, self._retry_delay * 2)
             elif self._fault_since is not None:
                 lasted = now - self._fault_since
                 self.stats.longest_fault_s = max(self.stats.longest_fault_s, lasted)
                 self._fault_since = None
-                self._retry_delay = RETRY_MIN_S
+                self._fault_ended = now
                 log.warning("the lake takes writes again after %.1f s; accepting requests", lasted)
+
+    def _after_parquet(self, failed: str | None) -> None:
+        """Back off while Parquet writes fail; say once that they work again."""
+        if failed is not None:
+            self._parquet_delay = self.flush_seconds if self._parquet_fault is None else \
+                min(PARQUET_RETRY_MAX_S, self._parquet_delay * 2)
+            self._parquet_retry_at = time.monotonic() + self._parquet_delay
+        elif self._parquet_fault is not None:
+            log.warning("writing Parquet to %s works again; the spans kept in the write-ahead log are written",
+                        self.lake.root)
+            self._parquet_logged = None
+        # health reads this without the lock: it changes only here, once the outcome is known
+        self._parquet_fault = failed
 
     def _write_segment(self, segment) -> str | None:
         """Write a sealed segment to Parquet and delete it; None, or why it failed (the
@@ -561,16 +600,31 @@ class Collector:
                 self.lake.write(tables, token=segment.token, fsync=self.fsync)
                 with self._stats_lock:
                     self.stats.spans_written += segment.spans
-            if segment.path is not None:
-                segment.path.unlink(missing_ok=True)
-            return None
         except Exception as e:  # any failure, a bug included, keeps the segment for the next flush
             with self._stats_lock:
                 self.stats.flush_errors += 1
                 self.stats.last_flush_error = str(e)
-            log.error("writing Parquet to %s failed: %s; the write-ahead log keeps the spans, retrying",
-                      self.lake.root, e, exc_info=not isinstance(e, OSError))
+            if str(e) != self._parquet_logged:  # once per error, not at every retry of every segment
+                self._parquet_logged = str(e)
+                log.error("writing Parquet to %s failed: %s; the write-ahead log keeps the spans, retrying",
+                          self.lake.root, e, exc_info=not isinstance(e, OSError))
             return str(e)
+        if segment.path is not None and not self._deleted(segment.path):
+            self._undeleted.append(segment.path)
+        return None
+
+    @staticmethod
+    def _deleted(path: Path, quiet: bool = False) -> bool:
+        """Delete a log segment whose rows are in Parquet. One left behind is harmless (a
+        replay writes the same files again) but holds compaction back, so it is retried."""
+        try:
+            path.unlink(missing_ok=True)
+            return True
+        except OSError as e:
+            if not quiet:
+                log.warning("cannot delete write-ahead log segment %s after writing it to Parquet: %s; "
+                            "retrying at every flush", path, e)
+            return False
 
     @property
     def lost_spans(self) -> int:
@@ -601,6 +655,8 @@ class Collector:
             if now >= self._next_retry:
                 self.flush()
             return
+        if self._parquet_fault is not None and now < self._parquet_retry_at:
+            return  # the log's buffer fills meanwhile, and the receiver pushes back when it is full
         due = now - self._last_flush >= self.flush_seconds
         if (self.wal.buffered_rows or self._unwritten) and (due or self.wal.buffered_rows >= self._flush_at):
             self.flush()
@@ -616,9 +672,4 @@ class Collector:
             self._inflight_cv.wait_for(lambda: self._inflight == 0, timeout=max(0.0, deadline - time.monotonic()))
         self._flusher.join(timeout=max(0.0, deadline - time.monotonic()))
         self.flush()
-        self.wal.close()
-        # the segment opened by the last seal is empty
-        for seg in self.lake.wal_dir.glob("seg-*.wal"):
-            with contextlib.suppress(OSError):
-                if seg.stat().st_size == 0:
-                    seg.unlink()
+        self.wal.close()  # removes the empty segment the last seal opened

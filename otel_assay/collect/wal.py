@@ -158,9 +158,11 @@ class WriteAheadLog:
         self._next = 1
         self._done = 0
         self._writing = False
+        self._write_started: float | None = None  # when the group being written began
         # why the log takes no records now; set by a failed write, a failed open or check(),
         # cleared by the first seal() that opens a segment and writes a probe again
         self.fault: str | None = None
+        self._probe_bytes = PROBE_BYTES  # the largest group that failed since the last healthy seal
         self._file = None
         self._segment = Segment(None)
         self._open_segment()
@@ -199,7 +201,11 @@ class WriteAheadLog:
         return (on_disk.st_ino, on_disk.st_dev) == (held.st_ino, held.st_dev)
 
     def _misplaced(self) -> str:
-        if not self.dir.parent.is_dir():
+        try:
+            gone = not self.dir.parent.is_dir()
+        except OSError as e:  # EACCES, EIO, ESTALE: is_dir raises all but ENOENT/ENOTDIR/EBADF/ELOOP
+            return f"the lake directory {self.dir.parent} cannot be looked up: {e}"
+        if gone:
             return f"the lake directory {self.dir.parent} is gone (deleted, moved or unmounted)"
         return (f"the write-ahead log segment {self._segment.path} is gone (was {self.dir} deleted or moved?)")
 
@@ -223,10 +229,13 @@ class WriteAheadLog:
                 last = self._next - 1
                 first = last - len(group) + 1
                 segment, f = self._segment, self._file
+                self._write_started = time.monotonic()
                 self._cv.release()
                 error = None
                 try:
                     error = self._write_group(f, b"".join(r for r, _t, _n in group))
+                except Exception as e:  # never leave _writing set: every later append and seal would wait
+                    error = f"write-ahead log {self.dir} is not writable: {type(e).__name__}: {e}"
                 finally:
                     self._cv.acquire()
                 if error is None:
@@ -240,6 +249,7 @@ class WriteAheadLog:
                         self._failed[s] = error
                 self._done = last
                 self._writing = False
+                self._write_started = None
                 self._cv.notify_all()
             err = self._failed.pop(seq, None)
         if err is not None:
@@ -260,6 +270,8 @@ class WriteAheadLog:
             _write_all(f, data)
             if self.fsync:
                 os.fsync(f.fileno())
+            if not self._in_place():  # deleted while it was written: acknowledge nothing
+                return self._misplaced()
             return None
         except OSError as e:
             try:
@@ -267,7 +279,13 @@ class WriteAheadLog:
                 f.seek(start)
             except OSError:
                 pass
+            self._probe_bytes = max(self._probe_bytes, len(data))
             return f"write-ahead log {self.dir} is not writable: {e}"
+
+    def write_waited_s(self) -> float | None:
+        """For how long the group being written has waited for the disk (None: none is)."""
+        started = self._write_started
+        return None if started is None else time.monotonic() - started
 
     def seal(self) -> Segment:
         """Close the current segment and start a new one; the caller flushes the sealed one.
@@ -292,6 +310,7 @@ class WriteAheadLog:
                     self._probe()
                 self._open_segment()
                 self.fault = None
+                self._probe_bytes = PROBE_BYTES
             except WALLocked as e:
                 self.fault = str(e)
             except OSError as e:
@@ -303,7 +322,10 @@ class WriteAheadLog:
         The lake directory itself is never made here: a missing one may be an unmounted volume."""
         if not self.dir.parent.is_dir():
             raise OSError(f"the lake directory {self.dir.parent} is gone (deleted, moved or unmounted)")
-        self.dir.mkdir(exist_ok=True)
+        if not self.dir.is_dir():
+            self.dir.mkdir()
+            if self.fsync:
+                files.fsync_dir(self.dir.parent)  # the new directory's name must survive a power loss too
         try:
             held = os.fstat(self._lock_file.fileno())
             on_disk = os.stat(self.dir / "LOCK")
@@ -319,7 +341,7 @@ class WriteAheadLog:
         path = self.dir / f".probe-{uuid.uuid4().hex[:12]}"
         try:
             with open(path, "wb", buffering=0) as f:
-                _write_all(f, bytes(PROBE_BYTES))
+                _write_all(f, bytes(self._probe_bytes))
                 os.fsync(f.fileno())
         finally:
             path.unlink(missing_ok=True)
@@ -341,7 +363,13 @@ class WriteAheadLog:
                 self._cv.wait()
             if self._file is not None:
                 try:
+                    if not self._segment.tables and self._in_place():
+                        self._segment.path.unlink()  # its own last segment, empty: never another log's
+                except OSError:
+                    pass
+                try:
                     self._file.close()
                 except OSError:
                     pass
+                self._file = None
         self._lock_file.close()  # releases the lock

@@ -738,3 +738,187 @@ def test_sigterm_with_the_lake_gone_exits_in_bounded_time_and_says_what_is_lost(
     assert time.monotonic() - start < 25
     assert code == 4 and "100 acknowledged spans could not be written" in err and "deleted" in err, (out, err)
     assert "Traceback" not in err
+
+
+def test_an_unexpected_error_in_a_log_write_never_leaves_the_log_wedged(tmp_path, monkeypatch):
+    """Any exception in the group write (a stat that fails with EACCES, say) used to leave the
+    log's writing flag set: every later request and the stop waited for ever."""
+    from otel_assay.collect.receiver import Collector, Overloaded
+    from otel_assay.collect.wal import WALError, WriteAheadLog
+
+    c = Collector(tmp_path / "lake", flush_seconds=0.1)
+    real = WriteAheadLog._in_place
+    broken = threading.Event()
+    broken.set()
+
+    def in_place(self):
+        if broken.is_set():
+            raise PermissionError(13, "Permission denied")
+        return real(self)
+
+    monkeypatch.setattr(WriteAheadLog, "_in_place", in_place)
+    try:
+        with pytest.raises(WALError, match="PermissionError"):
+            c.submit_protobuf(_request(1))
+        with pytest.raises(Overloaded):
+            c.submit_protobuf(_request(2))
+        broken.clear()
+        acked = _submit_until_acked(c, _request(3))
+    finally:
+        closer = threading.Thread(target=c.close)
+        closer.start()
+        closer.join(15)
+        assert not closer.is_alive(), "close() hangs"
+    assert len(_stored_span_ids(tmp_path / "lake")) == acked == 100
+
+
+def test_a_segment_deleted_while_its_batch_is_fsynced_is_not_acknowledged(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    from otel_assay.collect.receiver import Collector
+    from otel_assay.collect.wal import WALError
+
+    lake = tmp_path / "lake"
+    c = Collector(lake, flush_seconds=3600)
+    real_fsync = os.fsync
+
+    def slow_fsync(fd):  # a slow disk; the deletion during it is real
+        time.sleep(0.5)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    threading.Timer(0.2, shutil.rmtree, (lake,)).start()
+    try:
+        with pytest.raises(WALError, match="is gone"):
+            c.submit_protobuf(_request(1))
+    finally:
+        monkeypatch.undo()
+        c.close()
+
+
+def test_a_collector_that_lost_its_lake_to_another_leaves_the_others_log_alone(tmp_path):
+    """The lake deleted and made again, and a second collector started on it first: the first
+    stays unavailable (naming the other), and its stop used to delete every empty segment in
+    the log directory, the other's live one included."""
+    import shutil
+
+    from otel_assay.collect.receiver import Collector
+
+    lake = tmp_path / "lake"
+    a = Collector(lake, flush_seconds=3600)
+    a.submit_protobuf(_request(1))
+    shutil.rmtree(lake)
+    _wait_for(lambda: a.health().status == "unavailable", what="A sees the lake gone")
+    lake.mkdir()
+    b = Collector(lake, flush_seconds=3600)
+    try:
+        _wait_for(lambda: "another otel-assay collect" in (a.health().cause or ""), what="A finds B's lock")
+        live = b.wal._segment.path
+        a.close()
+        assert live.exists()
+        assert b.submit_protobuf(_request(2)).accepted == 100 and b.health().status == "ok"
+    finally:
+        b.close()
+    assert a.lost_spans == 0  # A wrote its 100 acknowledged spans into the lake B now owns: nothing lost
+    ids = _stored_span_ids(lake)
+    assert len(ids) == len(set(ids)) == 200
+
+
+def test_a_failing_parquet_write_backs_off_and_is_logged_once(tmp_path, caplog):
+    """Each flush used to retry every waiting segment and log one line per segment: the lines
+    grew with the outage (15, 55, 120, 210, 351 after 10 to 50 s)."""
+    import logging
+    import shutil
+
+    from otel_assay.collect import receiver
+    from otel_assay.collect.receiver import Collector
+
+    lake = tmp_path / "lake"
+    c = Collector(lake, flush_seconds=0.05)
+    caplog.set_level(logging.INFO, logger="otel_assay.collect")
+    try:
+        shutil.rmtree(lake / "spans")
+        (lake / "spans").write_text("not a directory")  # every Parquet write of spans fails
+        for seed in range(6):
+            c.submit_protobuf(_request(seed, 2))
+            c.flush()
+        errors = [r for r in caplog.records if "writing Parquet" in r.getMessage()]
+        assert len(errors) == 1, [r.getMessage() for r in errors]
+        assert c.health().status == "degraded" and c.unwritten_spans == 120
+        # the flusher waits longer each time: flush_seconds, then doubling up to the cap
+        assert c._parquet_delay == pytest.approx(min(receiver.PARQUET_RETRY_MAX_S, 0.05 * 2 ** 5))
+        (lake / "spans").unlink()
+        c.flush()
+        assert c.health().status == "ok" and c.unwritten_spans == 0
+        assert any("works again" in r.getMessage() for r in caplog.records)
+    finally:
+        c.close()
+    assert len(_stored_span_ids(lake)) == 120
+
+
+def test_a_log_segment_that_cannot_be_deleted_is_written_once_and_its_deletion_retried(tmp_path, monkeypatch):
+    """The write succeeded but the delete failed (an immutable or read-only _wal): it was taken
+    for a failed write, rewritten at every flush and counted again each time."""
+    from pathlib import Path
+
+    from otel_assay.collect.receiver import Collector
+
+    c = Collector(tmp_path / "lake", flush_seconds=3600)
+    real_unlink = Path.unlink
+    refusals = [2]
+
+    def unlink(self, missing_ok=False):
+        if self.suffix == ".wal" and refusals[0] > 0:
+            refusals[0] -= 1
+            raise PermissionError(1, "Operation not permitted", str(self))
+        return real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    try:
+        c.submit_protobuf(_request(1))
+        c.flush()
+        assert c.health().status == "ok" and c.unwritten_spans == 0 and len(c._undeleted) == 1
+        left = c._undeleted[0]
+        assert left.exists()
+        c.flush()  # the second refusal
+        c.flush()
+        assert not left.exists() and not c._undeleted
+        assert c.stats.spans_written == 100
+    finally:
+        c.close()
+    assert len(_stored_span_ids(tmp_path / "lake")) == 100
+
+
+def test_a_log_write_that_does_not_return_makes_the_collector_unavailable(tmp_path, monkeypatch):
+    """A hung disk (a frozen filesystem): requests used to queue behind the write while /health
+    said ok."""
+    import os
+
+    from otel_assay.collect import receiver
+    from otel_assay.collect.receiver import Collector, Overloaded
+
+    monkeypatch.setattr(receiver, "STALL_S", 0.3)
+    c = Collector(tmp_path / "lake", flush_seconds=3600)
+    real_fsync = os.fsync
+    release = threading.Event()
+
+    def hung_fsync(fd):
+        release.wait(30)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", hung_fsync)
+    first = threading.Thread(target=c.submit_protobuf, args=(_request(1),))
+    first.start()
+    try:
+        _wait_for(lambda: c.health().status == "unavailable", timeout=5, what="the stalled write is seen")
+        assert "has not returned" in c.health().cause
+        with pytest.raises(Overloaded, match="hung disk"):
+            c.check_capacity()
+    finally:
+        release.set()
+        first.join(30)
+        monkeypatch.setattr(os, "fsync", real_fsync)
+    assert c.health().status == "ok"
+    c.close()
+    assert len(_stored_span_ids(tmp_path / "lake")) == 100

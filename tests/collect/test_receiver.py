@@ -300,10 +300,12 @@ def test_grpc_status_codes_for_malformed_and_overload(tmp_path, collector_factor
         raw(encode_proto(recorded_trials(1)).SerializeToString(), timeout=10)
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     from google.rpc import error_details_pb2, status_pb2
-    details = dict(e.value.trailing_metadata())["grpc-status-details-bin"]
+    trailers = dict(e.value.trailing_metadata())
     info = error_details_pb2.RetryInfo()
-    status_pb2.Status.FromString(details).details[0].Unpack(info)
+    status_pb2.Status.FromString(trailers["grpc-status-details-bin"]).details[0].Unpack(info)
     assert info.retry_delay.seconds >= 1
+    # the Python SDK's exporter reads its own trailer, not the status details
+    assert error_details_pb2.RetryInfo.FromString(trailers["google.rpc.retryinfo-bin"]) == info
     assert c.terminate()[0] == 0
 
 
