@@ -1,0 +1,190 @@
+"""Fault injection for the collector's tests: a read-only directory, a full disk, with
+their cleanup guaranteed.
+
+As root (here and in CI) ``chmod`` stops nobody, so a read-only directory is a read-only
+bind mount of itself, and a full disk is a small tmpfs filled by a file. Every mount is
+undone in a ``finally`` (lazily if something still holds it): a leaked mount would break
+every later test and the machine's next run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import importlib.metadata
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from .traffic import Target
+
+# Before 1.35 the OTLP exporters did not bound export() by their timeout: a batch answered
+# 503 was retried for up to 63 s, so a few seconds of fault held the test for minutes.
+MIN_EXPORTER = (1, 35)
+
+
+def _version(dist: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in importlib.metadata.version(dist).split(".")[:2] if p.isdigit())
+
+
+@pytest.fixture(autouse=True)
+def _exporters_bound_their_exports():
+    for dist in ("opentelemetry-exporter-otlp-proto-http", "opentelemetry-exporter-otlp-proto-grpc"):
+        if _version(dist) < MIN_EXPORTER:
+            pytest.skip(f"{dist} {importlib.metadata.version(dist)} retries a refused batch for up to 63 s "
+                        f"whatever its timeout; the fault suite needs {'.'.join(map(str, MIN_EXPORTER))} or later")
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _run(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+
+
+def unmount(path: Path) -> None:
+    """Undo a mount on ``path``; lazily when a process still holds it busy."""
+    for _ in range(10):
+        if _run("umount", str(path)).returncode == 0:
+            return
+        if not os.path.ismount(path):
+            return
+        threading.Event().wait(0.1)
+    lazy = _run("umount", "-l", str(path))
+    assert lazy.returncode == 0 or not os.path.ismount(path), f"cannot unmount {path}: {lazy.stderr}"
+
+
+class Faults:
+    """The faults a test may inject; every one is undone by the ``faults`` fixture at the
+    latest."""
+
+    def __init__(self, scratch: Path):
+        self.scratch = scratch
+        self.mounted: list[Path] = []
+        self.modes: list[tuple[Path, int]] = []
+
+    # ------------------------------------------------------------------ read-only directory
+    def can_mount_read_only(self) -> str | None:
+        """None when a read-only bind mount works here, else why not."""
+        probe = self.scratch / "ro-probe"
+        probe.mkdir(exist_ok=True)
+        try:
+            with self.read_only(probe):
+                try:
+                    (probe / "x").touch()
+                except OSError as e:
+                    return None if e.errno == errno.EROFS else f"a write under the read-only bind mount failed with {e}"
+                return "a file could still be created under the read-only bind mount"
+        except OSError as e:
+            return str(e)
+
+    @contextlib.contextmanager
+    def read_only(self, path: Path):
+        """``path`` read-only: a read-only bind mount of itself as root, mode 0555 otherwise."""
+        if not is_root():
+            mode = path.stat().st_mode & 0o7777
+            self.modes.append((path, mode))
+            path.chmod(0o555)
+            try:
+                yield
+            finally:
+                path.chmod(mode)
+                self.modes.remove((path, mode))
+            return
+        bind = _run("mount", "--bind", str(path), str(path))
+        if bind.returncode:
+            raise OSError(f"mount --bind {path} failed: {bind.stderr.strip()}")
+        self.mounted.append(path)
+        try:
+            ro = _run("mount", "-o", "remount,bind,ro", str(path))
+            if ro.returncode:
+                raise OSError(f"mount -o remount,bind,ro {path} failed: {ro.stderr.strip()}")
+            yield
+        finally:
+            unmount(path)
+            self.mounted.remove(path)
+
+    # ------------------------------------------------------------------ full disk
+    def small_disk(self, path: Path, size: str = "16m") -> None:
+        """Mount a tmpfs of ``size`` on ``path`` (until the test ends); skip when not root."""
+        if not is_root():
+            pytest.skip("a full disk needs a small filesystem to fill, and mounting one needs root")
+        path.mkdir(parents=True, exist_ok=True)
+        r = _run("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path))
+        if r.returncode:
+            pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+        self.mounted.append(path)
+
+    @contextlib.contextmanager
+    def full(self, path: Path):
+        """Fill the filesystem of ``path`` with a file, and keep it full (the collector frees
+        space as it deletes log segments) until the block ends; then remove the file."""
+        filler = path / "filler"
+        stop = threading.Event()
+        filled = threading.Event()
+
+        def top_up():
+            chunk = b"\0" * (1 << 20)
+            with open(filler, "ab", buffering=0) as f:
+                while not stop.is_set():
+                    try:
+                        while True:
+                            f.write(chunk)
+                    except OSError as e:
+                        if e.errno != errno.ENOSPC:
+                            raise
+                    try:  # the last partial MiB, page by page
+                        while True:
+                            f.write(chunk[:4096])
+                    except OSError as e:
+                        if e.errno != errno.ENOSPC:
+                            raise
+                    filled.set()
+                    stop.wait(0.02)
+
+        t = threading.Thread(target=top_up, name="fault-disk-filler", daemon=True)
+        t.start()
+        try:
+            assert filled.wait(30), f"could not fill {path}"
+            yield
+        finally:
+            stop.set()
+            t.join(timeout=10)
+            filler.unlink(missing_ok=True)
+
+    def cleanup(self) -> None:
+        for path, mode in reversed(self.modes):
+            path.chmod(mode)
+        for path in reversed(self.mounted):
+            unmount(path)
+
+
+@pytest.fixture
+def faults(tmp_path):
+    f = Faults(tmp_path)
+    try:
+        yield f
+    finally:
+        f.cleanup()
+
+
+@pytest.fixture
+def target_factory(faults):
+    """Start the collector on a lake; it is killed at the end of the test at the latest,
+    before the ``faults`` fixture unmounts anything under it."""
+    started: list[Target] = []
+
+    def start(lake: Path, *extra: str) -> Target:
+        t = Target(lake, *extra)
+        started.append(t)
+        return t
+
+    try:
+        yield start
+    finally:
+        for t in started:
+            t.close()

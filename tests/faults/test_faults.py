@@ -1,0 +1,151 @@
+"""The collector heals from filesystem faults and crashes while the official exporters send.
+
+Each test runs ``otel-assay collect`` as a subprocess with HTTP and gRPC clients (the
+official OTLP exporters) sending all the time, injects faults, and checks that the
+collector notices each fault (``/health`` 503 with a cause), recovers by itself once it
+ends (both exporters succeed again and ``/health`` says 200), stops on SIGTERM in bounded
+time, and that the lake holds every acknowledged span exactly once. Run with ``-s`` to see
+each test's summary line.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+
+import pytest
+
+from .conftest import is_root
+from .scenario import Scenario
+
+pytestmark = pytest.mark.slow
+
+FAULT_S = 4.0  # how long each fault lasts
+PRE_FAULT_S = 1.5  # traffic before it, acknowledged and flushed normally
+
+
+def _need_read_only(faults) -> None:
+    if is_root() and (why := faults.can_mount_read_only()):
+        pytest.skip(f"cannot make a directory read-only for root here: {why}")
+
+
+def test_a_read_only_log_directory_heals(tmp_path, faults, target_factory):
+    """A new log segment cannot be created, nor a written one deleted: the acknowledged
+    spans stay safe, nothing is acknowledged that is not durable, and once the directory
+    is writable again the collector goes on by itself."""
+    _need_read_only(faults)
+    lake = tmp_path / "lake"
+    with Scenario(target_factory(lake)) as sc:
+        sc.warm_up()
+        sc.hold(PRE_FAULT_S)
+        with faults.read_only(lake / "_wal"):
+            w = sc.fault_started("read-only _wal")
+            sc.hold_fault(w, FAULT_S)
+        sc.fault_ended(w)
+        sc.check_health_during(w)
+        sc.await_recovery(w.end, "the read-only _wal ended")
+        sc.hold(1.0)
+        summary = sc.finish("read-only _wal")
+    sc.verdict(summary)
+
+
+def test_a_full_disk_heals(tmp_path, faults, target_factory):
+    """The lake on a 16 MiB tmpfs, filled by a file (kept full as the collector frees
+    space) for a few seconds: neither the log nor Parquet can be written."""
+    lake = tmp_path / "lake"
+    faults.small_disk(lake, "16m")
+    with Scenario(target_factory(lake)) as sc:
+        sc.warm_up()
+        sc.hold(PRE_FAULT_S)
+        with faults.full(lake):
+            w = sc.fault_started("full disk")
+            sc.hold_fault(w, FAULT_S)
+        sc.fault_ended(w)
+        sc.check_health_during(w)
+        sc.await_recovery(w.end, "the disk had room again")
+        sc.hold(1.0)
+        summary = sc.finish("full disk")
+    sc.verdict(summary)
+
+
+def _remove_tree(path) -> None:
+    """``rm -rf``, again while the collector writes new files into the tree meanwhile."""
+    for _ in range(100):
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            pass
+        except OSError:  # a directory got a new file while it was being emptied
+            continue
+        if not path.exists():
+            return
+    raise AssertionError(f"could not delete {path}: the collector keeps writing into it")
+
+
+def test_the_lake_directory_deleted_and_recreated_heals(tmp_path, target_factory):
+    """``rm -rf LAKE`` while spans flow, ``mkdir LAKE`` a few seconds later.
+
+    Spans whose log segment or Parquet files the deletion removed are gone by the test's own
+    action, so only the spans of export calls that started after the deletion finished must
+    be in the lake; no span may be stored twice anywhere. While the directory is gone the
+    collector must not acknowledge into a log that no longer exists (those spans are among
+    the ones that must be present)."""
+    lake = tmp_path / "lake"
+    with Scenario(target_factory(lake)) as sc:
+        sc.warm_up()
+        sc.hold(PRE_FAULT_S)
+        _remove_tree(lake)
+        w = sc.fault_started("lake directory deleted")
+        sc.hold_fault(w, FAULT_S)
+        if lake.exists():  # a missing lake may be an unmounted volume: writing into the mount point hides spans
+            sc.problems.append("the collector made the deleted lake directory again itself")
+        lake.mkdir(exist_ok=True)
+        sc.fault_ended(w)
+        sc.check_health_during(w)
+        sc.await_recovery(w.end, "the lake directory was made again")
+        sc.hold(1.0)
+        summary = sc.finish("lake deleted and recreated", must_be_present_since=w.start)
+    sc.verdict(summary)
+
+
+def test_sigkill_at_random_moments_during_traffic_and_faults(tmp_path, faults, target_factory):
+    """SIGKILL at random moments, some while the log directory is read-only or the disk is
+    full; each time the fault is undone and the collector started again on the same lake,
+    where it replays its log. Set OTEL_ASSAY_FAULT_SEED to repeat a run's choices."""
+    seed = int(os.environ.get("OTEL_ASSAY_FAULT_SEED") or random.randrange(1 << 30))
+    rng = random.Random(seed)
+    lake = tmp_path / "lake"
+    kinds = ["traffic", "traffic"]
+    if not (is_root() and faults.can_mount_read_only()):
+        kinds.append("read-only _wal")
+    if is_root():
+        faults.small_disk(lake, "64m")
+        kinds.append("full disk")
+    rounds = kinds + [rng.choice(kinds) for _ in range(2)]
+    rng.shuffle(rounds)
+    with Scenario(target_factory(lake)) as sc:
+        sc.warm_up()
+        sc.hold(PRE_FAULT_S)
+        for i, kind in enumerate(rounds, 1):
+            sc.hold(rng.uniform(0.3, 1.5))
+            moment = "traffic"
+            if kind == "traffic":
+                sc.kill()
+            else:
+                healing = rng.random() < 0.5  # killed while it recovers, else during the fault
+                with faults.read_only(lake / "_wal") if kind == "read-only _wal" else faults.full(lake):
+                    w = sc.fault_started(kind)
+                    sc.hold(rng.uniform(0.1, 2.0))
+                    if not healing:
+                        sc.kill()
+                sc.fault_ended(w)
+                if healing:
+                    sc.hold(rng.uniform(0.0, 1.0))
+                    sc.kill()
+                moment = f"{kind} {'ended, recovering' if healing else 'ongoing'}"
+            sc.restart(f"restart {i} (SIGKILL during {moment})")
+            rounds[i - 1] = moment
+        sc.hold(1.0)
+        summary = sc.finish(f"SIGKILL x{len(rounds)} (seed {seed}: {', '.join(rounds)})")
+    sc.verdict(summary)
