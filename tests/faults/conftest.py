@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib.metadata
+import itertools
 import os
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -36,6 +38,19 @@ def _exporters_bound_their_exports():
         if _version(dist) < MIN_EXPORTER:
             pytest.skip(f"{dist} {importlib.metadata.version(dist)} retries a refused batch for up to 63 s "
                         f"whatever its timeout; the fault suite needs {'.'.join(map(str, MIN_EXPORTER))} or later")
+
+
+class _NoSpace(Exception):
+    """The filesystem is full (ENOSPC): of blocks or of inodes."""
+
+
+def _no_space_raises(call, *args):
+    try:
+        return call(*args)
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise _NoSpace from None
+        raise
 
 
 def is_root() -> bool:
@@ -109,52 +124,65 @@ class Faults:
             self.mounted.remove(path)
 
     # ------------------------------------------------------------------ full disk
-    def small_disk(self, path: Path, size: str = "16m") -> None:
-        """Mount a tmpfs of ``size`` on ``path`` (until the test ends); skip when not root."""
+    def small_disk(self, path: Path, size: str = "16m", inodes: int = 20_000) -> None:
+        """Mount a tmpfs of ``size`` and ``inodes`` on ``path`` (until the test ends); skip
+        when not root."""
         if not is_root():
             pytest.skip("a full disk needs a small filesystem to fill, and mounting one needs root")
         path.mkdir(parents=True, exist_ok=True)
-        r = _run("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path))
+        r = _run("mount", "-t", "tmpfs", "-o", f"size={size},nr_inodes={inodes}", "tmpfs", str(path))
         if r.returncode:
             pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
         self.mounted.append(path)
 
     @contextlib.contextmanager
-    def full(self, path: Path):
-        """Fill the filesystem of ``path`` with a file, and keep it full (the collector frees
-        space as it deletes log segments) until the block ends; then remove the file."""
-        filler = path / "filler"
+    def full(self, path: Path, of: str = "blocks"):
+        """Fill the filesystem of ``path``, of data blocks (one big file) or of inodes (empty
+        files), and keep it full (the collector frees space as it deletes log segments)
+        until the block ends; then remove the filler."""
+        filler = path / ".filler"
         stop = threading.Event()
         filled = threading.Event()
+        failed: list[BaseException] = []
 
-        def top_up():
+        def fill_blocks():
             chunk = b"\0" * (1 << 20)
             with open(filler, "ab", buffering=0) as f:
+                for size in (len(chunk), 4096):  # MiB by MiB, then the last pages
+                    with contextlib.suppress(_NoSpace):
+                        while True:
+                            _no_space_raises(f.write, chunk[:size])
+
+        names = itertools.count()
+
+        def fill_inodes():
+            filler.mkdir(exist_ok=True)
+            with contextlib.suppress(_NoSpace):
+                while True:
+                    os.close(_no_space_raises(os.open, filler / str(next(names)), os.O_CREAT | os.O_WRONLY))
+
+        def keep_full():
+            try:
                 while not stop.is_set():
-                    try:
-                        while True:
-                            f.write(chunk)
-                    except OSError as e:
-                        if e.errno != errno.ENOSPC:
-                            raise
-                    try:  # the last partial MiB, page by page
-                        while True:
-                            f.write(chunk[:4096])
-                    except OSError as e:
-                        if e.errno != errno.ENOSPC:
-                            raise
+                    (fill_blocks if of == "blocks" else fill_inodes)()
                     filled.set()
                     stop.wait(0.02)
+            except BaseException as e:  # noqa: BLE001 - reported by the test's thread below
+                failed.append(e)
+                filled.set()
 
-        t = threading.Thread(target=top_up, name="fault-disk-filler", daemon=True)
+        t = threading.Thread(target=keep_full, name="fault-disk-filler", daemon=True)
         t.start()
         try:
-            assert filled.wait(30), f"could not fill {path}"
+            assert filled.wait(30) and not failed, f"could not fill {path} with {of}: {failed}"
             yield
         finally:
             stop.set()
             t.join(timeout=10)
-            filler.unlink(missing_ok=True)
+            if filler.is_dir():
+                shutil.rmtree(filler)
+            else:
+                filler.unlink(missing_ok=True)
 
     def cleanup(self) -> None:
         for path, mode in reversed(self.modes):

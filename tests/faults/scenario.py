@@ -206,7 +206,7 @@ class Scenario:
         code, took = self.target.sigterm()
         if code is None:
             self.problems.append(f"SIGTERM did not stop the collector within {SIGTERM_BOUND_S:.0f} s (killed it; "
-                                 "the spans below were counted after a restart replayed its log)")
+                                 "the lake was counted after a restart replayed the log)")
             self.target.start()  # what an operator does next: the log is replayed at start
             code, _took = self.target.sigterm()
             if code != 0:

@@ -50,22 +50,25 @@ def test_a_read_only_log_directory_heals(tmp_path, faults, target_factory):
     sc.verdict(summary)
 
 
-def test_a_full_disk_heals(tmp_path, faults, target_factory):
-    """The lake on a 16 MiB tmpfs, filled by a file (kept full as the collector frees
-    space) for a few seconds: neither the log nor Parquet can be written."""
+@pytest.mark.parametrize("of", ["blocks", "inodes"])
+def test_a_full_disk_heals(tmp_path, faults, target_factory, of):
+    """The lake on a 16 MiB tmpfs of 20,000 inodes, filled for a few seconds (and kept full
+    as the collector frees space): of data blocks by one big file, so that neither the log
+    nor Parquet can be written; or of inodes by empty files, so that the open log segment
+    still takes records but no new segment or Parquet file can be created."""
     lake = tmp_path / "lake"
-    faults.small_disk(lake, "16m")
+    faults.small_disk(lake, "16m", inodes=20_000)
     with Scenario(target_factory(lake)) as sc:
         sc.warm_up()
         sc.hold(PRE_FAULT_S)
-        with faults.full(lake):
-            w = sc.fault_started("full disk")
+        with faults.full(lake, of):
+            w = sc.fault_started(f"disk full of {of}")
             sc.hold_fault(w, FAULT_S)
         sc.fault_ended(w)
         sc.check_health_during(w)
         sc.await_recovery(w.end, "the disk had room again")
         sc.hold(1.0)
-        summary = sc.finish("full disk")
+        summary = sc.finish(f"disk full of {of}")
     sc.verdict(summary)
 
 
@@ -120,7 +123,7 @@ def test_sigkill_at_random_moments_during_traffic_and_faults(tmp_path, faults, t
     if not (is_root() and faults.can_mount_read_only()):
         kinds.append("read-only _wal")
     if is_root():
-        faults.small_disk(lake, "64m")
+        faults.small_disk(lake, "64m", inodes=100_000)
         kinds.append("full disk")
     rounds = kinds + [rng.choice(kinds) for _ in range(2)]
     rng.shuffle(rounds)
