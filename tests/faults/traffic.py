@@ -134,7 +134,7 @@ class Target:
 
 @dataclass(frozen=True)
 class Export:
-    kind: str           # "http" or "grpc"
+    kind: str           # "http" or "grpc" (an exporter), "direct" (a batch sent without one)
     start: float        # time.monotonic() when export() was called
     end: float          # ... and when it returned
     ok: bool            # SpanExportResult.SUCCESS
