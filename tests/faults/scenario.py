@@ -46,7 +46,8 @@ class Scenario:
     stop: threading.Event = field(default_factory=threading.Event)
     problems: list[str] = field(default_factory=list)
     windows: list[Window] = field(default_factory=list)
-    kills: int = 0
+    signals: list[str] = field(default_factory=list)  # "SIGKILL", "SIGTERM": collectors ended mid-run
+    notes: list[str] = field(default_factory=list)  # for the summary line
     direct: collections.Counter = field(default_factory=collections.Counter)  # answers to batches sent directly
     # (what ended, seconds until both exporters succeeded and /health said 200, the
     # seconds until /health said 200 alone)
@@ -187,9 +188,22 @@ class Scenario:
                                  f"answered {dict(collections.Counter(h.status for h in polls))}, last "
                                  f"{polls[-1].body[:200] if polls else ''!r}")
 
+    def sigterm_during(self, w: Window) -> None:
+        """SIGTERM while the fault lasts and the clients send: the collector must exit within
+        its bound, 0 or 4 (the last Parquet write failed: the spans stay in the log for the
+        next start), without a traceback."""
+        code, took = self.target.sigterm()
+        self.signals.append("SIGTERM")
+        self.notes.append(f"SIGTERM while {w.name}: exit {code} after {took:.1f} s")
+        if code is None:
+            self.problems.append(f"SIGTERM while {w.name} did not stop the collector within {SIGTERM_BOUND_S:.0f} s")
+        elif code not in (0, 4):
+            self.problems.append(f"SIGTERM while {w.name}: exit {code} after {took:.1f} s (0 or 4 expected); it "
+                                 f"printed: {''.join(self.target.output)[-1500:]}")
+
     def kill(self) -> None:
         self.target.sigkill()
-        self.kills += 1
+        self.signals.append("SIGKILL")
 
     def restart(self, what: str) -> None:
         ready = self.target.start()
@@ -230,7 +244,7 @@ class Scenario:
         if duplicated:
             self.problems.append(f"{duplicated} span rows are duplicates ({len(stored)} rows, {len(unique)} spans)")
         worst = max(self.unavailability, key=lambda x: x[1], default=("-", 0.0, 0.0))
-        faults = [w.name for w in self.windows] + ["SIGKILL"] * self.kills
+        faults = [w.name for w in self.windows] + self.signals
         summary = (f"[faults] {name}: faults injected {len(faults)} "
                    f"({', '.join(f'{n} x{c}' for n, c in collections.Counter(faults).items())}); "
                    f"spans acknowledged {len(acked):,} (HTTP {self.ledger.acknowledged_count('http'):,}, "
@@ -239,7 +253,7 @@ class Scenario:
                    + f"; lost {len(lost)}; duplicated {duplicated}; longest unavailability "
                    + (f"{worst[1]:.2f} s (after {worst[0]}; /health 200 after {worst[2]:.2f} s)"
                       if worst[1] < float("inf") else f"over {RECOVERY_S:.0f} s: never recovered after {worst[0]}")
-                   + f"; SIGTERM took {took:.1f} s"
+                   + "".join(f"; {n}" for n in self.notes) + f"; the last SIGTERM took {took:.1f} s"
                    + (f"; batches sent directly during faults answered {dict(self.direct)}" if self.direct else ""))
         print(summary)
         return summary

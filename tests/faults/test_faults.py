@@ -17,7 +17,7 @@ import shutil
 import pytest
 
 from .conftest import is_root
-from .scenario import Scenario
+from .scenario import DETECT_S, Scenario
 
 pytestmark = pytest.mark.slow
 
@@ -109,6 +109,31 @@ def test_the_lake_directory_deleted_and_recreated_heals(tmp_path, target_factory
         sc.await_recovery(w.end, "the lake directory was made again")
         sc.hold(1.0)
         summary = sc.finish("lake deleted and recreated", must_be_present_since=w.start)
+    sc.verdict(summary)
+
+
+@pytest.mark.parametrize("fault", ["read-only _wal", "full disk"])
+def test_sigterm_during_a_fault_ends_in_bounded_time_and_loses_nothing(tmp_path, faults, target_factory, fault):
+    """SIGTERM while the log directory is read-only or the disk is full, the clients still
+    sending: the collector exits within its bound (0, or 4 when the last Parquet write
+    failed), and once the fault is gone a start on the same lake replays what it left in
+    the log."""
+    lake = tmp_path / "lake"
+    if fault == "read-only _wal":
+        _need_read_only(faults)
+    else:
+        faults.small_disk(lake, "16m")
+    with Scenario(target_factory(lake)) as sc:
+        sc.warm_up()
+        sc.hold(PRE_FAULT_S)
+        with faults.read_only(lake / "_wal") if fault == "read-only _wal" else faults.full(lake):
+            w = sc.fault_started(fault)
+            sc.hold(DETECT_S)
+            sc.sigterm_during(w)
+        sc.fault_ended(w)
+        sc.restart(f"a start after SIGTERM during the {fault}")
+        sc.hold(1.0)
+        summary = sc.finish(f"SIGTERM during the {fault}")
     sc.verdict(summary)
 
 
