@@ -112,28 +112,37 @@ def test_the_lake_directory_deleted_and_recreated_heals(tmp_path, target_factory
     sc.verdict(summary)
 
 
-@pytest.mark.parametrize("fault", ["read-only _wal", "full disk"])
+@pytest.mark.parametrize("fault", ["read-only _wal", "full disk", "lake directory deleted"])
 def test_sigterm_during_a_fault_ends_in_bounded_time_and_loses_nothing(tmp_path, faults, target_factory, fault):
-    """SIGTERM while the log directory is read-only or the disk is full, the clients still
-    sending: the collector exits within its bound (0, or 4 when the last Parquet write
-    failed), and once the fault is gone a start on the same lake replays what it left in
-    the log."""
+    """SIGTERM while the log directory is read-only, the disk is full or the lake is
+    deleted, the clients still sending: the collector exits within its bound (0, or 4 when
+    the last Parquet write failed), and once the fault is gone a start on the same lake
+    replays what it left in the log. (After the deletion only spans of exports that began
+    after it must be there, as in the test of the deletion alone.)"""
     lake = tmp_path / "lake"
     if fault == "read-only _wal":
         _need_read_only(faults)
-    else:
+    elif fault == "full disk":
         faults.small_disk(lake, "16m")
     with Scenario(target_factory(lake)) as sc:
         sc.warm_up()
         sc.hold(PRE_FAULT_S)
-        with faults.read_only(lake / "_wal") if fault == "read-only _wal" else faults.full(lake):
+        if fault == "lake directory deleted":
+            _remove_tree(lake)
             w = sc.fault_started(fault)
             sc.hold(DETECT_S)
             sc.sigterm_during(w)
+            lake.mkdir()
+        else:
+            with faults.read_only(lake / "_wal") if fault == "read-only _wal" else faults.full(lake):
+                w = sc.fault_started(fault)
+                sc.hold(DETECT_S)
+                sc.sigterm_during(w)
         sc.fault_ended(w)
         sc.restart(f"a start after SIGTERM during the {fault}")
         sc.hold(1.0)
-        summary = sc.finish(f"SIGTERM during the {fault}")
+        summary = sc.finish(f"SIGTERM during the {fault}",
+                            must_be_present_since=w.start if fault == "lake directory deleted" else float("-inf"))
     sc.verdict(summary)
 
 
