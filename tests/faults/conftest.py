@@ -1,5 +1,5 @@
-"""Fault injection for the collector's tests: a read-only directory, a full disk, with
-their cleanup guaranteed.
+"""Fault injection for the collector's tests: a read-only directory, a full disk, too few
+file descriptors, with their cleanup guaranteed.
 
 As root (here and in CI) ``chmod`` stops nobody, so a read-only directory is a read-only
 bind mount of itself, and a full disk is a small tmpfs filled by a file (or, for its
@@ -15,6 +15,7 @@ import errno
 import importlib.metadata
 import itertools
 import os
+import resource
 import shutil
 import subprocess
 import threading
@@ -195,6 +196,20 @@ class Faults:
                 shutil.rmtree(filler)
             else:
                 filler.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ file descriptors
+    @contextlib.contextmanager
+    def few_descriptors(self, pid: int):
+        """Lower the process's open-file limit (soft; the hard one stays, so it can be raised
+        again) below the descriptors it holds: it can open nothing until it closes some."""
+        soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        held = len(os.listdir(f"/proc/{pid}/fd"))
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (max(3, held - 2), hard))
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
 
     def cleanup(self) -> None:
         for path, mode in reversed(self.modes):

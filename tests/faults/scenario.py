@@ -129,15 +129,23 @@ class Scenario:
                         f"exporters retry only {refused} {'+ Retry-After' if kind == 'http' else '+ RetryInfo'}")
         time.sleep(max(0.0, w.start + seconds - time.monotonic()))
 
-    def check_health_during(self, w: Window) -> None:
+    def check_health_during(self, w: Window, *, steady: bool = True) -> None:
         """/health must say 503, with a cause, from the moment the collector noticed the fault
-        (at most DETECT_S after it began) until it ended, and answer every poll."""
+        (at most DETECT_S after it began) until it ended, and answer every poll.
+
+        A fault that comes and goes by itself (``steady=False``: out of file descriptors, the
+        collector may get one back and write for a moment) need only have been noticed."""
         polls = self.probe.between(w.start, w.end)
         seen = collections.Counter(h.status for h in polls)
         where = f"while {w.name} ({self.rel(w.start)} to {self.rel(w.end)})"
         unavailable = [h for h in polls if h.status == 503]
+        if not steady:
+            self.notes.append(f"/health {where.split(' (')[0]} answered {dict(seen)}")
         if not unavailable:
             self.problems.append(f"/health never said 503 {where}: {len(polls)} polls answered {dict(seen)}")
+        elif not steady:
+            if not any(cause(h.body) for h in unavailable):
+                self.problems.append(f"/health answered 503 without a cause {where}: {unavailable[0].body[:300]!r}")
         else:
             first = unavailable[0]
             if first.t - w.start > DETECT_S:
@@ -228,6 +236,10 @@ class Scenario:
         elif code != 0:
             self.problems.append(f"SIGTERM: the collector exited {code} after {took:.1f} s; it printed: "
                                  f"{''.join(self.target.output)[-1500:]}")
+        left = [p.name for p in (self.target.lake / "_wal").glob("seg-*.wal") if p.stat().st_size]
+        if code == 0 and left:
+            self.problems.append(f"the collector exited 0 but left {len(left)} log segment(s) unwritten: {left[:3]} "
+                                 "(their spans reach the lake only at the next start)")
         for tb in self.target.tracebacks()[:2]:
             self.problems.append(f"the collector printed a traceback: ...{tb}")
         stored = stored_keys(self.target.lake)

@@ -72,6 +72,27 @@ def test_a_full_disk_heals(tmp_path, faults, target_factory, of):
     sc.verdict(summary)
 
 
+def test_running_out_of_file_descriptors_heals(tmp_path, faults, target_factory):
+    """The collector's open-file limit lowered below what it holds for a few seconds: no new
+    log segment, Parquet file or connection can be opened. It may win a descriptor back now
+    and then (a connection closes) and write for a moment, so /health need only have said
+    503 with a cause, on the connection it already had; what it acknowledged must be stored."""
+    lake = tmp_path / "lake"
+    with Scenario(target_factory(lake)) as sc:
+        sc.warm_up()
+        sc.hold(PRE_FAULT_S)
+        _g, c = sc.target.current()
+        with faults.few_descriptors(c.proc.pid):
+            w = sc.fault_started("too few file descriptors")
+            sc.hold(FAULT_S)
+        sc.fault_ended(w)
+        sc.check_health_during(w, steady=False)
+        sc.await_recovery(w.end, "the limit was raised again")
+        sc.hold(1.0)
+        summary = sc.finish("too few file descriptors")
+    sc.verdict(summary)
+
+
 def _remove_tree(path) -> None:
     """``rm -rf``, again while the collector writes new files into the tree meanwhile."""
     for _ in range(100):

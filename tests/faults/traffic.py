@@ -9,6 +9,7 @@ application relies on when it drops a batch from its queue.
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import threading
@@ -233,7 +234,9 @@ class Health:
 
 
 class HealthProbe(threading.Thread):
-    """``GET /health`` on the current collector every ``HEALTH_EVERY_S``."""
+    """``GET /health`` on the current collector every ``HEALTH_EVERY_S``, on one kept-alive
+    connection (as a load balancer keeps one): a collector out of file descriptors cannot
+    accept a new connection, but must still answer on the ones it has."""
 
     def __init__(self, target: Target, stop: threading.Event):
         super().__init__(name="fault-health-probe", daemon=True)
@@ -241,18 +244,29 @@ class HealthProbe(threading.Thread):
         self.samples: list[Health] = []
 
     def run(self) -> None:
-        while not self.stop.is_set():
-            _g, c = self.target.current()
-            if c is not None:
-                url = f"http://127.0.0.1:{c.ports['http']}/health"
-                try:
-                    with urllib.request.urlopen(url, timeout=1.0) as r:
-                        self.samples.append(Health(time.monotonic(), r.status, r.read().decode()))
-                except urllib.error.HTTPError as e:
-                    self.samples.append(Health(time.monotonic(), e.code, e.read().decode(errors="replace")))
-                except (urllib.error.URLError, OSError):
-                    self.samples.append(Health(time.monotonic(), -1, ""))
-            self.stop.wait(HEALTH_EVERY_S)
+        conn, port = None, None
+        try:
+            while not self.stop.is_set():
+                _g, c = self.target.current()
+                if c is not None:
+                    if port != c.ports["http"] and conn is not None:
+                        conn.close()
+                        conn = None
+                    port = c.ports["http"]
+                    if conn is None:
+                        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1.0)
+                    try:
+                        conn.request("GET", "/health")
+                        r = conn.getresponse()
+                        self.samples.append(Health(time.monotonic(), r.status, r.read().decode(errors="replace")))
+                    except (http.client.HTTPException, OSError):
+                        self.samples.append(Health(time.monotonic(), -1, ""))
+                        conn.close()
+                        conn = None
+                self.stop.wait(HEALTH_EVERY_S)
+        finally:
+            if conn is not None:
+                conn.close()
 
     def between(self, start: float, end: float = float("inf")) -> list[Health]:
         return [h for h in list(self.samples) if start <= h.t <= end]
