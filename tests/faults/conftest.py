@@ -120,18 +120,30 @@ class Faults:
                 path.chmod(mode)
                 self.modes.remove((path, mode))
             return
-        bind = _run("mount", "--bind", str(path), str(path))
-        if bind.returncode:
-            raise OSError(f"mount --bind {path} failed: {bind.stderr.strip()}")
-        self.mounted.append(path)
+        self._mount_read_only(path)
         try:
-            ro = _run("mount", "-o", "remount,bind,ro", str(path))
-            if ro.returncode:
-                raise OSError(f"mount -o remount,bind,ro {path} failed: {ro.stderr.strip()}")
             yield
         finally:
             unmount(path)
             self.mounted.remove(path)
+
+    def _mount_read_only(self, path: Path) -> None:
+        """Bind-mount ``path`` on itself, then make that mount read-only. A file opened for
+        writing through the new mount in between (the collector starting a log segment)
+        makes the second step fail as busy: undo the first and try again."""
+        for _ in range(40):
+            bind = _run("mount", "--bind", str(path), str(path))
+            if bind.returncode:
+                raise OSError(f"mount --bind {path} failed: {bind.stderr.strip()}")
+            ro = _run("mount", "-o", "remount,bind,ro", str(path))
+            if not ro.returncode:
+                self.mounted.append(path)
+                return
+            unmount(path)
+            if "busy" not in ro.stderr:
+                break
+            time.sleep(0.05)
+        raise OSError(f"mount -o remount,bind,ro {path} failed: {ro.stderr.strip()}")
 
     # ------------------------------------------------------------------ full disk
     def small_disk(self, path: Path, size: str = "16m", inodes: int = 20_000) -> None:

@@ -168,20 +168,29 @@ def test_sigterm_during_a_fault_ends_in_bounded_time_and_loses_nothing(tmp_path,
 
 
 def test_sigkill_at_random_moments_during_traffic_and_faults(tmp_path, faults, target_factory):
-    """SIGKILL at random moments, some while the log directory is read-only or the disk is
-    full; each time the fault is undone and the collector started again on the same lake,
-    where it replays its log. Set OTEL_ASSAY_FAULT_SEED to repeat a run's choices."""
+    """SIGKILL at random moments, some during a fault (a read-only log directory, a disk
+    full of blocks or of inodes, too few file descriptors) or while the collector recovers
+    from one; each time the fault is undone and the collector started again on the same
+    lake, where it replays its log. Set OTEL_ASSAY_FAULT_SEED to repeat a run's choices."""
     seed = int(os.environ.get("OTEL_ASSAY_FAULT_SEED") or random.randrange(1 << 30))
     rng = random.Random(seed)
     lake = tmp_path / "lake"
-    kinds = ["traffic", "traffic"]
+    kinds = ["traffic", "traffic", "too few file descriptors"]
     if not (is_root() and faults.can_mount_read_only()):
         kinds.append("read-only _wal")
     if is_root():
         faults.small_disk(lake, "64m", inodes=100_000)
-        kinds.append("full disk")
+        kinds += ["disk full of blocks", "disk full of inodes"]
     rounds = kinds + [rng.choice(kinds) for _ in range(2)]
     rng.shuffle(rounds)
+
+    def inject(kind: str, pid: int):
+        if kind == "read-only _wal":
+            return faults.read_only(lake / "_wal")
+        if kind == "too few file descriptors":
+            return faults.few_descriptors(pid)
+        return faults.full(lake, kind.rsplit(" ", 1)[1])
+
     with Scenario(target_factory(lake)) as sc:
         sc.warm_up()
         sc.hold(PRE_FAULT_S)
@@ -192,7 +201,7 @@ def test_sigkill_at_random_moments_during_traffic_and_faults(tmp_path, faults, t
                 sc.kill()
             else:
                 healing = rng.random() < 0.5  # killed while it recovers, else during the fault
-                with faults.read_only(lake / "_wal") if kind == "read-only _wal" else faults.full(lake):
+                with inject(kind, sc.target.current()[1].proc.pid):
                     w = sc.fault_started(kind)
                     sc.hold(rng.uniform(0.1, 2.0))
                     if not healing:
