@@ -8,7 +8,6 @@ half-written file or a row twice.
 from __future__ import annotations
 
 import contextlib
-import glob as _glob
 import os
 import re
 from importlib import resources
@@ -19,8 +18,8 @@ import duckdb
 import pyarrow as pa
 
 from .. import settings
-from ..lake.files import (STEP_FILE_KEY, Lake, LakeError, duckdb_connect, inspect_lake_file, missing_columns_sql,
-                          parquet_schema, sql_list)
+from ..lake.files import (STEP_FILE_KEY, Lake, LakeError, cannot_read, duckdb_connect, glob_paths, inspect_lake_file,
+                          missing_columns_sql, parquet_schema, sql_list)
 from ..lake.schema import TABLES
 from ..errors import UsageError, is_utf8
 from .canonical import canonical_json_arrow
@@ -77,35 +76,10 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
     files: dict[str, list[Path]] = {t: [] for t in TABLES}
     files["labels"] = []
     for src in sources:
-        p = Path(src)
-        if p.is_dir():
-            lake = Lake(p)
-            if not any((p / t).is_dir() for t in TABLES):
-                hint = "point at the directory given to `otel-assay collect --dir` or OTEL_ASSAY_DIR"
-                if _has_files(p):
-                    # a directory of span exports, the way a span file given as the lake is told
-                    hint += ("; span files from other exporters go into a lake first: "
-                             "otel-assay import FILE... --dir LAKE, then run this on LAKE")
-                raise LakeError(f"{p} is not a span lake (no spans/ directory); {hint}")
-            for t in TABLES:
-                files[t].extend(lake.live_files(t))
-            files["labels"].extend(label_files(p))
-        elif p.is_file():
-            files["spans"].append(p)
-        elif any(ch in str(src) for ch in "*?["):
-            matched = sorted(Path(m) for m in _glob.glob(str(src), recursive=True))
-            if not matched:
-                raise LakeError(f"no files match {src}")
-            # a glob over the whole lake (LAKE/*/dt=*/*.parquet) also matches the step files
-            files_matched = [m for m in matched if m.is_file()]
-            stored = {m for m in files_matched if _is_step_file(m)}
-            spans = [m for m in files_matched if m not in stored]
-            if stored and not spans:
-                raise LakeError(f"{src} matches only step files (LAKE/steps/, stored steps, not spans); "
-                                "give the lake directory or its span files (LAKE/spans/...)")
-            files["spans"].extend(spans)
-        else:
-            raise LakeError(f"{src} does not exist; give a lake directory, a Parquet file or a glob")
+        try:
+            _add_source(Path(src), str(src), files)
+        except OSError as e:  # a directory above it that cannot be searched
+            raise LakeError(cannot_read(e.filename or src, e)) from None
     files["spans"] = _without_replaced(files["spans"])
     unreadable = [p for paths in files.values() for p in paths if not is_utf8(str(p))]
     if unreadable:
@@ -115,6 +89,38 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
                         ", ".join(repr(str(p)) for p in unreadable[:3]) + more +
                         "; rename them (or the directory above them) to UTF-8 names and run again")
     return files
+
+
+def _add_source(p: Path, src: str, files: dict[str, list[Path]]) -> None:
+    """Add the files of one source (a lake directory, a file or a glob) to ``files``."""
+    if p.is_dir():
+        lake = Lake(p)
+        if not any((p / t).is_dir() for t in TABLES):
+            hint = "point at the directory given to `otel-assay collect --dir` or OTEL_ASSAY_DIR"
+            if _has_files(p):
+                # a directory of span exports, the way a span file given as the lake is told
+                hint += ("; span files from other exporters go into a lake first: "
+                         "otel-assay import FILE... --dir LAKE, then run this on LAKE")
+            raise LakeError(f"{p} is not a span lake (no spans/ directory); {hint}")
+        for t in TABLES:
+            files[t].extend(lake.live_files(t))
+        files["labels"].extend(label_files(p))
+    elif p.is_file():
+        files["spans"].append(p)
+    elif any(ch in src for ch in "*?["):
+        matched = glob_paths(src)
+        if not matched:
+            raise LakeError(f"no files match {src}")
+        # a glob over the whole lake (LAKE/*/dt=*/*.parquet) also matches the step files
+        files_matched = [m for m in matched if m.is_file()]
+        stored = {m for m in files_matched if _is_step_file(m)}
+        spans = [m for m in files_matched if m not in stored]
+        if stored and not spans:
+            raise LakeError(f"{src} matches only step files (LAKE/steps/, stored steps, not spans); "
+                            "give the lake directory or its span files (LAKE/spans/...)")
+        files["spans"].extend(spans)
+    else:
+        raise LakeError(f"{src} does not exist; give a lake directory, a Parquet file or a glob")
 
 
 def _is_step_file(path: Path) -> bool:

@@ -121,7 +121,8 @@ def collect(lake_dir, grpc_addr, http_addr, token, token_file, tls_cert, tls_key
 
 # ---------------------------------------------------------------------------- import
 @click.command("import")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+# readable=False: a path that cannot be read is a data error (exit 4) naming it, as in every command
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False))
 @lake_option
 @click.option("--max-decompressed-mib", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Read at most this much of a gzip or zstd file, decompressed (a small file can expand to "
@@ -146,6 +147,9 @@ def import_(paths, lake_dir, max_decompressed_mib):
     inputs = expand_inputs(list(paths), lake_dir)
     if inputs.missing:
         raise DataError(f"no such file or directory: {', '.join(inputs.missing)}")
+    if inputs.unreadable:
+        raise DataError(f"cannot read {', '.join(inputs.unreadable)}; let the user running otel-assay read "
+                        "it and run again")
     for note in inputs.skipped[:20]:
         click.echo(note)
     if len(inputs.skipped) > 20:

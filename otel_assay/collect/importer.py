@@ -38,7 +38,7 @@ import duckdb
 import pyarrow as pa
 import zstandard
 
-from ..lake.files import Lake, duckdb_connect, sql_list
+from ..lake.files import Lake, LakeError, duckdb_connect, sql_list
 from .otlp import MalformedOTLP, add_json, add_protobuf, parse_json, parse_protobuf
 from ..lake.rows import SpanBatch
 from ..lake.schema import DEFAULT_LIMITS, Limits
@@ -242,6 +242,7 @@ class Inputs:
 
     files: list[Path] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)  # "path: why", for each path that cannot be listed or stat'ed
     skipped: list[str] = field(default_factory=list)  # "path: why", for each entry of a directory not read
 
 
@@ -267,23 +268,35 @@ def expand_inputs(args: list[str | Path], lake_dir: str | Path) -> Inputs:
 
     for arg in args:
         path = Path(arg)
-        if path.is_file():
+        try:
+            is_file, is_dir = path.is_file(), path.is_dir()
+        except OSError as e:  # a directory above it that cannot be searched
+            out.unreadable.append(f"{e.filename or arg}: {e.strerror or e}")
+            continue
+        if is_file:
             add(path)
-        elif not path.is_dir():
+        elif not is_dir:
             out.missing.append(str(arg))
         elif path.resolve() == lake or lake in path.resolve().parents:
             out.skipped.append(f"{path}: skipped, it is the lake --dir (or inside it): its files are the lake's own")
         else:
             try:
-                entries = sorted(os.scandir(path), key=lambda e: e.name)
+                # listed or an error: a file left out in silence would be an import of part of the exports
+                with os.scandir(path) as it:
+                    entries = sorted(it, key=lambda e: e.name)
             except OSError as e:
-                out.missing.append(f"{arg} ({e.strerror or e})")
+                out.unreadable.append(f"{arg}: {e.strerror or e}")
                 continue
             for entry in entries:
                 child = Path(entry.path)
+                try:
+                    is_dir = not entry.name.startswith(".") and entry.is_dir()
+                except OSError as e:  # a link into a directory that cannot be searched
+                    out.unreadable.append(f"{child}: {e.strerror or e}")
+                    continue
                 if entry.name.startswith("."):
                     why = "hidden"
-                elif entry.is_dir():
+                elif is_dir:
                     why = ("the lake --dir" if child.resolve() == lake else
                            "a directory (import reads the files directly in a directory; name it to read its files)")
                 elif not entry.is_file():
@@ -415,7 +428,10 @@ def _count_already_in_lake(lake: Lake, written: list[tuple[FileReport, list[Path
         return
     source = {f: i for i, (_, files) in enumerate(written) for f in files}  # file -> input, in import order
     partitions = {f.parent for f in source}
-    others = [f for f in lake.live_files("spans") if f.parent in partitions and f not in source]
+    try:
+        others = [f for f in lake.live_files("spans") if f.parent in partitions and f not in source]
+    except LakeError:  # a notice only: the lake's readers report what cannot be read
+        return
     if not others and len(written) == 1:
         written[0][0].spans_already_in_lake = 0
         return
