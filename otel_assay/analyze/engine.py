@@ -12,7 +12,7 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import duckdb
 import pyarrow as pa
@@ -173,6 +173,59 @@ def _bytes(size: str) -> int:
     return int(float(m.group(1)) * base ** " KMGTP".index(m.group(2) or " "))
 
 
+# How many times in all a reader lists and opens the lake when files it listed vanish before
+# it has read them (see open_engine): enough to ride out a compaction or two, and bounded, so
+# that a lake rewritten faster than it can be read ends in an error instead of keeping the
+# command busy for ever.
+OPEN_ATTEMPTS = 4
+
+
+class LakeChanged(LakeError):
+    """Files listed when the lake was opened were gone before they were read."""
+
+    def __init__(self, gone: Sequence[Path]):
+        more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+        super().__init__(f"{gone[0]}{more} was removed after the lake was listed, before it was read (a compaction "
+                         "with --grace-seconds 0 meanwhile?); run the command again, and give compact a grace period "
+                         "longer than an analysis takes")
+
+
+def open_engine(source, prepare: Callable[["Engine"], Any] | None = None, **options) -> "Engine":
+    """``Engine(source, **options)`` with ``prepare(engine)`` done: the reading that a
+    command does first (computing the views it reads many times, or its query).
+
+    A reader lists the lake's files, then reads them. A compaction with no grace period
+    deletes the files it merged as soon as the merged file is in place, possibly between the
+    two: not damage, as a new listing finds the merged file and not the old ones. So when
+    opening or ``prepare`` fails and a listed file is gone, the lake is listed and opened
+    again, up to OPEN_ATTEMPTS times in all, then LakeChanged names the file. Any other error
+    is raised at once.
+    """
+    attempt = 1
+    while True:
+        try:
+            eng = Engine(source, **options)
+        except LakeChanged:
+            if attempt >= OPEN_ATTEMPTS:
+                raise
+        else:
+            try:
+                if prepare is not None:
+                    prepare(eng)
+                return eng
+            except duckdb.Error:
+                gone = eng.vanished()
+                eng.close()
+                if not gone:
+                    raise
+                if attempt >= OPEN_ATTEMPTS:
+                    raise LakeChanged(gone) from None
+            except BaseException:
+                eng.close()
+                raise
+        attempt += 1
+
+
 class Engine:
     """A DuckDB connection with the lake's tables and the views of ``queries/*.sql``.
 
@@ -189,6 +242,21 @@ class Engine:
         # an Engine as the source: the same files (see locked_copy), already checked
         copy = isinstance(source, Engine)
         self.files = source.files if copy else resolve_sources(source)
+        self.step_files: dict[int, StepFile] = {}
+        self._con = None
+        try:
+            self._open(source, copy, threads, memory_limit, prices, step_files)
+        except (duckdb.Error, LakeError):
+            # DuckDB reports a missing file in several ways (an IO error, or a permission error
+            # once locked down, where it looks for a directory of that name): gone is gone
+            gone = self.vanished()
+            if self._con is not None:
+                self._con.close()
+            if gone:
+                raise LakeChanged(gone) from None
+            raise
+
+    def _open(self, source, copy: bool, threads, memory_limit, prices, step_files: bool) -> None:
         # per table: whether every file has the same columns, of the same types, in the same
         # order (_bind_table)
         self._uniform: dict[str, bool] = dict(source._uniform) if copy else {}
@@ -205,8 +273,7 @@ class Engine:
             self._bind_table(table, schema)
         self._bind_labels()
         # span file index -> its step file, for the span files whose steps are stored
-        self.step_files: dict[int, StepFile] = (dict(source.step_files) if copy else
-                                            self._find_step_files() if step_files else {})
+        self.step_files = (dict(source.step_files) if copy else self._find_step_files() if step_files else {})
         self._bind_step_files()
         self._con.create_function("canonical_json", canonical_json_arrow, ["VARCHAR"], "VARCHAR",
                                   type="arrow", side_effects=False)
@@ -229,6 +296,13 @@ class Engine:
                     current = price_table_hash(self._con)
                     repriced = any(f.prices != current for f in self.step_files.values())
                     self._con.execute(f"CREATE OR REPLACE MACRO stored_costs_repriced() AS {str(repriced).lower()}")
+
+
+    def vanished(self) -> list[Path]:
+        """The files listed when the engine opened that are gone now: replaced by a compaction
+        that kept no grace period (whose merged file a new listing finds)."""
+        listed = [p for paths in self.files.values() for p in paths] + [f.path for f in self.step_files.values()]
+        return [p for p in listed if not os.path.exists(p)]
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:

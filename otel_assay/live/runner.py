@@ -46,7 +46,7 @@ import numpy as np
 
 import otel_assay
 from .. import semconv, settings
-from ..analyze.engine import PRICES_ENV, Engine, query_files
+from ..analyze.engine import PRICES_ENV, open_engine, query_files
 from ..analyze.select import Selection, SelectorError
 from ..capture import _runtime
 from ..capture.trial import Trial, classify_error, patch_threads
@@ -341,11 +341,10 @@ def query_trials(lake: str, sql: str, params: list, why: str = "") -> list[tuple
     try:
         if not _has_span_files(lake):
             return []
-        eng = Engine(lake)
+        eng = open_engine(lake, lambda e: e.materialize(["steps", "trials"]))
     except LakeError as e:
         raise DataError(f"cannot read the lake {lake}{why}: {e}") from None
     try:
-        eng.materialize(["steps", "trials"])
         return eng.con.execute(sql, params).fetchall()
     finally:
         eng.close()
