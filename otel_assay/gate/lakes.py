@@ -37,9 +37,11 @@ def open_lake(lake) -> Any:
         eng = open_engine(lake, lambda e: e.materialize(["steps", "trials"]), memory_limit=limit)
     except LakeError as e:
         raise DataError(f"{lake}: {e}") from None
-    except duckdb.OutOfMemoryException:
-        raise  # reported with what to do about it (OTEL_ASSAY_MEMORY_LIMIT)
-    except Exception as e:  # duckdb raises its own kinds on corrupt or truncated files
+    except duckdb.Error:
+        # reading the rows failed (a corrupt data page, too little memory): the command line
+        # reports it with what to do about it (find the corrupt file, OTEL_ASSAY_MEMORY_LIMIT)
+        raise
+    except Exception as e:
         if interrupted(e):
             raise
         raise DataError(f"{lake}: cannot read the lake: {str(e).splitlines()[0]}") from None
