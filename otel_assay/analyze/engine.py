@@ -8,19 +8,18 @@ half-written file or a row twice.
 from __future__ import annotations
 
 import contextlib
-import glob as _glob
 import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import duckdb
 import pyarrow as pa
 
 from .. import settings
-from ..lake.files import (STEP_FILE_KEY, Lake, LakeError, duckdb_connect, inspect_lake_file, missing_columns_sql,
-                          parquet_schema, sql_list)
+from ..lake.files import (STEP_FILE_KEY, Lake, LakeError, cannot_read, duckdb_connect, glob_paths, inspect_lake_file,
+                          missing_columns_sql, parquet_schema, sql_list)
 from ..lake.schema import TABLES
 from ..errors import UsageError, is_utf8
 from .canonical import canonical_json_arrow
@@ -77,35 +76,10 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
     files: dict[str, list[Path]] = {t: [] for t in TABLES}
     files["labels"] = []
     for src in sources:
-        p = Path(src)
-        if p.is_dir():
-            lake = Lake(p)
-            if not any((p / t).is_dir() for t in TABLES):
-                hint = "point at the directory given to `otel-assay collect --dir` or OTEL_ASSAY_DIR"
-                if _has_files(p):
-                    # a directory of span exports, the way a span file given as the lake is told
-                    hint += ("; span files from other exporters go into a lake first: "
-                             "otel-assay import FILE... --dir LAKE, then run this on LAKE")
-                raise LakeError(f"{p} is not a span lake (no spans/ directory); {hint}")
-            for t in TABLES:
-                files[t].extend(lake.live_files(t))
-            files["labels"].extend(label_files(p))
-        elif p.is_file():
-            files["spans"].append(p)
-        elif any(ch in str(src) for ch in "*?["):
-            matched = sorted(Path(m) for m in _glob.glob(str(src), recursive=True))
-            if not matched:
-                raise LakeError(f"no files match {src}")
-            # a glob over the whole lake (LAKE/*/dt=*/*.parquet) also matches the step files
-            files_matched = [m for m in matched if m.is_file()]
-            stored = {m for m in files_matched if _is_step_file(m)}
-            spans = [m for m in files_matched if m not in stored]
-            if stored and not spans:
-                raise LakeError(f"{src} matches only step files (LAKE/steps/, stored steps, not spans); "
-                                "give the lake directory or its span files (LAKE/spans/...)")
-            files["spans"].extend(spans)
-        else:
-            raise LakeError(f"{src} does not exist; give a lake directory, a Parquet file or a glob")
+        try:
+            _add_source(Path(src), str(src), files)
+        except OSError as e:  # a directory above it that cannot be searched
+            raise LakeError(cannot_read(e.filename or src, e)) from None
     files["spans"] = _without_replaced(files["spans"])
     unreadable = [p for paths in files.values() for p in paths if not is_utf8(str(p))]
     if unreadable:
@@ -115,6 +89,38 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
                         ", ".join(repr(str(p)) for p in unreadable[:3]) + more +
                         "; rename them (or the directory above them) to UTF-8 names and run again")
     return files
+
+
+def _add_source(p: Path, src: str, files: dict[str, list[Path]]) -> None:
+    """Add the files of one source (a lake directory, a file or a glob) to ``files``."""
+    if p.is_dir():
+        lake = Lake(p)
+        if not any((p / t).is_dir() for t in TABLES):
+            hint = "point at the directory given to `otel-assay collect --dir` or OTEL_ASSAY_DIR"
+            if _has_files(p):
+                # a directory of span exports, the way a span file given as the lake is told
+                hint += ("; span files from other exporters go into a lake first: "
+                         "otel-assay import FILE... --dir LAKE, then run this on LAKE")
+            raise LakeError(f"{p} is not a span lake (no spans/ directory); {hint}")
+        for t in TABLES:
+            files[t].extend(lake.live_files(t))
+        files["labels"].extend(label_files(p))
+    elif p.is_file():
+        files["spans"].append(p)
+    elif any(ch in src for ch in "*?["):
+        matched = glob_paths(src)
+        if not matched:
+            raise LakeError(f"no files match {src}")
+        # a glob over the whole lake (LAKE/*/dt=*/*.parquet) also matches the step files
+        files_matched = [m for m in matched if m.is_file()]
+        stored = {m for m in files_matched if _is_step_file(m)}
+        spans = [m for m in files_matched if m not in stored]
+        if stored and not spans:
+            raise LakeError(f"{src} matches only step files (LAKE/steps/, stored steps, not spans); "
+                            "give the lake directory or its span files (LAKE/spans/...)")
+        files["spans"].extend(spans)
+    else:
+        raise LakeError(f"{src} does not exist; give a lake directory, a Parquet file or a glob")
 
 
 def _is_step_file(path: Path) -> bool:
@@ -167,6 +173,59 @@ def _bytes(size: str) -> int:
     return int(float(m.group(1)) * base ** " KMGTP".index(m.group(2) or " "))
 
 
+# How many times in all a reader lists and opens the lake when files it listed vanish before
+# it has read them (see open_engine): enough to ride out a compaction or two, and bounded, so
+# that a lake rewritten faster than it can be read ends in an error instead of keeping the
+# command busy for ever.
+OPEN_ATTEMPTS = 4
+
+
+class LakeChanged(LakeError):
+    """Files listed when the lake was opened were gone before they were read."""
+
+    def __init__(self, gone: Sequence[Path]):
+        more = f" (and {len(gone) - 1} more)" if len(gone) > 1 else ""
+        super().__init__(f"{gone[0]}{more} was removed after the lake was listed, before it was read (a compaction "
+                         "with --grace-seconds 0 meanwhile?); run the command again, and give compact a grace period "
+                         "longer than an analysis takes")
+
+
+def open_engine(source, prepare: Callable[["Engine"], Any] | None = None, **options) -> "Engine":
+    """``Engine(source, **options)`` with ``prepare(engine)`` done: the reading that a
+    command does first (computing the views it reads many times, or its query).
+
+    A reader lists the lake's files, then reads them. A compaction with no grace period
+    deletes the files it merged as soon as the merged file is in place, possibly between the
+    two: not damage, as a new listing finds the merged file and not the old ones. So when
+    opening or ``prepare`` fails and a listed file is gone, the lake is listed and opened
+    again, up to OPEN_ATTEMPTS times in all, then LakeChanged names the file. Any other error
+    is raised at once.
+    """
+    attempt = 1
+    while True:
+        try:
+            eng = Engine(source, **options)
+        except LakeChanged:
+            if attempt >= OPEN_ATTEMPTS:
+                raise
+        else:
+            try:
+                if prepare is not None:
+                    prepare(eng)
+                return eng
+            except duckdb.Error:
+                gone = eng.vanished()
+                eng.close()
+                if not gone:
+                    raise
+                if attempt >= OPEN_ATTEMPTS:
+                    raise LakeChanged(gone) from None
+            except BaseException:
+                eng.close()
+                raise
+        attempt += 1
+
+
 class Engine:
     """A DuckDB connection with the lake's tables and the views of ``queries/*.sql``.
 
@@ -183,6 +242,21 @@ class Engine:
         # an Engine as the source: the same files (see locked_copy), already checked
         copy = isinstance(source, Engine)
         self.files = source.files if copy else resolve_sources(source)
+        self.step_files: dict[int, StepFile] = {}
+        self._con = None
+        try:
+            self._open(source, copy, threads, memory_limit, prices, step_files)
+        except (duckdb.Error, LakeError):
+            # DuckDB reports a missing file in several ways (an IO error, or a permission error
+            # once locked down, where it looks for a directory of that name): gone is gone
+            gone = self.vanished()
+            if self._con is not None:
+                self._con.close()
+            if gone:
+                raise LakeChanged(gone) from None
+            raise
+
+    def _open(self, source, copy: bool, threads, memory_limit, prices, step_files: bool) -> None:
         # per table: whether every file has the same columns, of the same types, in the same
         # order (_bind_table)
         self._uniform: dict[str, bool] = dict(source._uniform) if copy else {}
@@ -199,8 +273,7 @@ class Engine:
             self._bind_table(table, schema)
         self._bind_labels()
         # span file index -> its step file, for the span files whose steps are stored
-        self.step_files: dict[int, StepFile] = (dict(source.step_files) if copy else
-                                            self._find_step_files() if step_files else {})
+        self.step_files = (dict(source.step_files) if copy else self._find_step_files() if step_files else {})
         self._bind_step_files()
         self._con.create_function("canonical_json", canonical_json_arrow, ["VARCHAR"], "VARCHAR",
                                   type="arrow", side_effects=False)
@@ -223,6 +296,13 @@ class Engine:
                     current = price_table_hash(self._con)
                     repriced = any(f.prices != current for f in self.step_files.values())
                     self._con.execute(f"CREATE OR REPLACE MACRO stored_costs_repriced() AS {str(repriced).lower()}")
+
+
+    def vanished(self) -> list[Path]:
+        """The files listed when the engine opened that are gone now: replaced by a compaction
+        that kept no grace period (whose merged file a new listing finds)."""
+        listed = [p for paths in self.files.values() for p in paths] + [f.path for f in self.step_files.values()]
+        return [p for p in listed if not os.path.exists(p)]
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..lake.files import LakeError, write_parquet_atomic
+from ..lake.files import LakeError, list_dir, write_parquet_atomic
 
 LABELS_DIR = "labels"
 
@@ -146,6 +146,5 @@ def write_labels(lake_dir: str | os.PathLike, labels: pa.Table) -> Path:
 def label_files(lake_dir: Path) -> list[Path]:
     """The lake's label files, oldest first (hidden temporary files excluded)."""
     ldir = Path(lake_dir) / LABELS_DIR
-    if not ldir.is_dir():
-        return []
-    return sorted(p for p in ldir.glob("*.parquet") if not p.name.startswith("."))
+    # listed or an error: a label file left out would change trials' scenarios and outcomes
+    return sorted(Path(e.path) for e in list_dir(ldir) if e.name.endswith(".parquet") and not e.name.startswith("."))

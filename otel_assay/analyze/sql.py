@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from ..lake.files import LakeError
 from ..errors import DataError, UsageError, is_utf8
-from .engine import Engine, is_read_only_sql, looks_like_select
+from .engine import is_read_only_sql, looks_like_select, open_engine
 
 _ONLY = "only read-only queries (SELECT, WITH, DESCRIBE, ...) are allowed"
 # DuckDB's error kinds that are not the query's fault: a lake file that cannot be read (an
@@ -37,21 +37,23 @@ def query_lake(lake: str, query: str) -> pa.Table:
     DataError; an error reading the lake's files or of the machine (out of memory)
     propagates for the caller to report."""
     _check(query)
+    result: list[pa.Table] = []
+
+    def run(eng):  # read-only, so run again over a new listing when files vanished (open_engine)
+        eng.lock_down()
+        result.append(eng.query(query))
+
     try:
-        eng = Engine(lake)
+        open_engine(lake, run).close()
     except LakeError as e:
         raise DataError(str(e)) from None
-    try:
-        eng.lock_down()
-        return eng.query(query)
     except duckdb.PermissionException as e:
         raise UsageError(f"the query may only read the lake's views: {e}") from None
     except duckdb.Error as e:
         if _lake_failed(e):
             raise
         raise UsageError(f"query failed: {str(e).splitlines()[0]}") from None
-    finally:
-        eng.close()
+    return result[-1]
 
 
 def _check(query: str) -> None:

@@ -17,7 +17,7 @@ import pyarrow as pa
 from ..lake.files import LakeError
 from ..errors import DataError, UsageError
 from .coverage import coverage_report, coverage_sets
-from .engine import Engine
+from .engine import Engine, open_engine
 from .fingerprint import fingerprint_matrix
 from .labels import LabelError, read_labels_csv, write_labels
 from .select import Selection, select_trials
@@ -38,23 +38,34 @@ def _open(lake: str, selectors, prices):
     """An engine with the selected trials in temp table ``selected_trials``; errors become
     exit 3 (usage) or 4 (data)."""
     selection = Selection.parse(selectors)
-    try:
-        eng = Engine(lake, prices=prices)
-    except LakeError as e:
-        raise DataError(str(e)) from None
-    try:
+
+    def prepare(eng):
         eng.materialize()
         select_trials(eng, selection)
         # aggregates (pass rates, stability across trials) over the selected trials only
         eng.restrict_trials("selected_trials")
-        yield eng
+
+    with _lake_errors():
+        eng = open_engine(lake, prepare, prices=prices)
+    try:
+        with _lake_errors():
+            yield eng
+    finally:
+        eng.close()
+
+
+@contextlib.contextmanager
+def _lake_errors():
+    """A lake that cannot be read as a DataError (exit 4) saying what to do."""
+    try:
+        yield
+    except LakeError as e:
+        raise DataError(str(e)) from None
     except duckdb.IOException as e:
         raise DataError(f"reading the lake failed: {str(e).splitlines()[0]}; if the lake was compacted "
                         "meanwhile, run the command again") from None
     except duckdb.Error as e:
         raise DataError(f"reading the lake failed: {str(e).splitlines()[0]}") from None
-    finally:
-        eng.close()
 
 
 def _view(eng, view: str, order: str) -> pa.Table:

@@ -141,12 +141,16 @@ def collect(lake_dir, grpc_addr, http_addr, token, token_file, tls_cert, tls_key
 
 # ---------------------------------------------------------------------------- import
 @click.command("import")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+# readable=False: a path that cannot be read is a data error (exit 4) naming it, as in every command
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False))
 @lake_option
 @click.option("--max-decompressed-mib", type=click.IntRange(min=1), default=1024, show_default=True,
               help="Read at most this much of a gzip or zstd file, decompressed (a small file can expand to "
                    "gigabytes). Past it the file is an error; the spans before it are imported.")
-def import_(paths, lake_dir, max_decompressed_mib):
+@click.option("--max-spans", type=click.IntRange(min=1), default=100_000_000, show_default=True,
+              help="Read at most this many spans of one file (a genuine export holds far fewer; a hostile one "
+                   "can hold billions). Past it the file is an error; the spans before it are imported.")
+def import_(paths, lake_dir, max_decompressed_mib, max_spans):
     """Import OTLP trace files into the lake at --dir.
 
     Each PATH is a file, or a directory: the files directly in it (not in its
@@ -166,6 +170,9 @@ def import_(paths, lake_dir, max_decompressed_mib):
     inputs = expand_inputs(list(paths), lake_dir)
     if inputs.missing:
         raise DataError(f"no such file or directory: {', '.join(inputs.missing)}")
+    if inputs.unreadable:
+        raise DataError(f"cannot read {', '.join(inputs.unreadable)}; let the user running otel-assay read "
+                        "it and run again")
     for note in inputs.skipped[:20]:
         click.echo(note)
     if len(inputs.skipped) > 20:
@@ -183,9 +190,10 @@ def import_(paths, lake_dir, max_decompressed_mib):
                           TimeRemainingColumn(), transient=True) as prog:
                 task = prog.add_task("importing", total=total)
                 result = import_files(list(files), lake_dir, progress=lambda n: prog.advance(task, n),
-                                      max_decompressed=max_decompressed_mib << 20)
+                                      max_decompressed=max_decompressed_mib << 20, max_spans=max_spans)
         else:
-            result = import_files(list(files), lake_dir, max_decompressed=max_decompressed_mib << 20)
+            result = import_files(list(files), lake_dir, max_decompressed=max_decompressed_mib << 20,
+                                  max_spans=max_spans)
     except LakeError as e:
         raise DataError(str(e)) from None
     for f in result.files:

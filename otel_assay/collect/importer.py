@@ -38,7 +38,7 @@ import duckdb
 import pyarrow as pa
 import zstandard
 
-from ..lake.files import Lake, duckdb_connect, sql_list
+from ..lake.files import Lake, LakeError, duckdb_connect, sql_list
 from .otlp import MalformedOTLP, add_json, add_protobuf, parse_json, parse_protobuf
 from ..lake.rows import SpanBatch
 from ..lake.schema import DEFAULT_LIMITS, Limits
@@ -53,6 +53,12 @@ MAX_RECORD = 256 << 20
 # would take minutes to read. A compressed Collector export rotated at its default 100 MiB
 # expands to about this much.
 MAX_DECOMPRESSED = 1 << 30
+# Spans read from one file by default (`--max-spans`). A busy service exports tens of millions
+# of spans a day, and the Collector's file exporter rotates its file long before that (every
+# 100 MiB: a few hundred thousand spans), so a genuine file stays well under it; a hostile
+# one (billions of spans of a few bytes each, which an uncompressed file on a large disk can
+# hold) would otherwise fill the lake and take hours to read.
+MAX_SPANS = 100_000_000
 _GZIP = b"\x1f\x8b"
 _ZSTD = b"\x28\xb5\x2f\xfd"
 
@@ -67,7 +73,7 @@ class FileReport:
     errors: list[str] = field(default_factory=list)
     reject_reasons: dict[str, int] = field(default_factory=dict)
     already_imported: str | None = None  # the record of an earlier import of the same content, if any
-    stopped_at_limit: bool = False  # reading stopped at the decompressed-size limit: the rest is unread
+    stopped_at_limit: bool = False  # reading stopped at a limit (decompressed size, spans): the rest is unread
     spans_already_in_lake: int | None = None  # imported spans the lake held before (None: not checked)
 
 
@@ -119,6 +125,10 @@ class CorruptCompressed(Exception):
 
 class DecompressedLimit(Exception):
     """The file decompresses to more than the limit; what was read before it is good."""
+
+
+class SpanLimit(Exception):
+    """The file holds more spans than the limit; the spans read before it are good."""
 
 
 class RecordTooLong(Exception):
@@ -242,6 +252,7 @@ class Inputs:
 
     files: list[Path] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)  # "path: why", for each path that cannot be listed or stat'ed
     skipped: list[str] = field(default_factory=list)  # "path: why", for each entry of a directory not read
 
 
@@ -267,23 +278,35 @@ def expand_inputs(args: list[str | Path], lake_dir: str | Path) -> Inputs:
 
     for arg in args:
         path = Path(arg)
-        if path.is_file():
+        try:
+            is_file, is_dir = path.is_file(), path.is_dir()
+        except OSError as e:  # a directory above it that cannot be searched
+            out.unreadable.append(f"{e.filename or arg}: {e.strerror or e}")
+            continue
+        if is_file:
             add(path)
-        elif not path.is_dir():
+        elif not is_dir:
             out.missing.append(str(arg))
         elif path.resolve() == lake or lake in path.resolve().parents:
             out.skipped.append(f"{path}: skipped, it is the lake --dir (or inside it): its files are the lake's own")
         else:
             try:
-                entries = sorted(os.scandir(path), key=lambda e: e.name)
+                # listed or an error: a file left out in silence would be an import of part of the exports
+                with os.scandir(path) as it:
+                    entries = sorted(it, key=lambda e: e.name)
             except OSError as e:
-                out.missing.append(f"{arg} ({e.strerror or e})")
+                out.unreadable.append(f"{arg}: {e.strerror or e}")
                 continue
             for entry in entries:
                 child = Path(entry.path)
+                try:
+                    is_dir = not entry.name.startswith(".") and entry.is_dir()
+                except OSError as e:  # a link into a directory that cannot be searched
+                    out.unreadable.append(f"{child}: {e.strerror or e}")
+                    continue
                 if entry.name.startswith("."):
                     why = "hidden"
-                elif entry.is_dir():
+                elif is_dir:
                     why = ("the lake --dir" if child.resolve() == lake else
                            "a directory (import reads the files directly in a directory; name it to read its files)")
                 elif not entry.is_file():
@@ -328,9 +351,11 @@ def import_files(
     limits: Limits = DEFAULT_LIMITS,
     progress: Callable[[int], None] | None = None,
     max_decompressed: int = MAX_DECOMPRESSED,
+    max_spans: int = MAX_SPANS,
 ) -> ImportResult:
     """Import OTLP trace files into the lake at ``lake_dir``; bad records are reported, good
-    ones kept. A compressed file is read up to ``max_decompressed`` bytes."""
+    ones kept. A compressed file is read up to ``max_decompressed`` bytes, and any file up to
+    the record that takes it past ``max_spans`` spans."""
     lake = Lake(lake_dir)
     lake.ensure_writable()
     result = ImportResult()
@@ -340,7 +365,7 @@ def import_files(
         report = FileReport(str(path))
         result.files.append(report)
         try:
-            files = _import_one(path, lake, limits, report, progress, max_decompressed)
+            files = _import_one(path, lake, limits, report, progress, max_decompressed, max_spans)
         except OSError as e:
             report.errors.append(f"cannot read: {e.strerror or e}")
             continue
@@ -369,7 +394,7 @@ def _record_import(lake: Lake, digest: str, report: FileReport) -> None:
 
 
 def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, progress,
-                max_decompressed: int) -> list[Path]:
+                max_decompressed: int, max_spans: int) -> list[Path]:
     """Import one file; return the spans files written for it."""
     digest = _digest(path)
     try:
@@ -382,14 +407,14 @@ def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, prog
         return []
     # an OSError (reading the file or writing the lake failed) propagates and nothing is
     # recorded: the same content may import fully later
-    written = _import_stream(path, digest, lake, limits, report, progress, max_decompressed)
+    written = _import_stream(path, digest, lake, limits, report, progress, max_decompressed, max_spans)
     # recorded even with bad lines or a corrupt compressed tail: the same bytes can never
     # import more than they just did, and importing them again after a compaction would
     # store the good spans twice. Not a file nothing of which was imported (not OTLP, empty,
     # unreadable from its first byte): importing it again cannot store anything twice, and a
     # record would make the next run call it "imported before" and exit 0 with none of it in
     # the lake, even once the file is readable (or otel-assay reads its format). Nor a file
-    # read only up to the decompressed-size limit: with a higher one, its rest imports
+    # read only up to a limit (decompressed size, spans): with a higher one, its rest imports
     if (report.spans_imported or not (report.errors or report.spans_rejected)) and not report.stopped_at_limit:
         _record_import(lake, digest, report)
     return written
@@ -415,7 +440,10 @@ def _count_already_in_lake(lake: Lake, written: list[tuple[FileReport, list[Path
         return
     source = {f: i for i, (_, files) in enumerate(written) for f in files}  # file -> input, in import order
     partitions = {f.parent for f in source}
-    others = [f for f in lake.live_files("spans") if f.parent in partitions and f not in source]
+    try:
+        others = [f for f in lake.live_files("spans") if f.parent in partitions and f not in source]
+    except LakeError:  # a notice only: the lake's readers report what cannot be read
+        return
     if not others and len(written) == 1:
         written[0][0].spans_already_in_lake = 0
         return
@@ -448,7 +476,7 @@ def _count_already_in_lake(lake: Lake, written: list[tuple[FileReport, list[Path
 
 
 def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: FileReport,
-                   progress, max_decompressed: int) -> list[Path]:
+                   progress, max_decompressed: int, max_spans: int) -> list[Path]:
     """Read one file into the lake; return the spans files written."""
     stream, compression = _open_decompressed(path, progress, max_decompressed)
     chunk = 0
@@ -467,6 +495,16 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
         report.spans_rejected += batch.rejected
         batch = SpanBatch(limits)
 
+    def record_done() -> None:
+        """After each record (a protobuf message, a JSON line or document): write a full chunk
+        (memory stays bounded), and stop past the span limit. Checked per record, so the
+        spans of the record that passes it are imported with those before."""
+        if len(batch) >= CHUNK_SPANS:
+            flush()
+        if report.spans_seen > max_spans:
+            raise SpanLimit(f"the file holds more than {max_spans} spans; the spans before that were imported: "
+                            "if the file is genuine, import it again with a higher --max-spans")
+
     suffix = f"+{compression}" if compression else ""
     try:
         try:
@@ -476,10 +514,10 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
             first = stream.peek(1 << 16).lstrip(b" \t\r\n")
             if first[:1] in (b"{", b"["):
                 report.format = "json" + suffix
-                _import_json(stream, batch_ref=lambda: batch, flush=flush, report=report)
+                _import_json(stream, batch_ref=lambda: batch, record_done=record_done, report=report)
             elif stream.peek(1):
                 report.format = "protobuf" + suffix
-                _import_protobuf(stream, batch_ref=lambda: batch, flush=flush, report=report)
+                _import_protobuf(stream, batch_ref=lambda: batch, record_done=record_done, report=report)
             else:
                 report.errors.append("empty file")
         except CorruptCompressed as e:
@@ -488,7 +526,7 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
             report.errors.append(f"{e}; " + (
                 "the spans before the damage were imported; copy or export the file again for the rest"
                 if report.spans_seen else "no spans could be read; copy or export the file again"))
-        except DecompressedLimit as e:
+        except (DecompressedLimit, SpanLimit) as e:
             report.format = report.format if report.format != "?" else compression
             report.stopped_at_limit = True
             report.errors.append(str(e))
@@ -509,7 +547,7 @@ _BOM = b"\xef\xbb\xbf"
 MAX_EMPTY_RECORDS = 1000
 
 
-def _import_protobuf(stream: BinaryIO, *, batch_ref, flush, report: FileReport) -> None:
+def _import_protobuf(stream: BinaryIO, *, batch_ref, record_done, report: FileReport) -> None:
     n = 0
     empty = 0
     try:
@@ -536,8 +574,7 @@ def _import_protobuf(stream: BinaryIO, *, batch_ref, flush, report: FileReport) 
             empty = empty + 1 if report.spans_seen == seen else 0
             if empty >= MAX_EMPTY_RECORDS:
                 raise MalformedOTLP(f"{MAX_EMPTY_RECORDS} records in a row hold no span")
-            if len(batch_ref()) >= CHUNK_SPANS:
-                flush()
+            record_done()
     except MalformedOTLP as e:
         if n == 0:
             # the first length prefix is already wrong: most likely not protobuf at all (a
@@ -563,9 +600,9 @@ def _unzstd_record(record: bytes) -> bytes:
     return bytes(body)
 
 
-def _import_json(stream: BinaryIO, *, batch_ref, flush, report: FileReport) -> None:
+def _import_json(stream: BinaryIO, *, batch_ref, record_done, report: FileReport) -> None:
     foreign: set[str] = set()  # top-level keys of documents that are not OTLP
-    _import_json_docs(stream, batch_ref=batch_ref, flush=flush, report=report, foreign=foreign)
+    _import_json_docs(stream, batch_ref=batch_ref, record_done=record_done, report=report, foreign=foreign)
     if report.spans_seen == 0 and not report.errors and foreign:
         # valid JSON, but not OTLP (a Jaeger or Zipkin export, a report): saying "0 spans
         # imported" and succeeding would hide that nothing of it can be analysed
@@ -596,7 +633,7 @@ def _bounded_lines(stream: BinaryIO) -> Iterator[bytes]:
         yield line
 
 
-def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport, foreign: set[str]) -> None:
+def _import_json_docs(stream: BinaryIO, *, batch_ref, record_done, report: FileReport, foreign: set[str]) -> None:
     lines = _bounded_lines(stream)
     skipped = b""  # leading blank lines: neither a document nor a bad line
     first_line = b""
@@ -621,8 +658,8 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport,
                 # not one document either: read line by line, so that one bad line (a record cut
                 # off by a crash, a stray log line) costs that line and not the whole file
                 errors = len(report.errors)
-                good = _add_json_lines(_parse_lines(io.BytesIO(text)), batch_ref=batch_ref, flush=flush,
-                                       report=report, foreign=foreign)
+                good = _add_json_lines(_parse_lines(io.BytesIO(text)), batch_ref=batch_ref,
+                                       record_done=record_done, report=report, foreign=foreign)
                 if not good:  # a broken document, not JSON Lines: one error, not one per line
                     del report.errors[errors:]
                     report.errors.append(f"not valid JSON: {e}")
@@ -635,11 +672,10 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, flush, report: FileReport,
                 report.spans_seen += add_json(d, batch_ref())
             except MalformedOTLP as e:
                 report.errors.append(str(e))
-            if len(batch_ref()) >= CHUNK_SPANS:  # many documents one after another: as JSON Lines
-                flush()
+            record_done()  # many documents one after another: as JSON Lines
         return
     docs = _chain_first(skipped.count(b"\n"), first_doc, lines)
-    _add_json_lines(docs, batch_ref=batch_ref, flush=flush, report=report, foreign=foreign)
+    _add_json_lines(docs, batch_ref=batch_ref, record_done=record_done, report=report, foreign=foreign)
 
 
 def _concatenated(text: bytes) -> tuple[list, list[str]] | None:
@@ -684,7 +720,7 @@ def _concatenated(text: bytes) -> tuple[list, list[str]] | None:
 _DOC_START = re.compile(r"\n[{\[]")
 
 
-def _add_json_lines(docs: Iterator, *, batch_ref, flush, report: FileReport, foreign: set[str]) -> int:
+def _add_json_lines(docs: Iterator, *, batch_ref, record_done, report: FileReport, foreign: set[str]) -> int:
     """Add each line's document; return how many lines were valid JSON."""
     good = 0
     for lineno, item in enumerate(docs, 1):
@@ -704,8 +740,7 @@ def _add_json_lines(docs: Iterator, *, batch_ref, flush, report: FileReport, for
             except MalformedOTLP as e:
                 if len(report.errors) < 100:
                     report.errors.append(f"line {lineno}: {e}")
-        if len(batch_ref()) >= CHUNK_SPANS:
-            flush()
+        record_done()
     return good
 
 

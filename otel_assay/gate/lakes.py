@@ -10,8 +10,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from ..errors import DataError, UsageError, interrupted
-from ..analyze.engine import Engine
+from ..analyze.engine import open_engine
 from ..analyze.select import NoTrialsError, Selection, select_trials
 from .. import settings
 from ..lake.files import LakeError
@@ -30,10 +32,16 @@ def open_lake(lake) -> Any:
     # DuckDB spills to disk past the limit.
     limit = settings.memory_limit("1.5GB")
     try:
-        eng = Engine(lake, memory_limit=limit)
+        # the views every gate reads many times, computed while a compaction that replaced
+        # files listed at open can still be healed by opening again (open_engine)
+        eng = open_engine(lake, lambda e: e.materialize(["steps", "trials"]), memory_limit=limit)
     except LakeError as e:
         raise DataError(f"{lake}: {e}") from None
-    except Exception as e:  # duckdb raises its own kinds on corrupt or truncated files
+    except duckdb.Error:
+        # reading the rows failed (a corrupt data page, too little memory): the command line
+        # reports it with what to do about it (find the corrupt file, OTEL_ASSAY_MEMORY_LIMIT)
+        raise
+    except Exception as e:
         if interrupted(e):
             raise
         raise DataError(f"{lake}: cannot read the lake: {str(e).splitlines()[0]}") from None

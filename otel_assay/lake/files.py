@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import fnmatch
 import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -84,6 +86,102 @@ def _safe_token(token: str) -> str:
     if not _TOKEN_RE.match(token) or token in (".", ".."):
         raise ValueError(f"unsafe file token {token!r}")
     return token
+
+
+def cannot_read(path, e: OSError) -> str:
+    """The message for a lake path that exists but cannot be listed or read."""
+    return (f"cannot read {path}: {e.strerror or e}; a lake read in part would give wrong answers: "
+            "let the user running otel-assay read it (or move it out of the lake) and run again")
+
+
+def list_dir(path: Path) -> list[os.DirEntry]:
+    """The entries of directory ``path`` ([] if there is none); a LakeError naming ``path`` if
+    it exists but cannot be listed.
+
+    ``Path.glob``, ``glob.glob`` and ``os.walk`` skip a directory they cannot list without
+    a word: with one partition unreadable, a query counted half the lake's spans and the
+    gate decided on half the trials, and an unreadable ``spans/`` read as an empty lake."""
+    try:
+        with os.scandir(path) as it:
+            return list(it)
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise LakeError(cannot_read(path, e)) from None
+
+
+def _is_partition(entry: os.DirEntry) -> bool:
+    """Whether ``entry`` is a ``dt=`` partition directory (a link to one counts, as with glob)."""
+    return entry.name.startswith("dt=") and _entry_is_dir(entry)
+
+
+def _entry_is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError as e:  # a link into a directory that cannot be searched
+        raise LakeError(cannot_read(entry.path, e)) from None
+
+
+_MAGIC_RE = re.compile(r"[*?[]")
+
+
+def glob_paths(pattern: str) -> list[Path]:
+    """The paths that ``glob.glob(pattern, recursive=True)`` matches, sorted; a LakeError
+    naming the first directory on the way that cannot be listed, where glob would leave
+    its files out in silence (see :func:`list_dir`).
+
+    Glob's rules: ``*``, ``?`` and ``[...]`` match within one name, and not a name that
+    starts with a dot unless the pattern's part does; ``**`` matches any number of
+    directories (and files, as the last part); links are followed."""
+    found = ["/" if pattern.startswith("/") else ""]
+    parts = [p for p in pattern.split("/") if p]
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1 and not pattern.endswith("/")  # a trailing / matches directories only
+        step = []
+        for base in found:
+            if part == "**":
+                step.append(base)
+                step.extend(_below(base, files=last))
+            elif not _MAGIC_RE.search(part):
+                path = os.path.join(base, part)
+                if _exists(path, dir_only=not last):
+                    step.append(path)
+            else:
+                for entry in list_dir(Path(base or ".")):
+                    if (entry.name.startswith(".") and not part.startswith(".")) or not fnmatch.fnmatchcase(entry.name, part):
+                        continue
+                    if last or _entry_is_dir(entry):
+                        step.append(os.path.join(base, entry.name))
+        found = step
+    return sorted({Path(p) for p in found if p})
+
+
+def _exists(path: str, *, dir_only: bool) -> bool:
+    """Whether ``path`` is there (a directory, with ``dir_only``); a LakeError when a
+    directory above it cannot be searched, where ``os.path.exists`` says False."""
+    try:
+        st = os.stat(path) if dir_only else os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as e:
+        raise LakeError(cannot_read(path, e)) from None
+    return stat.S_ISDIR(st.st_mode) or not dir_only
+
+
+def _below(base: str, *, files: bool) -> list[str]:
+    """Every path below directory ``base`` that ``**`` reaches: its directories (and files),
+    at any depth, none hidden."""
+    out = []
+    for entry in list_dir(Path(base or ".")):
+        if entry.name.startswith("."):
+            continue
+        path = os.path.join(base, entry.name)
+        if _entry_is_dir(entry):
+            out.append(path)
+            out.extend(_below(path, files=files))
+        elif files:
+            out.append(path)
+    return out
 
 
 def fsync_dir(path: Path) -> None:
@@ -445,12 +543,19 @@ class Lake:
     # ------------------------------------------------------------------ reading
     def _records(self) -> list[dict]:
         out = []
-        if not self.compaction_dir.is_dir():
-            return out
-        for p in sorted(self.compaction_dir.glob("*.json")):
+        for entry in sorted(list_dir(self.compaction_dir), key=lambda e: e.name):
+            if entry.name.startswith(".") or not entry.name.endswith(".json"):
+                continue
+            p = Path(entry.path)
             try:
                 rec = json.loads(p.read_text())
-            except (OSError, ValueError, RecursionError):
+            except FileNotFoundError:  # a compaction finished it since the listing
+                continue
+            except OSError as e:
+                # unread, the files it replaces would be read beside their merged copy: every
+                # row of them twice
+                raise LakeError(cannot_read(p, e)) from None
+            except (ValueError, RecursionError):
                 continue
             if isinstance(rec, dict):  # a record of another shape is not ours: ignored like a damaged one
                 rec["_path"] = p
@@ -458,11 +563,13 @@ class Lake:
         return out
 
     def live_files(self, table: str = "spans") -> list[Path]:
-        """The Parquet files a reader should read now (see the module docstring)."""
-        tdir = self.table_dir(table)
-        if not tdir.is_dir():
-            return []
-        files = sorted(p for p in tdir.glob("dt=*/*.parquet") if not p.name.startswith("."))
+        """The Parquet files a reader should read now (see the module docstring).
+
+        A directory of the table that cannot be listed is a LakeError naming it, never a
+        partition left out (see :func:`list_dir`)."""
+        files = [Path(f.path) for part in list_dir(self.table_dir(table)) if _is_partition(part)
+                 for f in list_dir(Path(part.path)) if f.name.endswith(".parquet") and not f.name.startswith(".")]
+        files.sort()
         hidden = self.replaced_files(table, set(files))
         return [p for p in files if p not in hidden]
 
@@ -511,12 +618,14 @@ class Lake:
         whole merged copy each, hidden from readers and otherwise never removed. Only
         compaction writes these names, and it holds the lock, so none is in use."""
         for table in TABLES:
-            for pdir in self.table_dir(table).glob("dt=*"):
-                for f in pdir.glob(".*part-compact-*"):
-                    if f.name.startswith((".part-compact-", "..part-compact-")):
-                        f.unlink(missing_ok=True)
-        for f in self.compaction_dir.glob(".*.json.tmp"):
-            f.unlink(missing_ok=True)
+            for part in list_dir(self.table_dir(table)):
+                if _is_partition(part):
+                    for f in list_dir(Path(part.path)):
+                        if f.name.startswith((".part-compact-", "..part-compact-")):
+                            Path(f.path).unlink(missing_ok=True)
+        for f in list_dir(self.compaction_dir):
+            if f.name.startswith(".") and f.name.endswith(".json.tmp"):
+                Path(f.path).unlink(missing_ok=True)
 
     def _settled(self, files: list[Path]) -> list[Path]:
         """``files`` without those of write-ahead log segments still on disk. A collector that
@@ -524,7 +633,8 @@ class Lake:
         at start, rewriting files of those names: merged away meanwhile, their spans would be
         stored twice. Listed after the files: a segment is created before its files, so one
         gone by now was finished, and its files are safe to merge."""
-        segments = {p.stem for p in self.wal_dir.glob("seg-*.wal")}
+        # listed or an error: a segment not seen would have its files merged, then replayed
+        segments = {e.name[:-4] for e in list_dir(self.wal_dir) if e.name.startswith("seg-") and e.name.endswith(".wal")}
         if not segments:
             return files
         return [f for f in files if not ((m := _SEGMENT_FILE_RE.match(f.name)) and m.group(1) in segments)]
@@ -635,8 +745,9 @@ class Lake:
                 continue
             if not (pdir / new).exists():
                 # crashed between writing the record and the rename: the old files are live
-                for tmp in pdir.glob(f".{new}.*"):
-                    tmp.unlink(missing_ok=True)
+                for tmp in list_dir(pdir):
+                    if tmp.name.startswith(f".{new}."):
+                        Path(tmp.path).unlink(missing_ok=True)
                 rec["_path"].unlink(missing_ok=True)
                 continue
             if now - float(rec.get("created", 0)) < grace_seconds:

@@ -46,14 +46,14 @@ import numpy as np
 
 import otel_assay
 from .. import semconv, settings
-from ..analyze.engine import PRICES_ENV, Engine, query_files
+from ..analyze.engine import PRICES_ENV, open_engine, query_files
 from ..analyze.select import Selection, SelectorError
 from ..capture import _runtime
 from ..capture.trial import Trial, classify_error, patch_threads
 from ..errors import DataError, UsageError
 from ..gate import GateConfig, run_gate
 from ..gate.lakes import open_lake, select
-from ..lake.files import LakeError
+from ..lake.files import Lake, LakeError
 from ..stats import (SPRT, Verdict, adaptive_budget, sample_size_threshold, sprt_operating_characteristics,
                      verdict as wilson_verdict, wilson_interval)
 from .scenarios import RunConfig, Scenario, StepFacts, Suite
@@ -329,18 +329,22 @@ class RunResult:
 
 
 # ================================================================== the lake: trials so far
+def _has_span_files(lake: str) -> bool:
+    """Whether the lake has span files yet; a LakeError if a directory of it cannot be listed
+    (a run that resumed from part of the lake would repeat trials it has)."""
+    return bool(Lake(lake).live_files("spans"))
+
+
 def query_trials(lake: str, sql: str, params: list, why: str = "") -> list[tuple]:
     """Rows of ``sql`` over the lake's views; none for a lake without span files yet (no
     engine to start)."""
-    spans_dir = os.path.join(lake, "spans")
-    if not os.path.isdir(spans_dir) or not any(f.endswith(".parquet") for _, _, fs in os.walk(spans_dir) for f in fs):
-        return []
     try:
-        eng = Engine(lake)
+        if not _has_span_files(lake):
+            return []
+        eng = open_engine(lake, lambda e: e.materialize(["steps", "trials"]))
     except LakeError as e:
         raise DataError(f"cannot read the lake {lake}{why}: {e}") from None
     try:
-        eng.materialize(["steps", "trials"])
         return eng.con.execute(sql, params).fetchall()
     finally:
         eng.close()
@@ -354,8 +358,11 @@ def check_baseline(lake: str, baseline: str) -> None:
         Selection.parse([baseline])
     except SelectorError as e:
         raise UsageError(f"baseline {baseline!r}: {e}") from None
-    spans_dir = os.path.join(lake, "spans")
-    if not os.path.isdir(spans_dir) or not any(f.endswith(".parquet") for _, _, fs in os.walk(spans_dir) for f in fs):
+    try:
+        empty = not _has_span_files(lake)
+    except LakeError as e:
+        raise DataError(f"baseline {baseline}: {e}") from None
+    if empty:
         raise DataError(f"baseline {baseline}: the lake {lake} has no trials yet, so there is nothing to compare "
                         "with; run the baseline version into this lake first")
     eng = open_lake(lake)

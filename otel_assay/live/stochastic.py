@@ -127,16 +127,15 @@ class StochasticResult:
 def _baseline_counts(lake: str, selector: str, scenario: str) -> tuple[int, int]:
     # imported here: the pytest plugin loads this module in every pytest session; the
     # engine brings duckdb and pyarrow, needed only by a test with a baseline
-    from ..analyze.engine import Engine
+    from ..analyze.engine import open_engine
     from ..lake.files import LakeError
     from ..gate.lakes import select
 
     try:
-        eng = Engine(lake)
+        eng = open_engine(lake, lambda e: e.materialize(["steps", "trials"]))
     except LakeError as e:
         raise DataError(f"baseline {selector}: cannot read the lake {lake}: {e}") from None
     try:
-        eng.materialize(["steps", "trials"])
         select(eng, selector, "baseline_trials", lake)
         k, n = eng.con.execute("SELECT count(*) FILTER (WHERE passed), count(*) FROM trials SEMI JOIN baseline_trials USING (trace_id) "
                                "WHERE scenario = ? AND counted AND passed IS NOT NULL", [scenario]).fetchall()[0]

@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 
 from .. import yamlfile
-from ..analyze.engine import Engine
-from ..analyze.select import NoTrialsError, Selection, select_trials
+from ..analyze.engine import open_engine
+from ..analyze.select import Selection, select_trials
 from ..lake.files import LakeError
 from ..errors import EXIT_BLOCK, EXIT_DEPLOY, EXIT_MANUAL, DataError, UsageError
 from .contracts import check_names, evaluate, parse_contracts, verdicts
@@ -49,14 +49,10 @@ def _open_selected(lake: str, selectors, table: str):
     """An engine over LAKE with the selected trials' rows in temp table ``table``."""
     selection = Selection.parse(selectors)
     try:
-        eng = Engine(lake)
+        # selecting reads the lake: a file compacted away meanwhile is healed by opening again
+        eng = open_engine(lake, lambda e: select_trials(e, selection))
     except LakeError as e:
         raise DataError(str(e)) from None
-    try:
-        select_trials(eng, selection)
-    except NoTrialsError:
-        eng.close()
-        raise
     eng.rows(f"CREATE OR REPLACE TEMP TABLE {table} AS SELECT * FROM trials SEMI JOIN selected_trials USING (trace_id)")
     return eng
 

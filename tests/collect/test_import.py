@@ -514,3 +514,28 @@ def test_a_file_of_empty_records_is_an_error_read_in_seconds(tmp_path, unit):
     r = run_cli("import", f, "--dir", tmp_path / "lake")
     assert r.returncode == 4 and "Traceback" not in r.stderr, r.stdout + r.stderr
     assert time.monotonic() - t0 < 20
+
+
+def _rows(lake) -> int:
+    return sum(pq.read_metadata(f).num_rows for f in Lake(lake).live_files("spans"))
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "binpb", "binpb.zst"])
+def test_the_span_limit_stops_a_file_and_a_higher_limit_imports_the_rest(tmp_path, fmt):
+    spans = recorded_trials(10)
+    data = jsonl(spans) if fmt == "jsonl" else length_prefixed(spans)  # 5 spans a record
+    f = tmp_path / f"traces.{fmt}"
+    f.write_bytes(zstandard.ZstdCompressor().compress(data) if fmt.endswith(".zst") else data)
+    lake = tmp_path / "lake"
+    r = run_cli("import", f, "--dir", lake, "--max-spans", "12")
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("  error:")]
+    assert errors == ["  error: the file holds more than 12 spans; the spans before that were imported: if the file "
+                      "is genuine, import it again with a higher --max-spans"], r.stderr
+    # read record by record: the one that passed the limit is imported with those before it
+    assert lake_view(lake) == expected_view(spans[:15]) and _rows(lake) == 15
+    # not recorded as imported: with a higher limit the rest comes in, each span once
+    r = run_cli("import", f, "--dir", lake, "--max-spans", str(len(spans)))  # exactly as many as it holds
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert lake_view(lake) == expected_view(spans) and _rows(lake) == len(spans)
+    assert run_cli("import", f, "--dir", lake, "--max-spans", "0").returncode == 3
