@@ -173,7 +173,9 @@ class WriteAheadLog:
             "run one collector per lake, or give this one its own --dir"))
 
     def existing_segments(self) -> list[Path]:
-        return sorted(p for p in self.dir.glob("seg-*.wal") if p != self._segment.path)
+        # listed so that an unreadable log is an error, not a log with nothing to replay
+        return sorted(Path(e.path) for e in files.list_dir(self.dir)
+                      if e.name.startswith("seg-") and e.name.endswith(".wal") and Path(e.path) != self._segment.path)
 
     def _open_segment(self) -> None:
         name = f"seg-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:12]}.wal"

@@ -205,3 +205,11 @@ def test_glob_paths_raises_where_glob_is_silent(tmp_path):
     (tmp_path / "a" / "f" / "x").symlink_to(tmp_path / "a")  # a loop: glob gives the files 40 times over
     with pytest.raises(LakeError, match="cannot read"):
         glob_paths(str(tmp_path / "**"))
+
+
+def test_collect_does_not_start_on_a_write_ahead_log_it_cannot_read(cli, lake, closed):
+    # a log it cannot list would be a log with nothing to replay: acknowledged spans left out.
+    # Mode 300: its lock file can still be opened, only the listing fails
+    (lake / "_wal").mkdir()
+    closed(lake / "_wal").chmod(0o300)
+    _check(cli("collect", "--dir", lake, "--grpc", "off", "--http", "127.0.0.1:0"), str(lake / "_wal"))
