@@ -15,7 +15,9 @@
 -- traceloop.span.kind / llm.request.type; else langsmith.span.kind; else an LLM-looking
 -- legacy span (gen_ai.system with a model); else structural. Dual-emitting
 -- instrumentations (OpenInference with OPENINFERENCE_ENABLE_GENAI_SEMCONV,
--- Traceloop >= 0.5) agree between their dialects.
+-- Traceloop >= 0.5) agree between their dialects. Two exceptions come before the
+-- operation name, where a library writes one that says less than its own marker:
+-- Traceloop's workflow span and LangSmith's prompt runs (operation `chat`).
 --
 -- Values come from typed columns first (the lake promotes gen_ai.* keys of the current
 -- convention), then from the map for every older or foreign key. Lookups sit inside
@@ -59,6 +61,9 @@ classified AS (
             -- Traceloop marks the graph run twice (`invoke_agent <graph>` and `<graph>.workflow`,
             -- both with operation invoke_agent); the workflow span is the run as a whole
             WHEN tl_kind = 'workflow' THEN 'workflow'
+            -- LangSmith derives its operation name from the run type and writes `chat` on
+            -- prompt-template runs too: formatting a template calls no model
+            WHEN ls_kind = 'prompt' THEN 'other'
             WHEN op_name IN ('chat', 'text_completion', 'generate_content') THEN 'llm'
             WHEN op_name = 'execute_tool' THEN 'tool'
             WHEN op_name = 'invoke_agent' THEN 'agent'

@@ -1,7 +1,8 @@
 -- trials: one row per trace (a trial is one trace: the capture API opens one root span per
 -- trial, so the trace id is the trial id), steps rolled up; except
--- traces made only of the gate's own verdict spans (scope otel_assay.gate) or of agent
--- set-up (create_agent) spans.
+-- traces made only of the gate's own verdict spans (scope otel_assay.gate) or of set-up:
+-- agents built (create_agent spans) or prompt templates formatted (LangSmith prompt runs)
+-- outside any run.
 --
 --   trace_id, run_id, scenario, version, trial_index
 --       from the assay.* attributes (on every span of a trial; the earliest span that has
@@ -71,8 +72,11 @@ WITH span_aggregates AS (
         -- the gate's own verdicts written back into the lake (gate --emit-otel lake)
         bool_and(scope_name IS NOT DISTINCT FROM 'otel_assay.gate') AS gate_record,
         -- an agent built outside any trial: AutoGen records each construction as a trace of
-        -- one create_agent span, set-up rather than a run (each was listed as an empty run)
-        bool_and(op IS NOT DISTINCT FROM 'create_agent') AS setup_record
+        -- one create_agent span, set-up rather than a run (each was listed as an empty run).
+        -- Likewise a prompt template formatted outside any run: LangSmith traces it alone.
+        -- The CASE looks the map up only on LangSmith's spans
+        bool_and(CASE WHEN scope_name = 'langsmith' THEN coalesce(attributes['langsmith.span.kind'] = 'prompt', false)
+                      ELSE op IS NOT DISTINCT FROM 'create_agent' END) AS setup_record
     FROM spans
     -- spans without a trace id (a foreign file's) are no trial: grouped together they made
     -- one fake trial, without steps, that pass rates counted as an empty run of its scenario

@@ -121,6 +121,7 @@ HARDER = {
     "langgraph_subgraph_traceloop": ["langgraph", "opentelemetry.instrumentation.langchain"],
     "langgraph_tool_error_openinference": ["langgraph", "openinference.instrumentation.langchain"],
     "langgraph_interrupt_langsmith": ["langgraph", "langsmith"],
+    "prompt_chain_langsmith": ["langchain_core", "langsmith"],
 }
 
 
@@ -172,3 +173,22 @@ def test_langsmith_turn_that_asked_for_tools_is_no_respond(live, tmp_path, open_
     # serialised LLMResult) says the turn was not an answer
     eng, st = _steps(_lake("langgraph_interrupt_langsmith", tmp_path, live), open_engine)
     assert [(s["step_kind"], s["requested_tools"]) for s in st] == [("workflow", None), ("llm", True)]
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["recorded", "live"])
+def test_langsmith_prompt_template_is_no_llm_call(live, tmp_path, open_engine):
+    # LangSmith writes gen_ai.operation.name=chat on prompt-template runs: read as an LLM
+    # call, the template doubled n_llm and, having no model, made the trial's cost NULL.
+    # The template formatted outside any run is a trace of its own: no trial of its own
+    eng = open_engine(_lake("prompt_chain_langsmith", tmp_path, live))
+    trials = rows(eng, "SELECT * FROM trials")
+    assert len(trials) == 1
+    trial = trials[0]
+    assert (trial["n_steps"], trial["n_llm"], trial["n_tool"], trial["error_class"]) == (3, 1, 0, None)
+    assert (trial["input_tokens"], trial["output_tokens"]) == (12, 3)
+    assert trial["cost_usd"] == pytest.approx((12 * 0.15 + 3 * 0.60) / 1e6, rel=1e-12)
+    assert trial["models"] == ["gpt-4o-mini"]
+    st = rows(eng, "SELECT * FROM steps WHERE trace_id = ? ORDER BY seq", [trial["trace_id"]])
+    assert [(s["step_kind"], s["name"]) for s in st] == [
+        ("workflow", "RunnableSequence"), ("other", "ChatPromptTemplate"), ("respond", "ScriptedChat")]
+    assert st[-1]["output_text"] == "Bonjour"
