@@ -49,6 +49,19 @@ def test_trials_without_outcome_are_judged_by_the_other_checks(results):
     assert any("no outcome" in n for n in r.notes)
 
 
+def test_trials_of_an_unknown_operation_name_are_named_in_a_note(tmp_path):
+    # a model call under an operation name otel-assay does not know is no step: without
+    # a tool call its trial is an empty run, left out of the pass rates; the report says so
+    trials = [{"scenario": "s", "version": "v1", "outcome": "pass", "index": i} for i in range(20)]
+    trials += [{"scenario": "s", "version": "v2", "outcome": "pass", "index": i,
+                **({"operation": "summon", "tools": []} if i % 4 == 0 else {})} for i in range(20)]
+    r = run_gate(write_trials(tmp_path / "lake", trials), baseline="version=v1", candidate="version=v2")
+    assert r.scenarios[0].candidate.excluded == {"empty-run": 5}
+    assert ("5 spans in 5 trials have an operation name (gen_ai.operation.name) otel-assay does not read as a "
+            "step: summon; 5 of those trials have no LLM or tool step and count as empty runs, left out of the "
+            "pass rates") in r.notes
+
+
 def test_blocked_result(results):
     r = results["blocked"]
     assert r.decision == "block" and r.exit_code == 1
