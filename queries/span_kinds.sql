@@ -4,7 +4,7 @@
 -- emitted the trace. No dedupe and no tree here: `steps` builds on this.
 --
 -- step_kind is one of llm / tool / agent / reason / workflow / other, respond (only where
--- our own span says so: otel_assay.step(kind="respond")), or 'structural' for
+-- our own span says so: otel_assay.step(kind="respond"), smolagents' final_answer), or 'structural' for
 -- spans that are not agent steps (LangGraph plumbing, Traceloop tasks, OpenInference and
 -- LangSmith chains below the root, AutoGen runtime messaging, our own trial root, plain
 -- spans with no GenAI markers). Structural spans stay in the tree so parentage can skip
@@ -100,7 +100,11 @@ classified AS (
             -- prompt-template runs too: formatting a template calls no model
             WHEN ls_kind = 'prompt' THEN 'other'
             WHEN op_name IN (SELECT unnest(generation_operations())) THEN 'llm'
-            WHEN op_name = 'execute_tool' THEN 'tool'
+            -- our smolagents adapter records final_answer as the tool call it is in smolagents,
+            -- marked as the answer (assay.step.kind=respond): the answer, not a tool step
+            WHEN op_name = 'execute_tool' THEN
+                CASE WHEN scope_name ILIKE 'otel_assay%' AND attributes['assay.step.kind'] = 'respond' THEN 'respond'
+                     ELSE 'tool' END
             WHEN op_name = 'invoke_agent' THEN 'agent'
             WHEN op_name = 'invoke_workflow' THEN 'workflow'
             WHEN op_name = 'plan' THEN 'reason'
@@ -150,7 +154,7 @@ kinded AS (
         END AS llm_provider,
         -- the parts of the output messages (semconv layout), read once for the answer text
         -- and for whether the model asked for tools
-        CASE WHEN step_kind IN ('llm', 'agent', 'workflow') AND json_valid(attributes['gen_ai.output.messages']) THEN
+        CASE WHEN step_kind IN ('llm', 'agent', 'workflow', 'respond') AND json_valid(attributes['gen_ai.output.messages']) THEN
             CAST(json_extract(attributes['gen_ai.output.messages'], '$[*].parts[*]') AS JSON[])
         END AS output_parts
     FROM classified
@@ -260,6 +264,10 @@ SELECT
         WHEN step_kind = 'tool' THEN coalesce(
             attributes['gen_ai.tool.call.result'], attributes['output.value'], attributes['traceloop.entity.output'],
             CASE WHEN source_convention = 'langsmith' THEN attributes['gen_ai.completion'] END)
+        -- a marked answer: its output messages (otel_assay.step), or the final_answer tool's result
+        WHEN step_kind = 'respond' THEN coalesce(
+            list_filter(output_parts, lambda p: p->>'type' = 'text')[-1]->>'content',
+            attributes['gen_ai.tool.call.result'])
     END AS output_text,
     -- did the LLM ask for tools? NULL when the span does not say
     CASE WHEN step_kind = 'llm' THEN coalesce(
