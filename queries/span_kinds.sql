@@ -4,7 +4,7 @@
 -- emitted the trace. No dedupe and no tree here: `steps` builds on this.
 --
 -- step_kind is one of llm / tool / agent / reason / workflow / other, respond (only where
--- our own span says so: otel_assay.step(kind="respond")), or 'structural' for
+-- our own span says so: otel_assay.step(kind="respond"), smolagents' final_answer), or 'structural' for
 -- spans that are not agent steps (LangGraph plumbing, Traceloop tasks, OpenInference and
 -- LangSmith chains below the root, AutoGen runtime messaging, our own trial root, plain
 -- spans with no GenAI markers). Structural spans stay in the tree so parentage can skip
@@ -15,7 +15,9 @@
 -- traceloop.span.kind / llm.request.type; else langsmith.span.kind; else an LLM-looking
 -- legacy span (gen_ai.system with a model); else structural. Dual-emitting
 -- instrumentations (OpenInference with OPENINFERENCE_ENABLE_GENAI_SEMCONV,
--- Traceloop >= 0.5) agree between their dialects.
+-- Traceloop >= 0.5) agree between their dialects. Two exceptions come before the
+-- operation name, where a library writes one that says less than its own marker:
+-- Traceloop's workflow span and LangSmith's prompt runs (operation `chat`).
 --
 -- Values come from typed columns first (the lake promotes gen_ai.* keys of the current
 -- convention), then from the map for every older or foreign key. Lookups sit inside
@@ -26,6 +28,39 @@
 -- this view reads lake_spans, the files as bound, rather than the `spans` view.
 -- span_file is the file alone (an index into the engine's file list): steps.sql leaves
 -- out the files whose steps a step file holds by it, so DuckDB does not read them.
+--
+-- Operation names are read by a deliberate list, not by a pattern: the GenAI conventions'
+-- names, and the names other libraries write in their place. LiteLLM writes its call type
+-- (`acompletion` for every async call, `atext_completion`, `aresponses`, ...): read as
+-- `other`, each such call vanished and the trial became an empty run. A name that
+-- known_operation() does not know is unknown: the span is no step (it is decided by the
+-- span's other markers, if any), and `trials` counts such spans (n_unknown_ops), so that a
+-- trial emptied by a name otel-assay cannot read says so.
+
+-- a model call that produces a turn (an llm step, which carries tokens and cost)
+CREATE OR REPLACE MACRO generation_operations() AS [
+    'chat', 'text_completion', 'generate_content',
+    -- LiteLLM's call types (its sync `completion` is written as chat)
+    'completion', 'acompletion', 'atext_completion', 'agenerate_content', 'responses', 'aresponses',
+    'anthropic_messages', 'aanthropic_messages'];
+
+-- a step of kind `other`: agent set-up, retrieval, memory, and model calls that produce no
+-- turn (embeddings, reranking, moderation, media: LiteLLM's names for them too)
+CREATE OR REPLACE MACRO other_operations() AS [
+    'create_agent', 'embeddings', 'retrieval', 'create_memory_store', 'search_memory', 'create_memory',
+    'update_memory', 'upsert_memory', 'delete_memory', 'delete_memory_store',
+    'embedding', 'aembedding', 'rerank', 'arerank', 'moderation', 'amoderation', 'image_generation',
+    'aimage_generation', 'transcription', 'atranscription', 'speech', 'aspeech'];
+
+-- every operation name the mapping knows: the two lists, the names of the other kinds,
+-- and names whose span is no step (LangSmith's chain and parser run types, which its
+-- run kind decides; CrewAI's and OpenLLMetry's task spans). Tested as a subquery: DuckDB
+-- compares a list of constants one by one, and a subquery is one hash lookup (`trials`
+-- tests every span: a quarter of the time on the 1M-span bench lake)
+CREATE OR REPLACE MACRO known_operation(op) AS op IN (SELECT unnest(
+    generation_operations() || other_operations()
+    || ['execute_tool', 'invoke_agent', 'invoke_workflow', 'plan', 'chain', 'parser', 'execute_task']));
+
 CREATE OR REPLACE VIEW span_kinds AS
 WITH marked AS (
     SELECT
@@ -43,6 +78,8 @@ classified AS (
         m.*,
         CASE
             WHEN scope_name ILIKE 'otel_assay%' OR scope_name ILIKE 'otel-assay%' THEN 'otel_assay'
+            -- LiteLLM writes the GenAI keys, plus OpenLLMetry's llm.request.type
+            WHEN scope_name = 'litellm' THEN 'otel_genai'
             WHEN oi_kind IS NOT NULL OR scope_name ILIKE 'openinference%' THEN 'openinference'
             WHEN tl_kind IS NOT NULL
               OR scope_name IN ('opentelemetry.instrumentation.langchain', 'opentelemetry.instrumentation.crewai',
@@ -59,16 +96,23 @@ classified AS (
             -- Traceloop marks the graph run twice (`invoke_agent <graph>` and `<graph>.workflow`,
             -- both with operation invoke_agent); the workflow span is the run as a whole
             WHEN tl_kind = 'workflow' THEN 'workflow'
-            WHEN op_name IN ('chat', 'text_completion', 'generate_content') THEN 'llm'
-            WHEN op_name = 'execute_tool' THEN 'tool'
+            -- LangSmith derives its operation name from the run type and writes `chat` on
+            -- prompt-template runs too: formatting a template calls no model
+            WHEN ls_kind = 'prompt' THEN 'other'
+            WHEN op_name IN (SELECT unnest(generation_operations())) THEN 'llm'
+            -- our smolagents adapter records final_answer as the tool call it is in smolagents,
+            -- marked as the answer (assay.step.kind=respond): the answer, not a tool step
+            WHEN op_name = 'execute_tool' THEN
+                CASE WHEN scope_name ILIKE 'otel_assay%' AND attributes['assay.step.kind'] = 'respond' THEN 'respond'
+                     ELSE 'tool' END
             WHEN op_name = 'invoke_agent' THEN 'agent'
             WHEN op_name = 'invoke_workflow' THEN 'workflow'
             WHEN op_name = 'plan' THEN 'reason'
             -- CrewAI native names its reasoning span, it has no standard operation
             WHEN name = 'agent reasoning' AND scope_name ILIKE 'crewai%' THEN 'reason'
-            WHEN op_name IN ('create_agent', 'embeddings', 'retrieval', 'create_memory_store', 'search_memory',
-                             'create_memory', 'update_memory', 'upsert_memory', 'delete_memory',
-                             'delete_memory_store') THEN 'other'
+            -- embeddings and the like are model calls, but no turn of the agent: their tokens
+            -- are not the trial's (only llm steps carry tokens)
+            WHEN op_name IN (SELECT unnest(other_operations())) THEN 'other'
             -- our own spans say what they are: otel_assay.step's `other` (its default) and
             -- `respond` kinds, and the Agents SDK's guardrails and handoffs, have no operation
             WHEN op_name IS NULL AND (scope_name ILIKE 'otel_assay%' OR scope_name ILIKE 'otel-assay%')
@@ -83,7 +127,7 @@ classified AS (
             WHEN tl_kind = 'tool' THEN 'tool'
             WHEN tl_kind = 'agent' THEN 'agent'
             WHEN tl_kind = 'workflow' THEN 'workflow'
-            WHEN tl_kind IN ('llm:chat', 'llm:completion') THEN 'llm'
+            WHEN tl_kind LIKE 'llm:%' AND substr(tl_kind, 5) IN (SELECT unnest(generation_operations())) THEN 'llm'
             WHEN tl_kind LIKE 'llm:%' THEN 'other'
             WHEN tl_kind IS NOT NULL THEN 'structural'
             WHEN ls_kind = 'llm' THEN 'llm'
@@ -110,7 +154,7 @@ kinded AS (
         END AS llm_provider,
         -- the parts of the output messages (semconv layout), read once for the answer text
         -- and for whether the model asked for tools
-        CASE WHEN step_kind IN ('llm', 'agent', 'workflow') AND json_valid(attributes['gen_ai.output.messages']) THEN
+        CASE WHEN step_kind IN ('llm', 'agent', 'workflow', 'respond') AND json_valid(attributes['gen_ai.output.messages']) THEN
             CAST(json_extract(attributes['gen_ai.output.messages'], '$[*].parts[*]') AS JSON[])
         END AS output_parts
     FROM classified
@@ -186,6 +230,8 @@ SELECT
     END AS output_tokens,
     CASE WHEN step_kind = 'llm' THEN
         coalesce(TRY_CAST(attributes['llm.cost.total'] AS DOUBLE),
+                 -- LiteLLM's own price of the call
+                 TRY_CAST(attributes['gen_ai.cost.total_cost'] AS DOUBLE),
                  TRY_CAST(attributes['llm.cost.prompt'] AS DOUBLE) + TRY_CAST(attributes['llm.cost.completion'] AS DOUBLE))
     END AS cost_attr_usd,
     CASE WHEN status_code = 2 OR attributes['gen_ai.task.status'] = 'failure' THEN 'error' ELSE 'ok' END AS status,
@@ -218,6 +264,10 @@ SELECT
         WHEN step_kind = 'tool' THEN coalesce(
             attributes['gen_ai.tool.call.result'], attributes['output.value'], attributes['traceloop.entity.output'],
             CASE WHEN source_convention = 'langsmith' THEN attributes['gen_ai.completion'] END)
+        -- a marked answer: its output messages (otel_assay.step), or the final_answer tool's result
+        WHEN step_kind = 'respond' THEN coalesce(
+            list_filter(output_parts, lambda p: p->>'type' = 'text')[-1]->>'content',
+            attributes['gen_ai.tool.call.result'])
     END AS output_text,
     -- did the LLM ask for tools? NULL when the span does not say
     CASE WHEN step_kind = 'llm' THEN coalesce(

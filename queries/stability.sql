@@ -3,8 +3,18 @@
 -- between tools, looping on a call, burning tokens) with no error to show for it. Each
 -- is in [0, 1], higher = more stable; heuristics, "look here" signals.
 --
---   tool_usage_stability  1 - (distinct tools - 1) / (tool calls - 1), clamped; 1 with
---                         fewer than two calls. Low when the agent thrashes across tools.
+--   tool_usage_stability  1 - (distinct tools - 1) / distinct calls, clamped; 1 without
+--                         calls. Low when the agent thrashes across a fresh tool on nearly
+--                         every call. Two changes to the formula it follows, 1 - (distinct
+--                         tools - 1) / (calls - 1): (a) over calls, not calls - 1: with
+--                         calls - 1 a run that called two tools once each scored 0 and
+--                         was flagged, a single switch read as a fresh tool on every call;
+--                         one switch in two calls is half, on the floor and not below it,
+--                         and a long run scores as before. (b) over distinct calls (tool,
+--                         arguments): a repeated call is not progress, and counting it
+--                         made a run that repeats calls look more concentrated, so more
+--                         stable, than the healthy run it regressed from. Repeats are
+--                         redundancy's to catch.
 --   response_consistency  1 - min(1, cv) of the character counts of the assistant turns
 --                         (LLM calls that returned text; a turn that only called tools is
 --                         not a response, and counting it as 0 characters would flag
@@ -41,8 +51,8 @@ turns AS (
 ),
 scored AS (
     SELECT t.trace_id, t.scenario, t.version, t.run_id,
-        CASE WHEN coalesce(c.tool_calls, 0) < 2 THEN 1.0
-             ELSE greatest(0.0, least(1.0, 1 - (c.distinct_tools - 1) / (c.tool_calls - 1))) END
+        CASE WHEN coalesce(c.distinct_calls, 0) = 0 THEN 1.0
+             ELSE greatest(0.0, least(1.0, 1 - (c.distinct_tools - 1) / c.distinct_calls)) END
             AS tool_usage_stability,
         CASE WHEN coalesce(u.n_turns, 0) < 2 OR u.mean_chars = 0 THEN 1.0
              ELSE 1 - least(1.0, u.sd_chars / u.mean_chars) END AS response_consistency,

@@ -24,7 +24,7 @@
 --                             ('price_table'); NULL when neither knows the model
 --   status                    'ok' or 'error'
 --
--- Three rules need the whole trial, which is why this is one query:
+-- Four rules need the whole trial, which is why this is one query:
 -- (1) a span id that occurs twice (retransmission, broken emitter) is kept once, the
 --     earliest, so that parent links form a forest and the recursion terminates;
 -- (2) a step emitted by two instrumentations counts once (AutoGen's native spans next to
@@ -39,6 +39,11 @@
 --     Parquet rescans the files at every level, several times slower on a large lake).
 --     Roots are spans without a parent, or whose parent is not in the lake (orphans).
 --     Spans whose parent chain loops never meet a root; they are treated as top level.
+-- (4) a model call one convention reports twice, nested (OpenLit's LangChain span around
+--     its OpenAI span), counts once: an LLM step whose only child step is an LLM step of
+--     the same convention and model (or one of them names none), itself without child
+--     steps, is that call; the inner, provider-level span is kept in the outer one's place
+--     (the outer one's tokens are estimated or repeat the inner one's).
 --
 -- Cost: the lake is read once (`base`); the tree, the order and the dedupe work on narrow
 -- rows (integer keys) and the wide columns join back once at the end, by row id.
@@ -165,17 +170,58 @@ donors AS (
     FROM judged j JOIN base b ON b.rid = j.rid
     GROUP BY 1
 ),
+-- the steps of rule (2)'s clusters that hold a duplicate from another convention
+cross_judged AS (
+    SELECT rid FROM judged
+    QUALIFY bool_or(duplicate) OVER (PARTITION BY tk, step_kind, identity, cluster)
+),
+-- rule (4): one convention reporting one model call twice, nested (OpenLit's LangChain
+-- span around its OpenAI span; OpenInference's LangChain and OpenAI instrumentors): an
+-- LLM span whose only child step is an LLM span of the same convention and model (or one
+-- of them names none), which itself has no child step, is that call. The inner span is
+-- kept: it is the provider's report (the wrapper's tokens are estimated, or repeat it).
+-- Pairs that rule (2) already judged are left to it
+llm_nest AS (
+    SELECT w.rid AS w_rid, w.tk, w.sk AS w_sk, p.rid AS p_rid, p.sk AS p_sk, p.span_id AS p_span_id,
+           p.agent_here AS p_agent
+    FROM (SELECT * FROM core WHERE step_kind = 'llm' AND pk IS NOT NULL) p
+    JOIN (SELECT * FROM core WHERE step_kind = 'llm') w ON w.tk = p.tk AND w.sk = p.pk AND w.priority = p.priority
+),
+child_steps AS (
+    SELECT c.tk, c.pk, count(*) AS n
+    FROM core c
+    SEMI JOIN (SELECT tk, w_sk AS sk FROM llm_nest UNION ALL SELECT tk, p_sk FROM llm_nest) x
+      ON x.tk = c.tk AND x.sk = c.pk
+    WHERE c.step_kind <> 'structural'
+    GROUP BY c.tk, c.pk
+),
+wrapped AS (
+    SELECT n.w_rid AS d_rid, n.p_rid AS k_rid, n.p_span_id AS k_span_id, n.p_agent AS k_agent
+    FROM llm_nest n
+    JOIN base bw ON bw.rid = n.w_rid
+    JOIN base bp ON bp.rid = n.p_rid
+    JOIN child_steps cw ON cw.tk = n.tk AND cw.pk = n.w_sk AND cw.n = 1
+    ANTI JOIN child_steps cp ON cp.tk = n.tk AND cp.pk = n.p_sk
+    WHERE bw.source_convention = bp.source_convention
+      AND (bw.model IS NULL OR bp.model IS NULL OR lower(bw.model) = lower(bp.model)
+           -- a dated snapshot of the other's model (gpt-4o-2024-08-06)
+           OR starts_with(lower(bp.model), lower(bw.model) || '-') OR starts_with(lower(bw.model), lower(bp.model) || '-'))
+      AND n.w_rid NOT IN (SELECT rid FROM cross_judged) AND n.p_rid NOT IN (SELECT rid FROM cross_judged)
+),
 -- a dropped duplicate whose only replacement is its direct child (OpenInference's AGENT
--- or TOOL span around AutoGen's own): the pair is one step, so in the tree the outer span
--- stands for the kept one. The kept step sits where the outer span is, and the outer
--- span's other children (an LLM call under OpenInference's AGENT span) are children of
--- the kept step rather than of whatever step is above the pair
+-- or TOOL span around AutoGen's own, and the wrapped model calls of rule 4): the pair is
+-- one step, so in the tree the outer span stands for the kept one. The kept step sits
+-- where the outer span is, and the outer span's other children (an LLM call under
+-- OpenInference's AGENT span) are children of the kept step rather than of whatever step
+-- is above the pair
 aliases AS (
     SELECT jd.rid AS d_rid, mk.rid AS k_rid, ck.span_id AS k_span_id, ck.agent_here AS k_agent
     FROM judged jd
     JOIN merged mk ON mk.cluster_key = (jd.tk, jd.step_kind, jd.identity, jd.cluster)
     JOIN core ck ON ck.rid = mk.rid
     WHERE jd.duplicate AND ck.pk = jd.sk
+    UNION ALL
+    SELECT * FROM wrapped
 ),
 -- the tree: every span once, with whether it is a step (out_rid: the step an aliased
 -- duplicate stands for)

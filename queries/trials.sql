@@ -1,7 +1,8 @@
 -- trials: one row per trace (a trial is one trace: the capture API opens one root span per
 -- trial, so the trace id is the trial id), steps rolled up; except
--- traces made only of the gate's own verdict spans (scope otel_assay.gate) or of agent
--- set-up (create_agent) spans.
+-- traces made only of the gate's own verdict spans (scope otel_assay.gate) or of set-up:
+-- agents built (create_agent spans) or prompt templates formatted (LangSmith prompt runs)
+-- outside any run.
 --
 --   trace_id, run_id, scenario, version, trial_index
 --       from the assay.* attributes (on every span of a trial; the earliest span that has
@@ -36,6 +37,11 @@
 --                   NULL when the LLM calls report no usage)
 --   cost_usd        summed over LLM calls; NULL if any LLM call could not be priced, so
 --                   an unknown model never looks free
+--   labelled        whether a label (trial_labels) applies to the trial
+--   n_unknown_ops   spans whose gen_ai.operation.name the step mapping does not know
+--                   (known_operation() in span_kinds.sql): they are no steps, so a trial
+--                   whose work is all such spans is classed empty-run. Not 0 means the
+--                   trial's counts may miss work: the gate says so in a note
 CREATE OR REPLACE VIEW trials AS
 WITH span_aggregates AS (
     SELECT
@@ -71,8 +77,14 @@ WITH span_aggregates AS (
         -- the gate's own verdicts written back into the lake (gate --emit-otel lake)
         bool_and(scope_name IS NOT DISTINCT FROM 'otel_assay.gate') AS gate_record,
         -- an agent built outside any trial: AutoGen records each construction as a trace of
-        -- one create_agent span, set-up rather than a run (each was listed as an empty run)
-        bool_and(op IS NOT DISTINCT FROM 'create_agent') AS setup_record
+        -- one create_agent span, set-up rather than a run (each was listed as an empty run).
+        -- Likewise a prompt template formatted outside any run: LangSmith traces it alone.
+        -- The CASE looks the map up only on LangSmith's spans
+        -- spans whose operation name the step mapping does not know (span_kinds.sql): no
+        -- steps, so such a trial may look empty only because otel-assay cannot read it
+        count(*) FILTER (WHERE op IS NOT NULL AND NOT known_operation(op)) AS n_unknown_ops,
+        bool_and(CASE WHEN scope_name = 'langsmith' THEN coalesce(attributes['langsmith.span.kind'] = 'prompt', false)
+                      ELSE op IS NOT DISTINCT FROM 'create_agent' END) AS setup_record
     FROM spans
     -- spans without a trace id (a foreign file's) are no trial: grouped together they made
     -- one fake trial, without steps, that pass rates counted as an empty run of its scenario
@@ -147,6 +159,7 @@ joined AS (
         coalesce(st.n_llm, 0) AS n_llm,
         coalesce(st.n_tool, 0) AS n_tool,
         coalesce(st.n_errors, 0) AS n_errors,
+        f.n_unknown_ops,
         CAST(CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0 ELSE st.input_tokens END AS BIGINT) AS input_tokens,
         CAST(CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0 ELSE st.output_tokens END AS BIGINT) AS output_tokens,
         CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0.0 WHEN st.n_unpriced > 0 THEN NULL ELSE st.cost_usd END AS cost_usd,
@@ -175,5 +188,5 @@ SELECT
          WHEN outcome = 'pass' THEN true
          WHEN outcome = 'fail' THEN false END AS passed,
     started_at, start_time_unix_nano, duration_ns,
-    n_spans, n_steps, n_llm, n_tool, n_errors, input_tokens, output_tokens, cost_usd, labelled
+    n_spans, n_steps, n_llm, n_tool, n_errors, input_tokens, output_tokens, cost_usd, labelled, n_unknown_ops
 FROM classified;

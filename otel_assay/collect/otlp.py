@@ -252,7 +252,12 @@ def _json_int(v: Any, what: str) -> int:
     if isinstance(v, int):
         return v
     if isinstance(v, str):
-        return int(v)
+        try:
+            return int(v)
+        except ValueError:
+            # int()'s own message ("invalid literal for int() with base 10") names Python,
+            # not the field; the value is quoted short, as reject reasons are kept and counted
+            raise ValueError(f"{what} must be an integer or a decimal string, not {v[:40]!r}") from None
     if isinstance(v, float) and v.is_integer():
         return int(v)
     raise ValueError(f"{what} must be an integer or a decimal string")
@@ -263,7 +268,11 @@ def _json_enum(v: Any, names: dict[str, int], what: str) -> int:
         return 0
     if isinstance(v, str) and v in names:  # MessageToDict writes enum names
         return names[v]
-    return _json_int(v, what)
+    try:
+        return _json_int(v, what)
+    except ValueError:
+        raise ValueError(f"{what} {str(v)[:40]!r} is none of {', '.join(names)} "
+                         f"(nor their numbers 0-{max(names.values())})") from None
 
 
 def _json_id(v: Any, nbytes: int) -> str:

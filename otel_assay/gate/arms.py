@@ -14,7 +14,7 @@ from .result import Arm
 
 def arm_trials(eng, table: str) -> dict[str, np.ndarray]:
     t = eng.query(f"SELECT trace_id, scenario, trial_index, counted, passed, error_class, "
-                  f"start_time_unix_nano FROM trials SEMI JOIN {table} USING (trace_id) "
+                  f"start_time_unix_nano, n_unknown_ops FROM trials SEMI JOIN {table} USING (trace_id) "
                   f"ORDER BY scenario, start_time_unix_nano, trace_id")
     cols = {name: t.column(name).to_numpy(zero_copy_only=False) for name in t.column_names}
     return cols

@@ -130,7 +130,8 @@ def fingerprint_checks(results, fp_b, fp_c, complete_b: set, complete_c: set, cf
               # a pooled SD of rounding noise (a feature constant within each arm) gives an
               # astronomically large smd: it means "separated", which null (±inf) says
               "top_features": [{"name": f.name, "smd": None if not abs(f.smd) < 1e6 else f.smd,
-                                "baseline_mean": f.baseline_mean, "candidate_mean": f.candidate_mean}
+                                "baseline_mean": f.baseline_mean, "candidate_mean": f.candidate_mean,
+                                "baseline_sd": f.baseline_sd, "candidate_sd": f.candidate_sd}
                                for f in h.top_features],
               "excluded_features": excluded + missing}
         if h.verdict is stats.Verdict.INCONCLUSIVE:

@@ -197,6 +197,31 @@ def _read_trials(cand: _Side, base: _Side | None, separate: bool, cfg: GateConfi
     for side in sides:
         side.scenarios = by_scenario(side.cols)
         side.stability = stability_scores(side.eng, side.table, cfg.stability_floor)
+    notes += _unknown_operation_notes(sides)
+
+
+def _unknown_operation_notes(sides: list[_Side]) -> list[str]:
+    """Spans whose operation name the step mapping does not know are no steps, so a trial
+    made of them is an empty run, left out of the pass rates for a reason that is
+    otel-assay's, not the agent's: say so, with the names, rather than let it pass silently."""
+    n_spans = n_trials = n_empty = 0
+    names: set[str] = set()
+    for side in sides:
+        counts = side.cols["n_unknown_ops"]
+        unknown = counts > 0
+        if not unknown.any():
+            continue
+        n_spans += int(counts.sum())
+        n_trials += int(unknown.sum())
+        n_empty += sum(c == "empty-run" for c in side.cols["error_class"][unknown])
+        names.update(r[0] for r in side.eng.rows(
+            f"SELECT DISTINCT op FROM spans SEMI JOIN {side.table} USING (trace_id) "
+            "WHERE op IS NOT NULL AND NOT known_operation(op) ORDER BY op LIMIT 10"))
+    if not n_spans:
+        return []
+    return [f"{n_spans} spans in {n_trials} trials have an operation name (gen_ai.operation.name) otel-assay "
+            f"does not read as a step: {', '.join(sorted(names))}; {n_empty} of those trials have no LLM or tool "
+            "step and count as empty runs, left out of the pass rates"]
 
 
 def _scenario_results(cand: _Side, base: _Side | None, cfg: GateConfig, notes: list[str]) -> list[ScenarioResult]:

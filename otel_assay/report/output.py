@@ -22,11 +22,18 @@ FORMATS = ("table", "csv", "json")
 def feature_shift(f: dict[str, Any], unit: str = "") -> str:
     """How far a fingerprint feature moved: in standard deviations, or, where there is no
     spread to measure against (``smd`` null: a feature constant within an arm), from its
-    baseline mean to its candidate mean, which says the direction an infinity would not."""
-    if f.get("smd") is not None:
-        return format(f["smd"], "+.2f") + unit
+    baseline mean to its candidate mean, which says the direction an infinity would not.
+    A feature constant in the baseline alone is shown the same way, saying so: its SDs are
+    the candidate's spread only (a baseline of 6 steps every time against 4 or 5 read as
+    "-207 SD", a number that says nothing about how far the baseline is)."""
     b, c = f.get("baseline_mean"), f.get("candidate_mean")
-    if isinstance(b, (int, float)) and isinstance(c, (int, float)) and math.isfinite(b) and math.isfinite(c):
+    means = (isinstance(b, (int, float)) and isinstance(c, (int, float)) and math.isfinite(b)
+             and math.isfinite(c))
+    if f.get("smd") is not None:
+        if means and f.get("baseline_sd") == 0 and f.get("candidate_sd"):
+            return f"{b:.3g}→{c:.3g}, constant in the baseline"
+        return format(f["smd"], "+.2f") + unit
+    if means:
         return f"{b:.3g}→{c:.3g}"
     return "±inf"
 

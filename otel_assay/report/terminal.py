@@ -62,9 +62,11 @@ def _detail(check) -> list[str]:
             lines[-1] += f", pairs {s['regressions']} worse / {s['improvements']} better"
         return lines
     if check.name == "fingerprint" and s:
-        t2 = "inf" if s["t2"] is None else f"{s['t2']:.1f}"
+        # an infinite T² is no size: the arms do not overlap at all along the shift
+        t2 = ("T² unbounded: the arms separate completely (no spread within them along the shift)"
+              if s["t2"] is None else f"T²={s['t2']:.1f}")
         crit = "" if s.get("t2_critical") is None else f" (crit {s['t2_critical']:.1f})"
-        lines = [f"T²={t2}{crit}, p={_p(s['pvalue'])} (adj {_p(s['pvalue_adjusted'])}), d_eff={s['d_eff']}, "
+        lines = [f"{t2}{crit}, p={_p(s['pvalue'])} (adj {_p(s['pvalue_adjusted'])}), d_eff={s['d_eff']}, "
                  f"{s['method']}"]
         if s.get("min_detectable_shift") is not None:
             lines[-1] += f", min shift {s['min_detectable_shift']:.2f} SD"

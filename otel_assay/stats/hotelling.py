@@ -43,12 +43,16 @@ _MATMUL_ROWS = 1024
 @dataclass(frozen=True)
 class FeatureShift:
     """How far one feature moved: standardised mean difference (candidate - baseline) / pooled
-    within-arm SD (Cohen's d; +-inf when both arms are constant at different values)."""
+    within-arm SD (Cohen's d; +-inf when both arms are constant at different values). The
+    arms' own SDs tell a report when the pooled SD is one arm's spread alone (the other arm
+    constant), where "-207 SD" says less than "6 -> 4.2, constant in the baseline"."""
 
     name: str
     smd: float
     baseline_mean: float
     candidate_mean: float
+    baseline_sd: float = 0.0
+    candidate_sd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -247,7 +251,9 @@ def _top_features(xb, xc, names, top_k, col_scale) -> tuple[FeatureShift, ...]:
         smd = np.where(pooled > 0, diff / np.where(pooled > 0, pooled, 1.0),
                        np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
     order = np.argsort(-np.abs(smd), kind="stable")[:top_k]
-    return tuple(FeatureShift(names[i], float(smd[i]), float(mb[i] * col_scale[i]), float(mc[i] * col_scale[i]))
+    sd_b, sd_c = xb.std(axis=0), xc.std(axis=0)
+    return tuple(FeatureShift(names[i], float(smd[i]), float(mb[i] * col_scale[i]), float(mc[i] * col_scale[i]),
+                              float(sd_b[i] * col_scale[i]), float(sd_c[i] * col_scale[i]))
                  for i in order)
 
 

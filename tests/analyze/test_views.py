@@ -183,6 +183,41 @@ def test_recovery_rate_counts_only_later_successes_of_the_same_tool(tmp_path, op
     assert f == {"error_flag": 1.0, "recovery_rate": pytest.approx(2 / 3)}
 
 
+# hand-built runs of tool calls (name, arguments) and their known tool_usage_stability,
+# redundancy and drift flags (no LLM calls: response consistency and cost per progress are 1)
+STABILITY_RUNS = {
+    # a healthy run that calls two tools once each: one switch in two calls, on the floor
+    "two tools once each": ([("lookup", '{"q":1}'), ("refund", '{"id":1}')], 0.5, 1.0, []),
+    # the same run regressed into repeating a call: no more stable than the healthy run,
+    # and the repeat is redundancy's (2 distinct of 3 calls)
+    "a call repeated": ([("lookup", '{"q":1}'), ("lookup", '{"q":1}'), ("refund", '{"id":1}')], 0.5, 2 / 3, []),
+    # thrashing: a fresh tool on every call
+    "six tools once each": ([(f"t{i}", "{}") for i in range(6)], 1 - 5 / 6, 1.0, ["tool_usage_stability"]),
+    "one tool, new arguments each time": ([("search", f'{{"q":{i}}}') for i in range(5)], 1.0, 1.0, []),
+    "two tools four times each": ([(t, f'{{"n":{i}}}') for t in ("lookup", "refund") for i in range(4)],
+                                  1 - 1 / 8, 1.0, []),
+    "one call": ([("lookup", "{}")], 1.0, 1.0, []),
+    "the same call looped": ([("lookup", "{}")] * 4, 1.0, 0.25, ["redundancy"]),
+}
+
+
+def test_stability_of_hand_built_runs(tmp_path, open_engine):
+    spans = []
+    for n, (calls, *_) in enumerate(STABILITY_RUNS.values(), start=1):
+        spans.append(span(n, 1, None, "assay.trial s", 0, 100, {**A}))
+        spans += [span(n, 2 + i, 1, f"execute_tool {name}", 1 + i, 2 + i, tool(name, args))
+                  for i, (name, args) in enumerate(calls)]
+    eng = open_engine(write_lake(tmp_path, spans))
+    got = {name: rows(eng, "SELECT * FROM stability WHERE trace_id = ?", [tid(n)])[0]
+           for n, name in enumerate(STABILITY_RUNS, start=1)}
+    for name, (_, usage, redundancy, flags) in STABILITY_RUNS.items():
+        g = got[name]
+        assert (g["tool_usage_stability"], g["redundancy"], g["drift_flags"]) == (
+            pytest.approx(usage), pytest.approx(redundancy), flags), name
+        assert (g["response_consistency"], g["cost_per_progress"]) == (1.0, 1.0), name
+    assert got["a call repeated"]["weakest_score"] <= got["two tools once each"]["weakest_score"]
+
+
 def test_fingerprint_matrix_tool_vocabulary(open_engine, lake):
     eng = open_engine(lake)
     m = fingerprint_matrix(eng, vocabulary=["add", "search", "never_used"]).to_pylist()
@@ -198,7 +233,7 @@ def test_fingerprint_matrix_tool_vocabulary(open_engine, lake):
 def test_stability(open_engine, lake):
     eng = open_engine(lake)
     s = rows(eng, "SELECT * FROM stability WHERE trace_id = ?", [tid(1)])[0]
-    assert s["tool_usage_stability"] == pytest.approx(1 - (2 - 1) / (3 - 1))
+    assert s["tool_usage_stability"] == pytest.approx(1 - (2 - 1) / 2)   # add twice with the same arguments, search
     assert s["redundancy"] == pytest.approx(2 / 3)
     assert s["cost_per_progress"] == 1.0        # 345 tokens / 2 distinct calls < 2000
     # the two texts ('hmm' and TEXT) differ a lot in length: see test_response_consistency_cv

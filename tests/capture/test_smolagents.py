@@ -303,3 +303,19 @@ def test_an_implicit_trial_that_reached_max_steps_is_a_counted_failure(tmp_path)
     assert [tuple(r.values()) for r in rows] == [("pass", None, True, True),
                                                  ("fail", "max-steps", True, False),   # run()
                                                  ("fail", "max-steps", True, False)]   # run(stream=True)
+
+
+def test_final_answer_is_the_respond_step_not_a_tool(lake):
+    # the adapter marks final_answer assay.step.kind=respond: it is the answer, not a tool
+    # call (counted as one, every smolagents run had one tool call too many and no answer)
+    (tr,) = trial_spans(lake, "multi-step")
+    tid = tr[0]["trace_id"]
+    st = query(lake, "SELECT step_kind, tool_name, output_text, llm_call FROM steps WHERE trace_id = ? ORDER BY seq",
+               [tid])
+    assert [(s["step_kind"], s["tool_name"]) for s in st] == [
+        ("agent", None), ("llm", None), ("tool", "add"), ("llm", None), ("tool", "add"), ("llm", None),
+        ("respond", None)]
+    assert st[-1]["output_text"] == "15" and not st[-1]["llm_call"]
+    (t,) = query(lake, "SELECT n_steps, n_llm, n_tool, input_tokens, output_tokens FROM trials WHERE trace_id = ?",
+                 [tid])
+    assert t == {"n_steps": 7, "n_llm": 3, "n_tool": 2, "input_tokens": 11 + 21 + 31, "output_tokens": 5 + 6 + 7}

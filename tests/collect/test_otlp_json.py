@@ -177,6 +177,24 @@ def test_a_reject_reason_does_not_quote_a_huge_bad_value():
     assert b.rejected == 1 and max(len(r) for r in b.reject_reasons) < 1000
 
 
+@pytest.mark.parametrize("bad, reason", [
+    ({"kind": "SPAN_KIND_BOGUS"}, "kind 'SPAN_KIND_BOGUS' is none of SPAN_KIND_UNSPECIFIED, SPAN_KIND_INTERNAL, "
+                                  "SPAN_KIND_SERVER, SPAN_KIND_CLIENT, SPAN_KIND_PRODUCER, SPAN_KIND_CONSUMER "
+                                  "(nor their numbers 0-5)"),
+    ({"status": {"code": "ERROR"}}, "status.code 'ERROR' is none of STATUS_CODE_UNSET, STATUS_CODE_OK, "
+                                    "STATUS_CODE_ERROR (nor their numbers 0-2)"),
+    ({"startTimeUnixNano": "soon"}, "startTimeUnixNano must be an integer or a decimal string, not 'soon'"),
+])
+def test_a_reject_reason_names_the_field_not_pythons_int(bad, reason):
+    # the reason was int()'s "invalid literal for int() with base 10: 'SPAN_KIND_BOGUS'"
+    d = doc([])
+    d["resourceSpans"][0]["scopeSpans"][0]["spans"][0].update(bad)
+    b = SpanBatch()
+    add_json(d, b)
+    assert b.rejected == 1
+    assert [r.split(": ", 1)[1] for r in b.reject_reasons] == [reason]
+
+
 def test_null_strings_are_empty_not_the_text_none():
     row_doc = doc([{"key": "s", "value": {"stringValue": None}}, {"key": None, "value": {"intValue": 1}}],
                   name=None, events=[{"timeUnixNano": "1544712660000000000", "name": None}])

@@ -32,7 +32,8 @@ def write_trials(lake: Path, trials: list[dict], seed: int = 0, *, id_seed: int 
     """One trace per trial: ``{"scenario", "version", "outcome" ("pass"/"fail"/None),
     "tools": [...], "cost": the LLM span's llm.cost.total (optional), "follow_up": (relation,
     index of an earlier trial in ``trials``) for a metamorphic follow-up (optional), "error_class"
-    (optional), "usage": False for an LLM call that reports no token counts (optional)}``;
+    (optional), "usage": False for an LLM call that reports no token counts (optional), "operation":
+    the LLM span's gen_ai.operation.name (optional, default chat)}``;
     ``scenario=None`` writes a plain trace with no assay.* attributes. ``id_seed``: ids from
     a seeded generator instead of the SDK's random ones (a test that needs an exact p-value)."""
     rng = random.Random(seed)
@@ -56,7 +57,7 @@ def write_trials(lake: Path, trials: list[dict], seed: int = 0, *, id_seed: int 
         with tracer.start_as_current_span(f"assay.trial {t.get('scenario')}", attributes=root_attrs) as root:
             trace_ids.append(format(root.get_span_context().trace_id, "032x"))
             with tracer.start_as_current_span("chat m", attributes={
-                    **common, "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                    **common, "gen_ai.operation.name": t.get("operation", "chat"), "gen_ai.request.model": "m",
                     **({"gen_ai.usage.input_tokens": rng.randint(100, 200),
                         "gen_ai.usage.output_tokens": rng.randint(10, 30)} if t.get("usage", True) else {}),
                     **({"llm.cost.total": t["cost"]} if "cost" in t else {})}):

@@ -4,6 +4,7 @@ outcomes."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -47,6 +48,19 @@ def test_trials_without_outcome_are_judged_by_the_other_checks(results):
     assert checks["fingerprint"].verdict == "FAIL"  # lookup -> search
     assert r.decision == "block"
     assert any("no outcome" in n for n in r.notes)
+
+
+def test_trials_of_an_unknown_operation_name_are_named_in_a_note(tmp_path):
+    # a model call under an operation name otel-assay does not know is no step: without
+    # a tool call its trial is an empty run, left out of the pass rates; the report says so
+    trials = [{"scenario": "s", "version": "v1", "outcome": "pass", "index": i} for i in range(20)]
+    trials += [{"scenario": "s", "version": "v2", "outcome": "pass", "index": i,
+                **({"operation": "summon", "tools": []} if i % 4 == 0 else {})} for i in range(20)]
+    r = run_gate(write_trials(tmp_path / "lake", trials), baseline="version=v1", candidate="version=v2")
+    assert r.scenarios[0].candidate.excluded == {"empty-run": 5}
+    assert ("5 spans in 5 trials have an operation name (gen_ai.operation.name) otel-assay does not read as a "
+            "step: summon; 5 of those trials have no LLM or tool step and count as empty runs, left out of the "
+            "pass rates") in r.notes
 
 
 def test_blocked_result(results):
@@ -210,6 +224,46 @@ def test_a_feature_constant_within_each_arm_shows_where_it_moved(results, tmp_pa
     assert "tool:lookup 0.333→0" in text and "±inf" not in text
     write_html(r, tmp_path / "r.html")
     assert "tool:lookup (0.333→0)" in (tmp_path / "r.html").read_text()
+
+
+def test_a_feature_constant_in_the_baseline_alone_is_shown_in_its_units(tmp_path):
+    import io
+
+    from otel_assay.report.terminal import render
+
+    # every baseline trial calls lookup once (n_steps always 2); the candidate calls it once
+    # or twice: the SD of that shift is the candidate's spread alone, and it read "-207 SD"
+    trials = [{"scenario": "s", "version": "v1", "outcome": "pass", "index": i} for i in range(30)]
+    trials += [{"scenario": "s", "version": "v2", "outcome": "pass", "index": i,
+                "tools": ["lookup"] * (1 + i % 2)} for i in range(30)]
+    r = run_gate(write_trials(tmp_path / "lake", trials), baseline="version=v1", candidate="version=v2")
+    (fp,) = [c for c in r.scenarios[0].checks if c.name == "fingerprint"]
+    top = {f["name"]: f for f in fp.stats["top_features"]}
+    steps = top["n_steps"]
+    assert (steps["baseline_sd"], steps["baseline_mean"], steps["candidate_mean"]) == (0.0, 2.0, pytest.approx(2.5))
+    assert steps["candidate_sd"] > 0 and steps["smd"] is not None
+    out = io.StringIO()
+    render(r, out)
+    text = " ".join(out.getvalue().split())
+    assert "n_steps 2→2.5, constant in the baseline" in text
+    write_html(r, tmp_path / "r.html")
+    assert "n_steps (2→2.5, constant in the baseline)" in (tmp_path / "r.html").read_text()
+
+
+def test_an_unbounded_t2_is_said_in_words(results):
+    import io
+
+    from otel_assay.report.terminal import render
+
+    r = copy.deepcopy(results["blocked"])
+    for c in r.scenarios[0].checks:
+        if c.name == "fingerprint":
+            c.stats["t2"] = None   # how the check records an infinite T² (JSON has no infinity)
+    out = io.StringIO()
+    render(r, out)
+    text = " ".join(out.getvalue().split())
+    assert "T²=inf" not in text
+    assert "T² unbounded: the arms separate completely (no spread within them along the shift)" in text
 
 
 def test_emitting_into_a_lake_that_cannot_be_written_is_an_emit_error(results, tmp_path, monkeypatch):
