@@ -127,13 +127,21 @@ HARDER = {
 }
 
 
+def _installed(module: str) -> bool:
+    """Found, not imported: the emitter runs in a subprocess, and importing LiteLLM here
+    would fetch its price map over the network. find_spec imports the parent packages, and
+    raises when one of them is missing."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def _lake(name, tmp_path, live):
     if not live:
         return write_otlp_json(tmp_path / "lake", FIXTURES / f"{name}.json")
     for module in HARDER[name]:
-        # found, not imported: the emitter runs in a subprocess, and importing LiteLLM here
-        # would fetch its price map over the network
-        if importlib.util.find_spec(module) is None:
+        if not _installed(module):
             pytest.skip(f"{module} is not installed")
     env = {**os.environ, "OTEL_ASSAY_FIXTURE_DIR": str(tmp_path)}
     # record.py (not --child=) sets the emitter's environment (LangSmith's OTel mode, offline)
