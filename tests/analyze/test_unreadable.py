@@ -187,8 +187,15 @@ def test_glob_paths_matches_what_glob_matches(tmp_path_factory, tree, parts, tra
     root = tmp_path_factory.mktemp("tree")
     _make(root, tree)
     pattern = str(root) + "/" + "/".join(parts) + ("/" if trailing else "")
-    expected = sorted({Path(p) for p in glob.glob(pattern, recursive=True)})
+    # glob's one quirk left out: "FILE/**" gives "FILE/", a file as if it were a directory
+    expected = sorted({Path(p) for p in glob.glob(pattern, recursive=True) if not p.endswith("/") or os.path.isdir(p)})
     assert glob_paths(pattern) == expected
+
+
+def test_glob_paths_gives_no_file_for_a_directory_pattern(tmp_path):
+    (tmp_path / "b.parquet").write_text("")
+    assert glob.glob(str(tmp_path / "b.parquet" / "**"), recursive=True) == [str(tmp_path / "b.parquet") + "/"]
+    assert glob_paths(str(tmp_path / "b.parquet" / "**")) == []
 
 
 def test_glob_paths_relative_to_the_working_directory(tmp_path, monkeypatch):
