@@ -362,19 +362,24 @@ def _varint(data: bytes, i: int) -> tuple[int, int] | None:
     return None
 
 
-# The tags (field number and wire type 2) of ResourceSpans' fields: resource, scope_spans, schema_url
-_RESOURCE_SPANS_TAGS = (0x0A, 0x12, 0x1A)
+# The tags of ResourceSpans' fields (resource, scope_spans, schema_url: field numbers 1-3,
+# wire type 2), each with the tags its message's first field can have: Resource's
+# attributes, dropped_attributes_count, entity_refs; ScopeSpans' scope, spans, schema_url
+# (schema_url is text, anything)
+_RESOURCE_SPANS_FIELDS = {0x0A: (0x0A, 0x10, 0x1A), 0x12: (0x0A, 0x12, 0x1A), 0x1A: None}
 
 
 def _bare_message_start(head: bytes) -> bool:
     """Whether a file starting with ``head`` starts as one bare ExportTraceServiceRequest
     (or TracesData, the same bytes): the tag of field 1 (0x0a), the first ResourceSpans'
-    length, and within it only ResourceSpans' own fields, each of a length that fits, ending
-    exactly where that length says (or running past ``head``).
+    length, and within it only ResourceSpans' own fields, each of a length that fits and
+    each message starting with one of its own fields, ending exactly where that length says
+    (or running past ``head``).
 
     The walk, not the first byte alone, because 0x0a is also a newline and a length of 91 or
-    123 is "[" or "{": a message can begin as JSON text does, and text starting with blank
-    lines begins as a message does; neither keeps to the fields for long. As a length prefix
+    123 is "[" or "{": a message can begin as JSON text does ("\\n{\\n  ..."), and text
+    starting with blank lines begins as a message does; neither keeps to the fields (an
+    indented JSON key starts with a space or a quote, no field's tag). As a length prefix
     the same first byte would announce a record of 160 MiB or more, which no exporter writes.
     """
     if head[:1] != b"\x0a":
@@ -385,13 +390,17 @@ def _bare_message_start(head: bytes) -> bool:
     length, i = got
     end = i + length
     while i < min(end, len(head)):
-        if head[i] not in _RESOURCE_SPANS_TAGS:
+        if head[i] not in _RESOURCE_SPANS_FIELDS:
             return False
+        first_fields = _RESOURCE_SPANS_FIELDS[head[i]]
         got = _varint(head, i + 1)
         if got is None:
             return True
-        i = got[1] + got[0]
-    return i == end or i >= len(head)
+        n, i = got
+        if first_fields and n and i < len(head) and head[i] not in first_fields:
+            return False
+        i += n
+    return i <= end  # short of the end only where ``head`` ends; past it, a field overran its message
 
 
 def import_files(

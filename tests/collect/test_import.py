@@ -578,6 +578,15 @@ def test_a_bare_request_whose_first_bytes_read_as_json_is_protobuf(tmp_path):
     r = run_cli("import", f, "--dir", tmp_path / "lake")
     assert r.returncode == 0 and "protobuf (one bare message, no length prefix), 1 spans imported" in r.stdout, \
         r.stdout + r.stderr
+    # and JSON that starts with a newline and "{" stays JSON, indented or not, short or long
+    spans = recorded_trials(2)
+    for indent in (2, "\t", None):
+        f.write_bytes(b"\n" + json.dumps(otlp_json(spans), indent=indent).encode())
+        r = run_cli("import", f, "--dir", tmp_path / f"lake-{indent!r}")
+        assert r.returncode == 0 and f"json, {len(spans)} spans imported" in r.stdout, r.stdout + r.stderr
+    f.write_bytes(b'\n{\n  "resourceSpans": []}')
+    r = run_cli("import", f, "--dir", tmp_path / "lake-empty")
+    assert r.returncode == 0 and "json, 0 spans imported" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("cut", [1, 7])
