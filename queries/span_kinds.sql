@@ -1,5 +1,6 @@
 -- span_kinds: one row per span, every instrumentation dialect (GenAI semconv of every
--- vintage, OpenInference, OpenLLMetry/Traceloop, LangSmith, AutoGen and CrewAI native)
+-- vintage, OpenInference, OpenLLMetry/Traceloop, LangSmith, AutoGen and CrewAI native, the
+-- Vercel AI SDK)
 -- mapped onto the canonical step fields, so that every analyzer reads one shape whatever
 -- emitted the trace. No dedupe and no tree here: `steps` builds on this.
 --
@@ -12,7 +13,8 @@
 --
 -- Detection order (a span may speak several dialects; the first here decides, the
 -- standard one first): a standard gen_ai.operation.name decides; else openinference.span.kind; else
--- traceloop.span.kind / llm.request.type; else langsmith.span.kind; else an LLM-looking
+-- traceloop.span.kind / llm.request.type; else langsmith.span.kind; else the Vercel AI
+-- SDK's ai.operationId; else an LLM-looking
 -- legacy span (gen_ai.system with a model); else structural. Dual-emitting
 -- instrumentations (OpenInference with OPENINFERENCE_ENABLE_GENAI_SEMCONV,
 -- Traceloop >= 0.5) agree between their dialects. Two exceptions come before the
@@ -36,6 +38,15 @@
 -- known_operation() does not know is unknown: the span is no step (it is decided by the
 -- span's other markers, if any), and `trials` counts such spans (n_unknown_ops), so that a
 -- trial emptied by a name otel-assay cannot read says so.
+--
+-- The Vercel AI SDK (JavaScript, `experimental_telemetry`) names each span's operation in
+-- ai.operationId: `ai.generateText` (also streamText, generateObject, streamObject, embed,
+-- embedMany) is the call as a whole, a tool loop of several model calls; its
+-- `ai.generateText.doGenerate` / `.doStream` children are the model calls (with gen_ai.*
+-- keys too), `.doEmbed` an embedding, and `ai.toolCall` a tool the loop ran. Its finish
+-- reason for a turn that asked for tools is `tool-calls`, with a hyphen. Its provider ids
+-- name the API after a dot (`openai.chat`, `openai.responses`): the provider is the part
+-- before it, as the GenAI conventions name providers.
 
 -- a model call that produces a turn (an llm step, which carries tokens and cost)
 CREATE OR REPLACE MACRO generation_operations() AS [
@@ -70,6 +81,7 @@ WITH marked AS (
         coalesce(s.attributes['traceloop.span.kind'],
                  CASE WHEN s.attributes['llm.request.type'] IS NOT NULL THEN 'llm:' || s.attributes['llm.request.type'] END) AS tl_kind,
         s.attributes['langsmith.span.kind'] AS ls_kind,
+        s.attributes['ai.operationId'] AS ai_op,
         s.attributes['gen_ai.system'] AS legacy_system
     FROM lake_spans s
 ),
@@ -87,6 +99,7 @@ classified AS (
                                 'opentelemetry.instrumentation.anthropic', 'opentelemetry.instrumentation.langgraph')
               THEN 'openllmetry'
             WHEN ls_kind IS NOT NULL OR scope_name = 'langsmith' THEN 'langsmith'
+            WHEN ai_op IS NOT NULL THEN 'vercel_ai'
             WHEN scope_name = 'crewai' OR scope_name ILIKE 'crewai.%' THEN 'crewai_native'
             WHEN scope_name ILIKE 'autogen%' THEN 'autogen_native'
             WHEN op_name IS NOT NULL OR legacy_system IS NOT NULL OR provider IS NOT NULL THEN 'otel_genai'
@@ -135,6 +148,12 @@ classified AS (
             WHEN ls_kind = 'chain' THEN CASE WHEN parent_span_id IS NULL THEN 'workflow' ELSE 'structural' END
             WHEN ls_kind IN ('retriever', 'prompt', 'parser', 'embedding') THEN 'other'
             WHEN ls_kind IS NOT NULL THEN 'structural'
+            -- the AI SDK's outer call repeats its model calls' tokens (ai.usage.* summed):
+            -- the root one is the run, one below another span is plumbing, as a CHAIN is
+            WHEN ai_op = 'ai.toolCall' THEN 'tool'
+            WHEN ai_op LIKE 'ai.%.doGenerate' OR ai_op LIKE 'ai.%.doStream' THEN 'llm'
+            WHEN ai_op LIKE 'ai.%.doEmbed' THEN 'other'
+            WHEN ai_op IS NOT NULL THEN CASE WHEN parent_span_id IS NULL THEN 'workflow' ELSE 'structural' END
             -- pre-operation-name GenAI spans: a provider plus a model is an LLM call
             WHEN op_name IS NULL AND coalesce(provider, legacy_system) IS NOT NULL
                  AND coalesce(model, attributes['gen_ai.response.model']) IS NOT NULL THEN 'llm'
@@ -148,7 +167,9 @@ kinded AS (
     SELECT *,
         -- the framework name (autogen, langchain, ...) shows up in gen_ai.system on framework
         -- spans; it is not a model provider (the final SELECT drops it)
-        CASE WHEN step_kind = 'llm' THEN
+        CASE WHEN step_kind = 'llm' AND ai_op IS NOT NULL THEN
+            lower(split_part(coalesce(provider, attributes['ai.model.provider'], legacy_system), '.', 1))
+             WHEN step_kind = 'llm' THEN
             lower(coalesce(provider, attributes['gen_ai.provider.name'], attributes['llm.provider'],
                            attributes['langsmith.metadata.ls_provider'], attributes['llm.system'], legacy_system))
         END AS llm_provider,
@@ -190,10 +211,11 @@ SELECT
     END AS agent_name,
     CASE WHEN step_kind = 'tool' THEN
         coalesce(tool_name, attributes['gen_ai.tool.name'], attributes['tool.name'],
-                 CASE WHEN tl_kind = 'tool' THEN attributes['traceloop.entity.name'] END)
+                 CASE WHEN tl_kind = 'tool' THEN attributes['traceloop.entity.name'] END,
+                 attributes['ai.toolCall.name'])
     END AS tool_name,
     CASE WHEN step_kind = 'tool' THEN coalesce(tool_call_id, attributes['gen_ai.tool.call.id'], attributes['tool.id'],
-                                               attributes['tool_call.id']) END
+                                               attributes['tool_call.id'], attributes['ai.toolCall.id']) END
         AS tool_call_id,
     CASE WHEN step_kind = 'tool' THEN
         coalesce(
@@ -204,29 +226,36 @@ SELECT
                 -- elsewhere tool.parameters is the JSON schema, recognisable by "properties"
                 CASE WHEN attributes['tool.parameters'] NOT LIKE '%"properties"%' THEN attributes['tool.parameters'] END) END,
             attributes['traceloop.entity.input'],
-            CASE WHEN ls_kind = 'tool' OR source_convention = 'langsmith' THEN attributes['gen_ai.prompt'] END)
+            CASE WHEN ls_kind = 'tool' OR source_convention = 'langsmith' THEN attributes['gen_ai.prompt'] END,
+            attributes['ai.toolCall.args'])
     END AS tool_args_raw,
     -- OpenLLMetry writes the model as 'unknown' when the LangChain model does not name it
     -- (no model_name / ls_model_name): that is no model, and no price table entry
     CASE WHEN step_kind = 'llm' THEN
         coalesce(nullif(model, 'unknown'), nullif(attributes['gen_ai.request.model'], 'unknown'),
                  attributes['llm.request.model_name'], attributes['llm.model_name'],
-                 attributes['langsmith.metadata.ls_model_name'], nullif(attributes['gen_ai.response.model'], 'unknown'),
-                 attributes['llm.response.model_name'])
+                 attributes['langsmith.metadata.ls_model_name'], attributes['ai.model.id'],
+                 nullif(attributes['gen_ai.response.model'], 'unknown'), attributes['llm.response.model_name'],
+                 attributes['ai.response.model'])
     END AS model,
     CASE WHEN step_kind = 'llm' THEN
-        coalesce(nullif(attributes['gen_ai.response.model'], 'unknown'), attributes['llm.response.model_name'])
+        coalesce(nullif(attributes['gen_ai.response.model'], 'unknown'), attributes['llm.response.model_name'],
+                 attributes['ai.response.model'])
     END AS response_model,
     CASE WHEN llm_provider NOT IN ('langchain', 'langgraph', 'autogen', 'crewai') THEN llm_provider END AS provider,
     CASE WHEN step_kind = 'llm' THEN
         coalesce(input_tokens, TRY_CAST(attributes['gen_ai.usage.input_tokens'] AS BIGINT),
                  TRY_CAST(attributes['llm.token_count.prompt'] AS BIGINT),
-                 TRY_CAST(attributes['gen_ai.usage.prompt_tokens'] AS BIGINT))
+                 TRY_CAST(attributes['gen_ai.usage.prompt_tokens'] AS BIGINT),
+                 -- the AI SDK: inputTokens since version 5, promptTokens before (and on generateObject)
+                 TRY_CAST(attributes['ai.usage.inputTokens'] AS BIGINT), TRY_CAST(attributes['ai.usage.promptTokens'] AS BIGINT))
     END AS input_tokens,
     CASE WHEN step_kind = 'llm' THEN
         coalesce(output_tokens, TRY_CAST(attributes['gen_ai.usage.output_tokens'] AS BIGINT),
                  TRY_CAST(attributes['llm.token_count.completion'] AS BIGINT),
-                 TRY_CAST(attributes['gen_ai.usage.completion_tokens'] AS BIGINT))
+                 TRY_CAST(attributes['gen_ai.usage.completion_tokens'] AS BIGINT),
+                 TRY_CAST(attributes['ai.usage.outputTokens'] AS BIGINT),
+                 TRY_CAST(attributes['ai.usage.completionTokens'] AS BIGINT))
     END AS output_tokens,
     CASE WHEN step_kind = 'llm' THEN
         coalesce(TRY_CAST(attributes['llm.cost.total'] AS DOUBLE),
@@ -247,7 +276,7 @@ SELECT
         AS error_type,
     CASE WHEN step_kind = 'llm' THEN
         coalesce(attributes['gen_ai.response.finish_reasons'], attributes['llm.finish_reason'],
-                 attributes['gen_ai.completion.0.finish_reason'])
+                 attributes['gen_ai.completion.0.finish_reason'], attributes['ai.response.finishReason'])
     END AS finish_reasons,
     -- the assistant's final text part, in whichever layout the dialect uses
     CASE
@@ -260,9 +289,12 @@ SELECT
                 attributes['gen_ai.completion']->>'$.generations[0][0].text',
                 attributes['gen_ai.completion']->>'$.choices[0].message.content')
             ELSE attributes['gen_ai.completion'] END,
+            -- the AI SDK: the text, or generateObject's object as JSON ('' on a turn of tool calls)
+            nullif(attributes['ai.response.text'], ''), attributes['ai.response.object'],
             CASE WHEN step_kind <> 'llm' THEN attributes['output.value'] END)
         WHEN step_kind = 'tool' THEN coalesce(
             attributes['gen_ai.tool.call.result'], attributes['output.value'], attributes['traceloop.entity.output'],
+            attributes['ai.toolCall.result'],
             CASE WHEN source_convention = 'langsmith' THEN attributes['gen_ai.completion'] END)
         -- a marked answer: its output messages (otel_assay.step), or the final_answer tool's result
         WHEN step_kind = 'respond' THEN coalesce(
@@ -280,14 +312,18 @@ SELECT
                      json_array_length(attributes['gen_ai.completion'], '$.generations[0][0].message.tool_calls')) > 0 END,
         CASE WHEN attributes['gen_ai.completion.0.tool_calls.0.name'] IS NOT NULL
                OR attributes['llm.output_messages.0.message.tool_calls.0.tool_call.function.name'] IS NOT NULL
+               OR attributes['ai.response.toolCalls'] IS NOT NULL
              THEN true END,
+        -- `tool-calls` is the AI SDK's (its unified finish reason), with a hyphen
         CASE WHEN coalesce(attributes['gen_ai.response.finish_reasons'], attributes['llm.finish_reason'],
-                           attributes['gen_ai.completion.0.finish_reason']) SIMILAR TO '.*(tool_call|function_call|tool_use).*'
+                           attributes['gen_ai.completion.0.finish_reason'], attributes['ai.response.finishReason'])
+                  SIMILAR TO '.*(tool_call|tool-call|function_call|tool_use).*'
              THEN true END,
         CASE WHEN attributes['gen_ai.output.messages'] IS NOT NULL
                OR attributes['gen_ai.completion.0.content'] IS NOT NULL
                OR attributes['llm.output_messages.0.message.content'] IS NOT NULL
-               OR coalesce(attributes['gen_ai.response.finish_reasons'], attributes['llm.finish_reason']) IS NOT NULL
+               OR coalesce(attributes['gen_ai.response.finish_reasons'], attributes['llm.finish_reason'],
+                           attributes['ai.response.finishReason']) IS NOT NULL
              THEN false END)
     END AS requested_tools
 FROM kinded;

@@ -16,7 +16,7 @@
 --                             the Agents SDK's task and turn spans, repeat their
 --                             children's tokens)
 --   source_convention         otel_assay / otel_genai / openinference / openllmetry /
---                             langsmith / autogen_native / crewai_native
+--                             langsmith / autogen_native / crewai_native / vercel_ai
 --   agent_name                the step's own agent name, else the nearest agent step's
 --   tool_args                 canonical JSON (sorted keys, no whitespace; Python-repr
 --                             strings and Traceloop wrappers unwrapped: canonical_json())
@@ -31,7 +31,8 @@
 --     OpenInference's for AutoGen, LangSmith next to a LangChain instrumentor): two steps
 --     of one trial, of the same kind (and tool name), from different conventions, whose
 --     time windows overlap or that share a tool call id, are one step; the highest-priority
---     convention wins (otel_assay > otel_genai = native framework spans > openinference >
+--     convention wins (otel_assay > otel_genai = native framework spans (the Vercel AI SDK's
+--     too) > openinference >
 --     openllmetry > langsmith) and takes fields it lacks (arguments, tokens, ...) from the
 --     one it replaces when that pairing is unambiguous;
 -- (3) parentage walks down from the roots once over a table materialised in memory
@@ -72,7 +73,7 @@ base AS MATERIALIZED (
         CASE WHEN parent_span_id IS NOT NULL THEN hash(parent_span_id) END AS pk,
         CASE source_convention
             WHEN 'otel_assay' THEN 1 WHEN 'otel_genai' THEN 2 WHEN 'autogen_native' THEN 2
-            WHEN 'crewai_native' THEN 2 WHEN 'openinference' THEN 3 WHEN 'openllmetry' THEN 4
+            WHEN 'crewai_native' THEN 2 WHEN 'vercel_ai' THEN 2 WHEN 'openinference' THEN 3 WHEN 'openllmetry' THEN 4
             WHEN 'langsmith' THEN 5 ELSE 6 END AS priority
     FROM span_kinds
     WHERE (lo IS NULL OR trace_id >= lo) AND (hi IS NULL OR trace_id < hi)

@@ -3,7 +3,10 @@
 --
 -- A label keys a trace by trace_id, or by gen_ai.conversation.id / session.id on any of
 -- its spans (OpenInference and LangSmith call it a session), so traces recorded later in
--- the same conversation pick the label up too. Labels of one key merge column by column:
+-- the same conversation pick the label up too. A trial stays one trace: a key that several
+-- traces carry (one run recorded as several traces) labels each of them, each a trial of
+-- its own; `otel-assay label` counts the traces its keys match and names such keys.
+-- Labels of one key merge column by column:
 -- each value comes from the newest label file that gives it (NULL = not given), so a file
 -- with only outcomes keeps the scenarios labelled before. A file holds one row per key
 -- (analyze/labels.py refuses conflicting rows), so (time, file name) orders labels fully.

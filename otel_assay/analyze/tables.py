@@ -9,6 +9,7 @@ cannot be read or a selection that matches nothing is the user's to fix, not a t
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 import os
 
 import duckdb
@@ -175,9 +176,21 @@ def stability(lake, selectors, prices, floors, per_trial) -> pa.Table:
     return table
 
 
-def label(lake, file) -> tuple[int, str, int]:
+@dataclass(frozen=True)
+class LabelMatches:
+    """What the keys of a labels file match in the lake, for `otel-assay label` to report."""
+
+    keys: int            # keys labelled
+    traces: int          # traces the keys match, each counted once
+    unmatched: int       # keys no span carries (yet: later traces of a session pick the label up)
+    shared: int          # keys that match several traces
+    shared_traces: int   # the traces those keys match
+    most: int            # the most traces one key matches
+
+
+def label(lake, file) -> tuple[int, str, LabelMatches]:
     """Write the labels of CSV ``file`` into the lake; return (keys labelled, the label file,
-    keys that match no trace yet)."""
+    what the keys match)."""
     try:
         table = read_labels_csv(file)
     except LabelError as e:
@@ -185,25 +198,42 @@ def label(lake, file) -> tuple[int, str, int]:
     try:
         # the lake is opened (and its files checked) before anything is written: a lake that
         # cannot be read gets no label file it could not use either
-        missing = unmatched_keys(lake, table)
+        matches = key_matches(lake, table)
         path = write_labels(lake, table)
     except LakeError as e:
         raise DataError(str(e)) from None
-    return table.num_rows, path, missing
+    return table.num_rows, path, matches
 
 
-def unmatched_keys(lake_dir: str | os.PathLike, labels: pa.Table) -> int:
-    """How many of ``labels``' keys no span in the lake carries (yet: conversation and
-    session labels also apply to traces recorded later)."""
+def key_matches(lake_dir: str | os.PathLike, labels: pa.Table) -> LabelMatches:
+    """How the keys of ``labels`` match the lake's traces.
+
+    A trial is one trace, and a conversation or session key labels every trace that carries
+    it: a key that matches several traces (one run recorded as several traces, by
+    instrumentations whose context does not reach each other) makes as many trials, each
+    with the key's labels. Counted here so that `label` can say so rather than leave the
+    user to find more trials than runs.
+    """
     engine = Engine(lake_dir)
     try:
         engine.con.register("_new_labels", labels)
-        (n,) = engine.rows("""
-            SELECT count(*) FROM _new_labels l
-            WHERE NOT EXISTS (
-                SELECT 1 FROM spans s
-                WHERE (l.key_kind = 'trace_id' AND s.trace_id = l.key)
-                   OR label_key_matches(l.key_kind, l.key, s.attributes))""")[0]
+        row = engine.rows("""
+            WITH hits AS (
+                -- trace ids by equality (a hash join), the attribute keys by the view's own rule
+                SELECT DISTINCT l.key_kind, l.key, s.trace_id FROM _new_labels l
+                JOIN spans s ON l.key_kind = 'trace_id' AND s.trace_id = l.key
+                UNION
+                SELECT DISTINCT l.key_kind, l.key, s.trace_id FROM _new_labels l
+                JOIN spans s ON l.key_kind <> 'trace_id' AND label_key_matches(l.key_kind, l.key, s.attributes)
+            ),
+            per_key AS (
+                SELECT l.key_kind, l.key, count(h.trace_id) AS n
+                FROM _new_labels l LEFT JOIN hits h USING (key_kind, key)
+                GROUP BY l.key_kind, l.key
+            )
+            SELECT count(*), (SELECT count(DISTINCT trace_id) FROM hits), count(*) FILTER (WHERE n = 0),
+                   count(*) FILTER (WHERE n > 1), coalesce(sum(n) FILTER (WHERE n > 1), 0), coalesce(max(n), 0)
+            FROM per_key""")[0]
     finally:
         engine.con.close()
-    return n
+    return LabelMatches(*map(int, row))

@@ -137,14 +137,23 @@ def label(lake, file):
     any of scenario, version, outcome (pass/fail), run, score. The labels go to a new file
     under LAKE/labels/; span files are never modified. Labels merge column by column: a later
     file's non-empty values win, the columns it leaves out or empty keep earlier labels.
+
+    A trial is one trace: a conversation or session key labels every trace that carries it,
+    each a trial of its own. The command reports how many traces the keys matched, and the
+    keys that matched several.
     """
     from ..analyze import tables
 
-    n, path, missing = tables.label(lake, file)
-    click.echo(f"labelled {n} key(s): {path}")
-    if missing:
+    n, path, matches = tables.label(lake, file)
+    click.echo(f"labelled {n} key(s) matching {matches.traces} trace(s): {path}")
+    if matches.shared:
+        click.echo(f"note: {matches.shared} of {n} key(s) match several traces ({matches.shared_traces} traces, at "
+                   f"most {matches.most} for one key): each trace is a trial of its own, with the key's labels. A "
+                   "run recorded as several traces (instrumentations whose context does not reach each other) counts "
+                   "as several trials; run it under one root span to make it one trial")
+    if matches.unmatched:
         # not an error: conversation and session labels also apply to traces recorded later
-        click.echo(f"warning: {missing} of {n} key(s) match no trace in {lake} yet; check the "
+        click.echo(f"warning: {matches.unmatched} of {n} key(s) match no trace in {lake} yet; check the "
                    "key column if they should", err=True)
 
 

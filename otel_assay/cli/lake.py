@@ -158,9 +158,10 @@ def import_(paths, lake_dir, max_decompressed_mib, max_spans):
     exports (Parquet, text, empty) and the lake itself.
 
     Accepts OTLP JSON Lines (the OpenTelemetry Collector file exporter's default), a single
-    OTLP JSON document (or several one after another), and length-prefixed OTLP protobuf;
-    each may be gzip or zstd compressed, and the Collector file exporter's `compression: zstd`
-    (each length-prefixed message compressed) is read too. Importing the same file twice
+    OTLP JSON document (or several one after another), and OTLP protobuf, length-prefixed or
+    one bare ExportTraceServiceRequest (as curl posts it); each may be gzip or zstd
+    compressed, and the Collector file exporter's `compression: zstd` (each length-prefixed
+    message compressed) is read too. Importing the same file twice
     stores its spans once. Exits 4 if any file, record or span could not be imported (the
     rest is still imported).
     """

@@ -6,7 +6,9 @@ TracesData per line), a single JSON document (or several, pretty-printed one aft
 another), or length-prefixed protobuf (4-byte big-endian length before each message); any
 of them gzip- or zstd-compressed (detected by magic bytes, not by the file name), and
 length-prefixed zstd-compressed JSON or protobuf messages (the Collector file exporter's
-``compression: zstd``).
+``compression: zstd``). Also one bare protobuf ExportTraceServiceRequest with no length
+before it, as OTLP/HTTP carries it (``curl --data-binary``) and as opentelemetry-proto's
+example file holds it; the import says which of the two protobuf framings it read.
 
 Import is idempotent: files written for an input are named after the input's content
 hash, so importing the same file twice leaves the lake as importing it once; and a file
@@ -341,7 +343,64 @@ def _not_span_export(path: Path) -> str | None:
     # (0x0a) or a zstd-compressed message; text, images and archives start otherwise
     if len(head) >= 4 and struct.unpack(">I", head[:4])[0] <= MAX_RECORD and head[4:5] in (b"", b"\x0a", _ZSTD[:1]):
         return None
-    return "neither OTLP JSON nor length-prefixed OTLP protobuf (nor gzip or zstd)"
+    if _bare_message_start(head):
+        return None
+    return "neither OTLP JSON nor OTLP protobuf (nor gzip or zstd)"
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int] | None:
+    """The protobuf varint at ``data[i:]`` and the index after it; None when ``data`` ends
+    inside it or it is longer than any length field."""
+    value = shift = 0
+    while i < len(data) and shift < 64:
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i += 1
+        if byte < 0x80:
+            return value, i
+        shift += 7
+    return None
+
+
+# The tags of ResourceSpans' fields (resource, scope_spans, schema_url: field numbers 1-3,
+# wire type 2), each with the tags its message's first field can have: Resource's
+# attributes, dropped_attributes_count, entity_refs; ScopeSpans' scope, spans, schema_url
+# (schema_url is text, anything)
+_RESOURCE_SPANS_FIELDS = {0x0A: (0x0A, 0x10, 0x1A), 0x12: (0x0A, 0x12, 0x1A), 0x1A: None}
+
+
+def _bare_message_start(head: bytes) -> bool:
+    """Whether a file starting with ``head`` starts as one bare ExportTraceServiceRequest
+    (or TracesData, the same bytes): the tag of field 1 (0x0a), the first ResourceSpans'
+    length, and within it only ResourceSpans' own fields, each of a length that fits and
+    each message starting with one of its own fields, ending exactly where that length says
+    (or running past ``head``).
+
+    The walk, not the first byte alone, because 0x0a is also a newline and a length of 91 or
+    123 is "[" or "{": a message can begin as JSON text does ("\\n{\\n  ..."), and text
+    starting with blank lines begins as a message does; neither keeps to the fields (an
+    indented JSON key starts with a space or a quote, no field's tag). As a length prefix
+    the same first byte would announce a record of 160 MiB or more, which no exporter writes.
+    """
+    if head[:1] != b"\x0a":
+        return False
+    got = _varint(head, 1)
+    if got is None:
+        return True  # the file (or head) ends in the first length: the import says what is wrong
+    length, i = got
+    end = i + length
+    while i < min(end, len(head)):
+        if head[i] not in _RESOURCE_SPANS_FIELDS:
+            return False
+        first_fields = _RESOURCE_SPANS_FIELDS[head[i]]
+        got = _varint(head, i + 1)
+        if got is None:
+            return True
+        n, i = got
+        if first_fields and n and i < len(head) and head[i] not in first_fields:
+            return False
+        i += n
+    return i <= end  # short of the end only where ``head`` ends; past it, a field overran its message
 
 
 def import_files(
@@ -511,8 +570,13 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
             if stream.peek(3)[:3] == _BOM:
                 stream.read(3)  # Windows tools write UTF-8 JSON with a BOM; it is not a length prefix
             # the whole buffer, not a few bytes: JSON may start after many blank lines
-            first = stream.peek(1 << 16).lstrip(b" \t\r\n")
-            if first[:1] in (b"{", b"["):
+            window = stream.peek(1 << 16)
+            first = window.lstrip(b" \t\r\n")
+            if _bare_message_start(window):  # before JSON: a message may start with "\n{"
+                report.format = "protobuf" + suffix
+                _import_bare(stream, batch_ref=lambda: batch, record_done=record_done, report=report,
+                             suffix=suffix)
+            elif first[:1] in (b"{", b"["):
                 report.format = "json" + suffix
                 _import_json(stream, batch_ref=lambda: batch, record_done=record_done, report=report)
             elif stream.peek(1):
@@ -581,10 +645,34 @@ def _import_protobuf(stream: BinaryIO, *, batch_ref, record_done, report: FileRe
             # log, CSV, Zipkin...), so say what the file would have to be
             report.format = report.format.replace("protobuf", "unknown")
             report.errors.append(
-                f"neither OTLP JSON (which starts with {{ or [) nor length-prefixed OTLP protobuf ({e}); "
-                "export traces with the OpenTelemetry Collector's file exporter or an OTLP file exporter")
+                f"neither OTLP JSON (which starts with {{ or [) nor length-prefixed OTLP protobuf ({e}) nor a bare "
+                "ExportTraceServiceRequest (which starts with byte 0x0a); export traces with the OpenTelemetry Collector's file exporter or an OTLP file exporter")
         else:
             report.errors.append(f"after record {n}: {e}; the rest of the file is unreadable")
+
+
+def _import_bare(stream: BinaryIO, *, batch_ref, record_done, report: FileReport, suffix: str) -> None:
+    """A file that starts as a bare message: tried as length-prefixed records first (a first
+    record of 160 MiB or more, which would start with the same byte), then as one message."""
+    data = stream.read(MAX_RECORD + 1)
+    if len(data) > MAX_RECORD:
+        raise RecordTooLong(f"a bare protobuf message longer than {MAX_RECORD >> 20} MiB, more than any OTLP export")
+    try:
+        whole = sum(len(r) + 4 for r in _protobuf_records(io.BytesIO(data))) == len(data)
+    except MalformedOTLP:
+        whole = False
+    if whole:
+        _import_protobuf(io.BytesIO(data), batch_ref=batch_ref, record_done=record_done, report=report)
+        return
+    report.format = "protobuf (one bare message, no length prefix)" + suffix
+    try:
+        report.spans_seen += add_protobuf(parse_protobuf(data), batch_ref())
+    except MalformedOTLP as e:
+        report.errors.append(
+            "neither length-prefixed OTLP protobuf nor a bare ExportTraceServiceRequest: the file starts as a "
+            f"bare message but does not parse as one ({e}); was it cut off? export or copy it again")
+        return
+    record_done()
 
 
 def _unzstd_record(record: bytes) -> bytes:

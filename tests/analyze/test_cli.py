@@ -6,6 +6,8 @@ import csv
 import hashlib
 import io
 import json
+import subprocess
+import sys
 
 import duckdb
 import pytest
@@ -551,3 +553,88 @@ def test_a_query_error_is_a_usage_error_not_a_corrupt_lake(capsys, lake, query):
     code, _, err = run(capsys, "sql", str(lake), query)
     assert code == 3, (code, err)
     assert "query failed" in err and "Parquet" not in err and "Traceback" not in err, err
+
+
+def test_a_session_label_that_matches_several_traces_says_so_with_counts(capsys, tmp_path):
+    # One run recorded as two traces (OpenInference's LangChain instrumentor, then its OpenAI
+    # instrumentor outside the chain's context), both in session s-1; a second run is one
+    # trace of session s-2. Each trace stays a trial of its own with the session's labels,
+    # and `label` counts the traces it matched and names the keys that matched several
+    lake = write_lake(tmp_path / "lake", [
+        span(1, 1, None, "RunnableSequence", 0, 30, {"openinference.span.kind": "CHAIN", "session.id": "s-1"},
+             scope="openinference.instrumentation.langchain"),
+        span(1, 2, 1, "ChatOpenAI", 1, 20, {"openinference.span.kind": "LLM", "session.id": "s-1",
+                                            "llm.model_name": "gpt-4o-mini", "llm.token_count.prompt": 11,
+                                            "llm.token_count.completion": 7},
+             scope="openinference.instrumentation.langchain"),
+        span(2, 3, None, "ChatCompletion", 40, 60, {"openinference.span.kind": "LLM", "session.id": "s-1",
+                                                    "llm.model_name": "gpt-4o-mini", "llm.token_count.prompt": 20,
+                                                    "llm.token_count.completion": 5},
+             scope="openinference.instrumentation.openai"),
+        span(3, 4, None, "ChatCompletion", 100, 120, {"openinference.span.kind": "LLM", "session.id": "s-2",
+                                                      "llm.model_name": "gpt-4o-mini", "llm.token_count.prompt": 9,
+                                                      "llm.token_count.completion": 2},
+             scope="openinference.instrumentation.openai"),
+    ])
+    f = tmp_path / "labels.csv"
+    f.write_text("session.id,scenario,version,outcome\ns-1,math,v1,pass\ns-2,math,v1,fail\n")
+    code, out, err = run(capsys, "label", str(lake), "--file", str(f))
+    assert code == 0, err
+    assert "labelled 2 key(s) matching 3 trace(s)" in out, out
+    assert "1 of 2 key(s) match several traces (2 traces, at most 2 for one key)" in out, out
+    assert "each trace is a trial of its own" in out and "warning" not in err, out + err
+    code, out, _ = run(capsys, "trials", str(lake), "--format", "json")
+    t = {r["trace_id"]: r for r in json.loads(out)}
+    assert len(t) == 3
+    assert [(t[tid(n)]["scenario"], t[tid(n)]["outcome"], t[tid(n)]["labelled"]) for n in (1, 2, 3)] == [
+        ("math", "pass", True), ("math", "pass", True), ("math", "fail", True)]
+    # keys that each match one trace: no note
+    f.write_text("session.id,outcome\ns-2,pass\n")
+    code, out, _ = run(capsys, "label", str(lake), "--file", str(f))
+    assert code == 0 and "labelled 1 key(s) matching 1 trace(s)" in out and "several" not in out, out
+
+
+SESSION_RUNS = '''
+import sys
+from openinference.instrumentation import using_session
+from openinference.instrumentation.langchain import LangChainInstrumentor
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.prompts import ChatPromptTemplate
+
+mem = InMemorySpanExporter()
+tp = TracerProvider()
+tp.add_span_processor(SimpleSpanProcessor(mem))
+LangChainInstrumentor().instrument(tracer_provider=tp)
+chain = ChatPromptTemplate.from_messages([("user", "{q}")]) | FakeListChatModel(responses=["5", "The answer is 5"])
+with using_session("s-1"):  # one run of two calls, each a trace of its own
+    chain.invoke({"q": "2 + 3?"})
+    chain.invoke({"q": "say it"})
+with using_session("s-2"):
+    chain.invoke({"q": "2 + 3?"})
+tp.shutdown()
+open(sys.argv[1], "wb").write(encode_spans(mem.get_finished_spans()).SerializeToString())
+'''
+
+
+def test_session_labels_on_real_openinference_traces_count_the_traces(capsys, tmp_path):
+    # OpenInference's LangChain instrumentor with using_session(): every call outside a
+    # parent span is a trace of its own, each carrying session.id
+    pytest.importorskip("openinference.instrumentation.langchain")
+    script, data = tmp_path / "runs.py", tmp_path / "runs.bin"
+    script.write_text(SESSION_RUNS)
+    subprocess.run([sys.executable, str(script), str(data)], check=True, capture_output=True, timeout=120)
+    lake = tmp_path / "lake"
+    assert run(capsys, "import", str(data), "--dir", str(lake))[0] == 0
+    f = tmp_path / "labels.csv"
+    f.write_text("session.id,scenario,outcome\ns-1,math,pass\ns-2,math,fail\n")
+    code, out, _ = run(capsys, "label", str(lake), "--file", str(f))
+    assert code == 0 and "labelled 2 key(s) matching 3 trace(s)" in out, out
+    assert "1 of 2 key(s) match several traces (2 traces, at most 2 for one key)" in out, out
+    code, out, _ = run(capsys, "trials", str(lake), "--format", "json")
+    trials = json.loads(out)
+    assert sorted((t["scenario"], t["outcome"], t["n_llm"]) for t in trials) == [
+        ("math", "fail", 1), ("math", "pass", 1), ("math", "pass", 1)]

@@ -224,3 +224,41 @@ def test_litellm_async_call_is_an_llm_call(live, tmp_path, open_engine):
     # LiteLLM prices the call itself (gen_ai.cost.total_cost): that cost is read first
     assert {(s["step_kind"], s["model"], s["provider"], s["cost_source"], s["source_convention"], s["output_text"])
             for s in st} == {("respond", "gpt-4o-mini", "openai", "attribute", "otel_genai", "Bonjour")}
+
+
+# ----------------------------------------------------------------------------- Vercel AI SDK
+def test_vercel_ai_sdk_tool_loop_reads_as_llm_tool_respond(tmp_path, open_engine):
+    # The AI SDK's own spans (record_ai_sdk.mjs: ai 6 with its mock model, offline):
+    # generateText, streamText and generateObject, one trace each. The doGenerate/doStream
+    # span that asked for add(2, 3) ends with finish reason `tool-calls` (a hyphen) and was
+    # read as the answer; ai.toolCall carries no GenAI key and was dropped
+    eng = open_engine(write_otlp_json(tmp_path / "lake", FIXTURES / "vercel_ai_sdk.json"))
+    trials = {t["trace_id"]: t for t in rows(eng, "SELECT * FROM trials")}
+    assert len(trials) == 3
+    runs = {}
+    for trace_id in trials:
+        st = rows(eng, "SELECT * FROM steps WHERE trace_id = ? ORDER BY seq", [trace_id])
+        runs[st[0]["name"]] = (trials[trace_id], st)
+    assert sorted(runs) == ["ai.generateObject", "ai.generateText", "ai.streamText"]
+    for run in ("ai.generateText", "ai.streamText"):
+        trial, st = runs[run]
+        call = "doGenerate" if run == "ai.generateText" else "doStream"
+        assert [(s["step_kind"], s["name"], s["depth"]) for s in st] == [
+            ("workflow", run, 1), ("llm", f"{run}.{call}", 2), ("tool", "ai.toolCall", 2),
+            ("respond", f"{run}.{call}", 2)]
+        assert all(s["source_convention"] == "vercel_ai" for s in st)
+        llm, tool, answer = st[1:]
+        assert (llm["requested_tools"], llm["finish_reasons"]) == (True, '["tool-calls"]')
+        assert (tool["tool_name"], tool["tool_call_id"], tool["tool_args"], tool["output_text"]) == (
+            "add", "call_1", '{"a":2,"b":3}', "5")
+        assert answer["output_text"] == "The answer is 5" and answer["requested_tools"] is False
+        assert [(s["input_tokens"], s["output_tokens"], s["model"], s["provider"]) for s in st if s["llm_call"]] == [
+            (11, 7, "gpt-4o-mini", "openai"), (20, 5, "gpt-4o-mini", "openai")]
+        assert st[0]["output_text"] == "The answer is 5"
+        assert (trial["n_steps"], trial["n_llm"], trial["n_tool"], trial["input_tokens"], trial["output_tokens"],
+                trial["error_class"], trial["models"]) == (4, 2, 1, 31, 12, None, ["gpt-4o-mini"])
+        assert trial["cost_usd"] == pytest.approx((31 * 0.15 + 12 * 0.60) / 1e6, rel=1e-12)
+    trial, st = runs["ai.generateObject"]
+    assert [(s["step_kind"], s["input_tokens"], s["output_tokens"], s["output_text"]) for s in st] == [
+        ("workflow", None, None, '{"answer":5}'), ("respond", 14, 6, '{"answer":5}')]
+    assert (trial["n_steps"], trial["n_llm"], trial["n_tool"], trial["error_class"]) == (2, 1, 0, None)

@@ -539,3 +539,61 @@ def test_the_span_limit_stops_a_file_and_a_higher_limit_imports_the_rest(tmp_pat
     assert r.returncode == 0, r.stdout + r.stderr
     assert lake_view(lake) == expected_view(spans) and _rows(lake) == len(spans)
     assert run_cli("import", f, "--dir", lake, "--max-spans", "0").returncode == 3
+
+
+@pytest.mark.parametrize("compression", ["", "gz", "zst"])
+def test_a_bare_export_request_is_imported_and_named(tmp_path, compression):
+    # one ExportTraceServiceRequest with no length before it, as opentelemetry-proto's
+    # examples/trace.protobuf-bin ships it and as `curl --data-binary` posts it: it was
+    # refused as a "truncated record at end of file"
+    spans = recorded_trials(3)
+    data = encode_proto(spans).SerializeToString()
+    data = {"": data, "gz": gzip.compress(data), "zst": zstandard.ZstdCompressor().compress(data)}[compression]
+    f = tmp_path / "trace.protobuf-bin"
+    f.write_bytes(data)
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 0, r.stderr
+    suffix = f"+{'gzip' if compression == 'gz' else 'zstd'}" if compression else ""
+    assert f"protobuf (one bare message, no length prefix){suffix}, {len(spans)} spans imported" in r.stdout, r.stdout
+    assert lake_view(tmp_path / "lake") == expected_view(spans)
+    # and a directory holding it lists it as a span export
+    r = run_cli("import", tmp_path, "--dir", tmp_path / "lake2")
+    assert r.returncode == 0 and f"imported {len(spans)} spans" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_bare_request_whose_first_bytes_read_as_json_is_protobuf(tmp_path):
+    # a message starts with 0x0a (a newline to JSON), then the first resource's length: 123
+    # is "{", and the file read as a JSON document that was not valid
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+    span = Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="step", start_time_unix_nano=1_700_000_000 * 10**9,
+                end_time_unix_nano=1_700_000_001 * 10**9)
+    rs = ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])
+    rs.schema_url = "x" * (123 - len(rs.SerializeToString()) - 2)  # field 3: tag, one-byte length, the text
+    data = ExportTraceServiceRequest(resource_spans=[rs]).SerializeToString()
+    assert data[:2] == b"\x0a{" and len(rs.SerializeToString()) == 123
+    f = tmp_path / "trace.bin"
+    f.write_bytes(data)
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 0 and "protobuf (one bare message, no length prefix), 1 spans imported" in r.stdout, \
+        r.stdout + r.stderr
+    # and JSON that starts with a newline and "{" stays JSON, indented or not, short or long
+    spans = recorded_trials(2)
+    for indent in (2, "\t", None):
+        f.write_bytes(b"\n" + json.dumps(otlp_json(spans), indent=indent).encode())
+        r = run_cli("import", f, "--dir", tmp_path / f"lake-{indent!r}")
+        assert r.returncode == 0 and f"json, {len(spans)} spans imported" in r.stdout, r.stdout + r.stderr
+    f.write_bytes(b'\n{\n  "resourceSpans": []}')
+    r = run_cli("import", f, "--dir", tmp_path / "lake-empty")
+    assert r.returncode == 0 and "json, 0 spans imported" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("cut", [1, 7])
+def test_a_damaged_bare_request_is_a_clear_error(tmp_path, cut):
+    data = encode_proto(recorded_trials(2)).SerializeToString()
+    f = tmp_path / "trace.bin"
+    f.write_bytes(data[:-cut])
+    r = run_cli("import", f, "--dir", tmp_path / "lake")
+    assert r.returncode == 4 and "Traceback" not in r.stderr, r.stderr
+    assert "nor a bare ExportTraceServiceRequest" in r.stderr and "truncated record" not in r.stderr, r.stderr
