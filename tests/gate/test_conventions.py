@@ -10,9 +10,11 @@ single-call run), so a fingerprint of all steps told them apart.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from otel_assay.analyze.fingerprint import fingerprint_matrix
 from otel_assay.gate.fingerprint import STRUCTURAL_FEATURES
 
 from ..analyze.lakes import write_otlp_json
+from .conftest import cli
 
 RECORDER = Path(__file__).with_name("aa_agent.py")
 # instrumentation -> the modules it needs
@@ -37,19 +40,19 @@ SEEDS = 40
 
 
 def record(out: Path, instrumentation: str, agent: str, first: int, n: int) -> Path:
-    """A lake of ``n`` trials (seeds first..first+n-1) of ``agent`` recorded by ``instrumentation``."""
+    """The OTLP/JSON document of ``n`` trials (seeds first..first+n-1) of ``agent`` recorded by ``instrumentation``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "LANGSMITH_", "LANGCHAIN_"))}
     env.update(LANGSMITH_ENV if instrumentation == "langsmith" else {})
     env["OTEL_ASSAY_DIR"] = str(out / "unused-lake")  # otel-assay's own lake; the spans are read from the JSON
     doc = out / f"{instrumentation}-{agent}-{first}.json"
     subprocess.run([sys.executable, str(RECORDER), instrumentation, str(doc), agent, str(first), str(n)],
                    check=True, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
-    return write_otlp_json(out / doc.stem, doc)
+    return doc
 
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory):
-    """{instrumentation: lake of seeds 0..SEEDS-1 of agent v1}."""
+    """{instrumentation: OTLP/JSON document of seeds 0..SEEDS-1 of agent v1}."""
     if importlib.util.find_spec("langgraph") is None:
         pytest.skip("needs langgraph: pip install -e '.[dev,langgraph,dialects]'")
     for name, modules in INSTRUMENTATIONS.items():
@@ -60,22 +63,75 @@ def recordings(tmp_path_factory):
     return {name: record(root, name, "v1", 0, SEEDS) for name in INSTRUMENTATIONS}
 
 
-def _fingerprints(lake: Path) -> list[dict]:
-    """The gate's features per trial in seed order (trials start one after another)."""
+def _fingerprints(lake: Path) -> list[tuple]:
+    """The gate's features of each trial, as sorted tuples (the runs as a multiset: the order
+    the instrumentations export them in is theirs)."""
     with Engine(lake) as eng:
         table = fingerprint_matrix(eng, None, ["add", "mul"])
-        order = {r[0]: r[1] for r in eng.rows("SELECT trace_id, start_time_unix_nano FROM trials")}
-    rows = sorted(table.to_pylist(), key=lambda r: order[r["trace_id"]])
     drop = {"trace_id", "scenario", "version", "run_id", "latency_s", *STRUCTURAL_FEATURES}
-    return [{k: v for k, v in r.items() if k not in drop} for r in rows]
+    names = [n for n in table.column_names if n not in drop]
+    return sorted(tuple(-1.0 if r[n] is None else round(r[n], 9) for n in names) for r in table.to_pylist()), names
 
 
-def test_the_gates_features_of_one_run_agree_across_instrumentations(recordings):
-    prints = {name: _fingerprints(lake) for name, lake in recordings.items()}
-    assert all(len(p) == SEEDS for p in prints.values()), {k: len(p) for k, p in prints.items()}
-    reference = prints["otel_assay"]
+def test_the_gates_features_of_one_run_agree_across_instrumentations(recordings, tmp_path):
+    prints = {name: _fingerprints(write_otlp_json(tmp_path / name, doc)) for name, doc in recordings.items()}
+    reference, names = prints["otel_assay"]
+    assert "n_steps" in names and "tool:add" in names and "total_tokens" in names and "frac_agent" not in names
+    assert len(reference) == SEEDS
     # the runs differ from seed to seed (else agreeing would prove little)
-    assert len({(r["n_steps"], r["tool:add"], r["total_tokens"]) for r in reference}) > SEEDS // 2
-    for name, p in prints.items():
-        for seed, (row, ref) in enumerate(zip(p, reference)):
-            assert row == pytest.approx(ref), (name, seed)
+    assert len(set(reference)) > SEEDS // 2
+    for name, (rows, _) in prints.items():
+        assert rows == reference, name
+
+
+def test_every_report_names_the_instrumentations_of_each_arm(recordings, tmp_path):
+    # an OpenInference-recorded stored baseline against an otel-assay-recorded candidate
+    # of the same agent (seeds 0-19 against 20-39): it was blocked on n_steps 6→4
+    base, cand = split(recordings["openinference"], tmp_path / "b", 0), split(recordings["otel_assay"], tmp_path / "c", 1)
+    p = cli("gate", cand, "--baseline-lake", base, "--json", tmp_path / "r.json", "--junit", tmp_path / "r.xml",
+            "--html", tmp_path / "r.html")
+    # no outcomes recorded: the fingerprint is the check that decides, and it deploys
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    (fp,) = [c for s in doc["scenarios"] for c in s["checks"] if c["name"] == "fingerprint"]
+    assert fp["verdict"] == "PASS", fp
+    assert (doc["baseline"]["conventions"], doc["candidate"]["conventions"]) == (["openinference"], ["otel_assay"])
+    said = "different instrumentations: baseline openinference, candidate otel_assay"
+    assert any(said in n for n in doc["notes"])
+    text = " ".join(p.stdout.split())
+    assert said in text and "recorded by otel_assay" in text and "recorded by openinference" in text
+    assert said in " ".join((tmp_path / "r.html").read_text().split())
+    props = {e.get("name"): e.get("value") for e in ET.parse(tmp_path / "r.xml").iter("property")}
+    assert (props["baseline.conventions"], props["candidate.conventions"]) == ("openinference", "otel_assay")
+
+
+def test_one_instrumentation_on_both_arms_is_not_remarked(recordings, tmp_path):
+    base, cand = split(recordings["langsmith"], tmp_path / "b", 0), split(recordings["langsmith"], tmp_path / "c", 1)
+    p = cli("gate", cand, "--baseline-lake", base, "--json", tmp_path / "r.json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["baseline"]["conventions"] == doc["candidate"]["conventions"] == ["langsmith"]
+    assert not any("instrumentations" in n for n in doc["notes"]) and "recorded by" not in p.stdout
+
+
+def split(doc: Path, out: Path, half: int) -> Path:
+    """A lake of the first (half 0) or second (half 1) half of the runs in the recorded
+    OTLP/JSON ``doc`` (in the order they started: seed order), each marked as a trial of
+    scenario "calc" as `otel_assay.trial` marks the spans of a trial (assay.scenario on every
+    span), whatever instrumentation recorded them."""
+    data = json.loads(doc.read_text())
+    spans = [sp for rs in data["resourceSpans"] for ss in rs["scopeSpans"] for sp in ss["spans"]]
+    starts: dict[str, int] = {}
+    for sp in spans:
+        starts[sp["traceId"]] = min(starts.get(sp["traceId"], 1 << 63), int(sp["startTimeUnixNano"]))
+    order = sorted(starts, key=starts.get)
+    keep = set(order[: len(order) // 2] if half == 0 else order[len(order) // 2:])
+    for rs in data["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            ss["spans"] = [sp for sp in ss["spans"] if sp["traceId"] in keep]
+            for sp in ss["spans"]:
+                sp["attributes"].append({"key": "assay.scenario", "value": {"stringValue": "calc"}})
+    part = out.with_suffix(".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part.write_text(json.dumps(data))
+    return write_otlp_json(out, part)
