@@ -48,7 +48,7 @@ def _usage(i: int, o: int) -> dict:
     return {"input_tokens": i, "output_tokens": o, "total_tokens": i + o}
 
 
-def run(agent: str, first: int, n: int) -> None:
+def run(agent: str, first: int, n: int, after=lambda: None) -> None:
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import HumanMessage
     from langchain_core.tools import tool
@@ -78,6 +78,7 @@ def run(agent: str, first: int, n: int) -> None:
         g.add_conditional_edges("agent", tools_condition)
         g.add_edge("tools", "agent")
         g.compile(name="calc_graph").invoke({"messages": [HumanMessage(f"task {seed}")]})
+        after()
 
 
 def main(instrumentation: str, out: str, agent: str, first: str, n: str) -> None:
@@ -91,10 +92,13 @@ def main(instrumentation: str, out: str, agent: str, first: str, n: str) -> None
         otel_assay.instrument(["langchain"])
     elif instrumentation != "langsmith":  # LangSmith traces through its environment (LANGSMITH_ENV)
         raise SystemExit(f"unknown instrumentation {instrumentation!r}")
-    run(agent, int(first), int(n))
+    after = lambda: None  # noqa: E731
     if instrumentation == "langsmith":
+        # LangSmith exports from a background queue; waiting after each run keeps it from
+        # falling behind (left to pile up over hundreds of runs, it lost spans)
         from langchain_core.tracers.langchain import wait_for_all_tracers
-        wait_for_all_tracers()
+        after = wait_for_all_tracers
+    run(agent, int(first), int(n), after)
     tp.force_flush()
     record.OUT = Path(out).parent
     record.save(Path(out).stem, exporter)

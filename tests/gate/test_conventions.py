@@ -21,9 +21,11 @@ import pytest
 
 from otel_assay.analyze.engine import Engine
 from otel_assay.analyze.fingerprint import fingerprint_matrix
+from otel_assay.gate import run_gate
 from otel_assay.gate.fingerprint import STRUCTURAL_FEATURES
 
 from ..analyze.lakes import write_otlp_json
+from ..stats.bands import max_events
 from .conftest import cli
 
 RECORDER = Path(__file__).with_name("aa_agent.py")
@@ -36,7 +38,11 @@ INSTRUMENTATIONS = {
 }
 LANGSMITH_ENV = {"LANGSMITH_TRACING": "true", "LANGSMITH_TRACING_MODE": "otel",
                  "LANGSMITH_API_KEY": "offline", "LANGSMITH_ENDPOINT": "http://127.0.0.1:9"}
-SEEDS = 40
+PER_ARM = 20
+# every ordered pair of instrumentations gets its own block of seeds (2 x PER_ARM runs), so
+# that their gate runs are independent
+PAIRS = [(a, b) for a in INSTRUMENTATIONS for b in INSTRUMENTATIONS if a != b]
+SEEDS = len(PAIRS) * 2 * PER_ARM
 
 
 def record(out: Path, instrumentation: str, agent: str, first: int, n: int) -> Path:
@@ -87,7 +93,8 @@ def test_the_gates_features_of_one_run_agree_across_instrumentations(recordings,
 def test_every_report_names_the_instrumentations_of_each_arm(recordings, tmp_path):
     # an OpenInference-recorded stored baseline against an otel-assay-recorded candidate
     # of the same agent (seeds 0-19 against 20-39): it was blocked on n_steps 6→4
-    base, cand = split(recordings["openinference"], tmp_path / "b", 0), split(recordings["otel_assay"], tmp_path / "c", 1)
+    base = split(recordings["openinference"], tmp_path / "b", 0)
+    cand = split(recordings["otel_assay"], tmp_path / "c", PER_ARM)
     p = cli("gate", cand, "--baseline-lake", base, "--json", tmp_path / "r.json", "--junit", tmp_path / "r.xml",
             "--html", tmp_path / "r.html")
     # no outcomes recorded: the fingerprint is the check that decides, and it deploys
@@ -106,7 +113,7 @@ def test_every_report_names_the_instrumentations_of_each_arm(recordings, tmp_pat
 
 
 def test_one_instrumentation_on_both_arms_is_not_remarked(recordings, tmp_path):
-    base, cand = split(recordings["langsmith"], tmp_path / "b", 0), split(recordings["langsmith"], tmp_path / "c", 1)
+    base, cand = split(recordings["langsmith"], tmp_path / "b", 0), split(recordings["langsmith"], tmp_path / "c", PER_ARM)
     p = cli("gate", cand, "--baseline-lake", base, "--json", tmp_path / "r.json")
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
@@ -114,9 +121,38 @@ def test_one_instrumentation_on_both_arms_is_not_remarked(recordings, tmp_path):
     assert not any("instrumentations" in n for n in doc["notes"]) and "recorded by" not in p.stdout
 
 
-def split(doc: Path, out: Path, half: int) -> Path:
-    """A lake of the first (half 0) or second (half 1) half of the runs in the recorded
-    OTLP/JSON ``doc`` (in the order they started: seed order), each marked as a trial of
+def test_every_pair_of_instrumentations_gates_an_unchanged_agent_as_unchanged(recordings, tmp_path):
+    # the cross-instrumentation A/A test: baseline recorded by a, candidate by b, the same
+    # agent on other seeds. Only the fingerprint can block here (no outcomes are recorded),
+    # at alpha = 0.05 each: of 12 independent runs a correct gate blocks more than 5 with
+    # probability < 1e-4. Counting all steps, 10 of 12 blocked (all but LangSmith against
+    # otel-assay and back, which nest a run alike)
+    blocked = []
+    for k, (a, b) in enumerate(PAIRS):
+        base = split(recordings[a], tmp_path / f"{k}-b", 2 * PER_ARM * k)
+        cand = split(recordings[b], tmp_path / f"{k}-c", 2 * PER_ARM * k + PER_ARM)
+        r = run_gate(cand, baseline_lake=base)
+        (fp,) = [c for s in r.scenarios for c in s.checks if c.name == "fingerprint"]
+        assert fp.verdict in ("PASS", "FAIL") and fp.stats["n_baseline"] == fp.stats["n_candidate"] == PER_ARM
+        assert (r.baseline["conventions"], r.candidate["conventions"]) == ([a], [b])
+        assert any(f"baseline {a}, candidate {b}" in n for n in r.notes), r.notes
+        blocked += [(a, b, fp.reason)] if r.decision == "block" else []
+    assert len(blocked) <= max_events(len(PAIRS), 0.05), blocked
+
+
+def test_a_real_change_recorded_by_another_instrumentation_still_blocks(recordings, tmp_path):
+    # the agent changed (2-3 tool calls instead of 1-3, mul preferred over add): recorded by
+    # OpenInference against an otel-assay baseline of the old agent, the fingerprint sees it
+    changed = record(tmp_path, "openinference", "v2", 0, PER_ARM)
+    r = run_gate(split(changed, tmp_path / "c", 0), baseline_lake=split(recordings["otel_assay"], tmp_path / "b", 0))
+    (fp,) = [c for s in r.scenarios for c in s.checks if c.name == "fingerprint"]
+    assert (r.decision, fp.verdict) == ("block", "FAIL"), fp.reason
+    assert {f["name"] for f in fp.stats["top_features"][:3]} & {"tool:add", "tool:mul", "n_steps", "frac_tool"}
+
+
+def split(doc: Path, out: Path, first: int, n: int = PER_ARM) -> Path:
+    """A lake of runs first..first+n-1 of the recorded OTLP/JSON ``doc`` (in the order they
+    started: seed order), each marked as a trial of
     scenario "calc" as `otel_assay.trial` marks the spans of a trial (assay.scenario on every
     span), whatever instrumentation recorded them."""
     data = json.loads(doc.read_text())
@@ -125,7 +161,7 @@ def split(doc: Path, out: Path, half: int) -> Path:
     for sp in spans:
         starts[sp["traceId"]] = min(starts.get(sp["traceId"], 1 << 63), int(sp["startTimeUnixNano"]))
     order = sorted(starts, key=starts.get)
-    keep = set(order[: len(order) // 2] if half == 0 else order[len(order) // 2:])
+    keep = set(order[first:first + n])
     for rs in data["resourceSpans"]:
         for ss in rs["scopeSpans"]:
             ss["spans"] = [sp for sp in ss["spans"] if sp["traceId"] in keep]
