@@ -20,6 +20,12 @@ from .result import FAIL, INCONCLUSIVE, PASS, Check
 
 # Bookkeeping columns of the fingerprint matrix that are not features.
 _ID_COLUMNS = ("trace_id", "scenario", "version", "run_id")
+# Columns that describe how the instrumentation nested its spans rather than what the agent
+# did: one LangGraph run has 4 steps under otel-assay and LangSmith, 6 under OpenInference (an
+# agent step per node visit), so depth, leaf count and the shares of container steps tell the
+# instrumentations apart. A baseline recorded by one would block a candidate recorded by
+# another, unchanged; the shift test leaves them out (`otel-assay fingerprint` shows them).
+STRUCTURAL_FEATURES = ("max_depth", "n_branches", "frac_agent", "frac_reason", "frac_workflow", "frac_other")
 # The most permutations the gate draws for one fingerprint test (about 1-2 s per scenario at
 # 100 trials on a CI core). See permutations().
 MAX_PERMUTATIONS = 199_999
@@ -46,7 +52,8 @@ def _matrix(table, features: list[str], rows: np.ndarray) -> np.ndarray:
 def fingerprint_checks(results, fp_b, fp_c, complete_b: set, complete_c: set, cfg: GateConfig, plots: dict,
                         progress: Callable[[str], None], family: Family) -> list[str]:
     notes = []
-    names = all_names = [n for n in fp_c.column_names if n not in _ID_COLUMNS]
+    all_names = [n for n in fp_c.column_names if n not in _ID_COLUMNS]
+    names = [n for n in all_names if n not in STRUCTURAL_FEATURES]
     excluded = [n for n in cfg.exclude_features if n in names]
     names = [n for n in names if n not in cfg.exclude_features]
     # columns with a missing value (e.g. cost of an unpriced model) cannot enter the test
@@ -73,7 +80,8 @@ def fingerprint_checks(results, fp_b, fp_c, complete_b: set, complete_c: set, cf
     unknown = [n for n in cfg.exclude_features if n not in all_names and not n.startswith("tool:")]
     if unknown:
         notes.append(f"fingerprint.exclude names no fingerprint feature: {', '.join(unknown)} (features: "
-                     f"{', '.join(n for n in all_names if not n.startswith('tool:'))}, tool:<name>)")
+                     f"{', '.join(n for n in all_names if n not in STRUCTURAL_FEATURES and not n.startswith('tool:'))}, "
+                     "tool:<name>)")
 
     def rows_by_scenario(fp, trials):
         tid = fp.column("trace_id").to_numpy(zero_copy_only=False)

@@ -94,9 +94,11 @@ class _Side:
     scenarios: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # cols per scenario
     stability: dict[str, dict[str, Any]] = field(default_factory=dict)
     oracles: Oracles | None = None
+    conventions: list[str] = field(default_factory=list)  # the instrumentations that recorded the steps
 
     def report(self) -> dict[str, Any]:
-        return {"lake": self.lake, "selection": self.selector or "(all trials)", "trials": self.trials}
+        return {"lake": self.lake, "selection": self.selector or "(all trials)", "trials": self.trials,
+                "conventions": self.conventions}
 
 
 def _judge(cand: _Side, base: _Side | None, separate: bool, cfg: GateConfig, mode: str,
@@ -197,7 +199,25 @@ def _read_trials(cand: _Side, base: _Side | None, separate: bool, cfg: GateConfi
     for side in sides:
         side.scenarios = by_scenario(side.cols)
         side.stability = stability_scores(side.eng, side.table, cfg.stability_floor)
+        side.conventions = [r[0] for r in side.eng.rows(
+            f"SELECT DISTINCT source_convention FROM steps SEMI JOIN {side.table} USING (trace_id) ORDER BY 1")]
     notes += _unknown_operation_notes(sides)
+    if base is not None and base.conventions != cand.conventions:
+        notes.append(convention_note(base.conventions, cand.conventions))
+
+
+def convention_note(baseline: list[str], candidate: list[str]) -> str:
+    """Two arms recorded by different instrumentations: which, and why that alone cannot block.
+
+    Instrumentations wrap the same run in different container steps (a graph, a node, an
+    agent), so a reader comparing step counts by hand would see a change where there is
+    none; the fingerprint measures the work steps every instrumentation records alike."""
+    def names(conv):
+        return ", ".join(conv) or "no steps"
+    return (f"the arms were recorded by different instrumentations: baseline {names(baseline)}, candidate "
+            f"{names(candidate)}. They nest the same run in different container steps; the fingerprint "
+            "compares the LLM calls, tool calls and answers every instrumentation records alike, so this "
+            "difference alone does not block")
 
 
 def _unknown_operation_notes(sides: list[_Side]) -> list[str]:

@@ -324,9 +324,15 @@ def _checks_table(r) -> str:
 def html_report(result) -> str:
     cfg = result.config
     c, b = result.candidate, result.baseline
-    sel = f"candidate <code>{_e(c['selection'])}</code> ({c['trials']} trials, {_e(c['lake'])})"
+    # which instrumentation recorded each arm, when they differ (a note says what that means)
+    differ = b is not None and b.get("conventions") != c.get("conventions")
+
+    def by(arm):
+        return f", recorded by {_e(', '.join(arm['conventions']) or 'none')}" if differ else ""
+
+    sel = f"candidate <code>{_e(c['selection'])}</code> ({c['trials']} trials, {_e(c['lake'])}{by(c)})"
     if b:
-        sel += f" vs baseline <code>{_e(b['selection'])}</code> ({b['trials']} trials, {_e(b['lake'])})"
+        sel += f" vs baseline <code>{_e(b['selection'])}</code> ({b['trials']} trials, {_e(b['lake'])}{by(b)})"
     reasons = "".join(f"<li>{_e(x)}</li>" for x in result.reasons)
     notes = "".join(f"<li>{_e(x)}</li>" for x in result.notes)
     pcas = "".join(pca_plot(s, d, i) for i, (s, d) in enumerate(sorted(result.plots.get("pca", {}).items())))

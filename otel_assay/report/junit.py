@@ -116,7 +116,11 @@ def junit_tree(result) -> ET.ElementTree:
                  ("family.size", (result.family or {}).get("size")),
                  ("family.tests", (result.family or {}).get("tests")),
                  ("candidate", result.candidate["selection"]),
-                 ("baseline", result.baseline["selection"] if result.baseline else None)):
+                 ("baseline", result.baseline["selection"] if result.baseline else None),
+                 # the instrumentations that recorded each arm's steps
+                 ("candidate.conventions", ",".join(result.candidate.get("conventions", []))),
+                 ("baseline.conventions", ",".join(result.baseline.get("conventions", [])) if result.baseline
+                  else None)):
         ET.SubElement(props, "property", name=k, value=_value(v))
     cov = result.coverage
     if cov:

@@ -101,10 +101,14 @@ def _render(result, console: Console, tty: bool, exit_with_decision: bool = True
     cfg = result.config
     c = result.candidate
     console.print(Text(f"otel-assay {result.mode}", style="bold"))
-    console.print(f"  candidate {printable(c['selection'])}: {c['trials']} trials in {printable(c['lake'])}")
-    if result.baseline:
-        console.print(f"  baseline  {printable(result.baseline['selection'])}: {result.baseline['trials']} trials "
-                      f"in {printable(result.baseline['lake'])}")
+    b = result.baseline
+    # which instrumentation recorded each arm, when they differ (a note says what that means)
+    differ = b is not None and b.get("conventions") != c.get("conventions")
+    console.print(f"  candidate {printable(c['selection'])}: {c['trials']} trials in {printable(c['lake'])}"
+                  + (f", recorded by {', '.join(c['conventions']) or 'none'}" if differ else ""))
+    if b:
+        console.print(f"  baseline  {printable(b['selection'])}: {b['trials']} trials in {printable(b['lake'])}"
+                      + (f", recorded by {', '.join(b['conventions']) or 'none'}" if differ else ""))
     theta = "off" if cfg.threshold is None else cfg.threshold
     console.print(f"α={cfg.alpha} β={cfg.beta} δ={cfg.delta} θ={theta} {family_text(result)}"
                   f" config={cfg.source}", style="dim")

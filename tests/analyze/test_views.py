@@ -120,12 +120,14 @@ def test_fingerprint_columns(open_engine, lake):
     f = rows(eng, "SELECT * FROM fingerprints WHERE trace_id = ?", [tid(1)])[0]
     grade = 0.39 * 5 / 1 + 11.8 * 13 / 5 - 15.59
     expected = {
-        "n_steps": 8, "max_depth": 3, "n_branches": 6,  # leaves: 3, 4, 5, 8, 9, 10
+        # 8 steps, 6 of them work steps (2 agents are containers): counts and shares of work
+        # are per work step, the container shares per step
+        "n_steps": 6, "max_depth": 3, "n_branches": 6,  # leaves: 3, 4, 5, 8, 9, 10
         "output_tokens": 10, "output_complexity": grade / 18,
-        "frac_llm": 2 / 8, "frac_tool": 3 / 8, "frac_agent": 2 / 8, "frac_reason": 0, "frac_respond": 1 / 8,
+        "frac_llm": 2 / 6, "frac_tool": 3 / 6, "frac_agent": 2 / 8, "frac_reason": 0, "frac_respond": 1 / 6,
         "frac_workflow": 0, "frac_other": 0,
         "error_flag": 1, "recovery_rate": 1,  # the failed add was retried successfully
-        "total_tokens": 345, "tokens_per_step": 345 / 8, "latency_s": 0.1,
+        "total_tokens": 345, "tokens_per_step": 345 / 6, "latency_s": 0.1,
     }
     for col, want in expected.items():
         assert f[col] == pytest.approx(want), col
@@ -222,7 +224,7 @@ def test_fingerprint_matrix_tool_vocabulary(open_engine, lake):
     eng = open_engine(lake)
     m = fingerprint_matrix(eng, vocabulary=["add", "search", "never_used"]).to_pylist()
     a = next(r for r in m if r["trace_id"] == tid(1))
-    assert (a["tool:add"], a["tool:search"], a["tool:never_used"]) == (2 / 8, 1 / 8, 0.0)
+    assert (a["tool:add"], a["tool:search"], a["tool:never_used"]) == (2 / 6, 1 / 6, 0.0)  # per work step
     d = next(r for r in m if r["trace_id"] == tid(4))
     assert (d["tool:add"], d["tool:search"]) == (0.0, 1.0)
     assert len(m) == 4
