@@ -13,6 +13,7 @@ emitters structure them differently, and each fixture pins its own.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
@@ -20,6 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from otel_assay.collect.receiver import Collector
+from otel_assay.collect.server import Receiver
 
 from .conftest import rows
 from .lakes import write_otlp_json
@@ -137,17 +141,32 @@ def _installed(module: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def receiving(lake: Path):
+    """otel-assay's receiver on a loopback port, OTLP/HTTP only; yields its traces URL and,
+    stopping, flushes what it took into ``lake``."""
+    receiver = Receiver(Collector(lake), grpc_addr=None, http_addr=("127.0.0.1", 0))
+    receiver.start()
+    try:
+        yield f"http://127.0.0.1:{receiver.listeners[0].port}/v1/traces"
+    finally:
+        receiver.stop()
+
+
 def _lake(name, tmp_path, live):
+    """The recorded fixture in a lake; or, live, the emitter re-run, its spans sent by the
+    standard OTLP/HTTP exporter to the receiver, which writes the lake."""
     if not live:
         return write_otlp_json(tmp_path / "lake", FIXTURES / f"{name}.json")
     for module in HARDER[name]:
         if not _installed(module):
             pytest.skip(f"{module} is not installed")
-    env = {**os.environ, "OTEL_ASSAY_FIXTURE_DIR": str(tmp_path)}
-    # record.py (not --child=) sets the emitter's environment (LangSmith's OTel mode, offline)
-    subprocess.run([sys.executable, str(RECORDER), name], check=True, env=env, stdin=subprocess.DEVNULL,
-                   capture_output=True, timeout=300)
-    return write_otlp_json(tmp_path / "lake", tmp_path / f"{name}.json")
+    with receiving(tmp_path / "lake") as url:
+        env = {**os.environ, "OTEL_ASSAY_FIXTURE_DIR": str(tmp_path), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url}
+        # record.py (not --child=) sets the emitter's environment (LangSmith's OTel mode, offline)
+        subprocess.run([sys.executable, str(RECORDER), name], check=True, env=env, stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=300)
+    return tmp_path / "lake"
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["recorded", "live"])
