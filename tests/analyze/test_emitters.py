@@ -128,6 +128,8 @@ HARDER = {
     "langgraph_interrupt_langsmith": ["langgraph", "langsmith"],
     "prompt_chain_langsmith": ["langchain_core", "langsmith"],
     "litellm": ["litellm"],
+    "openai_v2": ["openai", "opentelemetry.instrumentation.openai_v2"],
+    "openai_v2_content": ["openai", "opentelemetry.instrumentation.openai_v2"],
 }
 
 
@@ -243,6 +245,34 @@ def test_litellm_async_call_is_an_llm_call(live, tmp_path, open_engine):
     # LiteLLM prices the call itself (gen_ai.cost.total_cost): that cost is read first
     assert {(s["step_kind"], s["model"], s["provider"], s["cost_source"], s["source_convention"], s["output_text"])
             for s in st} == {("respond", "gpt-4o-mini", "openai", "attribute", "otel_genai", "Bonjour")}
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["recorded", "live"])
+@pytest.mark.parametrize("name", ["openai_v2", "openai_v2_content"])
+def test_opentelemetry_openai_instrumentation_tool_loop(name, live, tmp_path, open_engine):
+    # The OpenTelemetry GenAI OpenAI instrumentation traces each chat completion of the
+    # openai client (the tool the application runs is no span of it) under the
+    # application's own span, which is no step. Message content is off by default: the
+    # finish reasons alone tell the call that asked for add(2, 3) from the answer
+    eng = open_engine(_lake(name, tmp_path, live))
+    trials = rows(eng, "SELECT * FROM trials")
+    assert len(trials) == 1
+    trial = trials[0]
+    assert (trial["n_spans"], trial["n_steps"], trial["n_llm"], trial["n_tool"], trial["input_tokens"],
+            trial["output_tokens"], trial["models"], trial["error_class"], trial["counted"], trial["n_unknown_ops"]) == (
+        3, 2, 2, 0, 31, 12, ["gpt-4o-mini"], None, True, 0)
+    assert trial["cost_usd"] == pytest.approx((31 * 0.15 + 12 * 0.60) / 1e6, rel=1e-12)
+    st = rows(eng, "SELECT * FROM steps ORDER BY seq")
+    assert [(s["step_kind"], s["name"], s["depth"], s["step_parent_id"], s["model"], s["response_model"],
+             s["provider"], s["source_convention"], s["input_tokens"], s["output_tokens"], s["cost_source"],
+             s["finish_reasons"], s["requested_tools"]) for s in st] == [
+        ("llm", "chat gpt-4o-mini", 1, None, "gpt-4o-mini", "gpt-4o-mini", "openai", "otel_genai", 11, 7,
+         "price_table", '["tool_calls"]', True),
+        ("respond", "chat gpt-4o-mini", 1, None, "gpt-4o-mini", "gpt-4o-mini", "openai", "otel_genai", 20, 5,
+         "price_table", '["stop"]', False)]
+    # with SPAN_ONLY the answer's text is read from gen_ai.output.messages
+    assert [s["output_text"] for s in st] == [None, "The answer is 5" if name == "openai_v2_content" else None]
+    assert st[0]["cost_usd"] == pytest.approx((11 * 0.15 + 7 * 0.60) / 1e6, rel=1e-12)
 
 
 # ----------------------------------------------------------------------------- Vercel AI SDK
