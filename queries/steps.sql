@@ -71,10 +71,15 @@ base AS MATERIALIZED (
         -- cheaper than joining on strings; a false match needs two 64-bit hashes to collide
         hash(trace_id) AS tk, hash(span_id) AS sk,
         CASE WHEN parent_span_id IS NOT NULL THEN hash(parent_span_id) END AS pk,
+        -- OpenLit's LangGraph instrumentor reports each node run as `invoke_agent <node>`
+        -- next to its LangChain instrumentor's span for the same run, which holds the
+        -- node's model calls (LangGraph's has no children): two instrumentations of one
+        -- convention, so rule (2) takes them as two, ranking LangGraph's below
+        CASE WHEN scope_name = 'openlit.instrumentation.langgraph' THEN 3 ELSE
         CASE source_convention
             WHEN 'otel_assay' THEN 1 WHEN 'otel_genai' THEN 2 WHEN 'autogen_native' THEN 2
-            WHEN 'crewai_native' THEN 2 WHEN 'vercel_ai' THEN 2 WHEN 'openinference' THEN 3 WHEN 'openllmetry' THEN 4
-            WHEN 'langsmith' THEN 5 ELSE 6 END AS priority
+            WHEN 'crewai_native' THEN 2 WHEN 'vercel_ai' THEN 2 WHEN 'openinference' THEN 4 WHEN 'openllmetry' THEN 5
+            WHEN 'langsmith' THEN 6 ELSE 7 END END AS priority
     FROM span_kinds
     WHERE (lo IS NULL OR trace_id >= lo) AND (hi IS NULL OR trace_id < hi)
       -- not the trials whose steps a step file holds (stored_steps.sql; bound by the engine)

@@ -13,6 +13,7 @@ emitters structure them differently, and each fixture pins its own.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
@@ -20,6 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from otel_assay.collect.receiver import Collector
+from otel_assay.collect.server import Receiver
 
 from .conftest import rows
 from .lakes import write_otlp_json
@@ -124,6 +128,10 @@ HARDER = {
     "langgraph_interrupt_langsmith": ["langgraph", "langsmith"],
     "prompt_chain_langsmith": ["langchain_core", "langsmith"],
     "litellm": ["litellm"],
+    "openai_v2": ["openai", "opentelemetry.instrumentation.openai_v2"],
+    "openai_v2_content": ["openai", "opentelemetry.instrumentation.openai_v2"],
+    # in its own environment (scripts/test): OpenLit pins the OTel SDK below the latest
+    "langgraph_openlit": ["openlit", "langchain_openai", "langgraph"],
 }
 
 
@@ -137,17 +145,32 @@ def _installed(module: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def receiving(lake: Path):
+    """otel-assay's receiver on a loopback port, OTLP/HTTP only; yields its traces URL and,
+    stopping, flushes what it took into ``lake``."""
+    receiver = Receiver(Collector(lake), grpc_addr=None, http_addr=("127.0.0.1", 0))
+    receiver.start()
+    try:
+        yield f"http://127.0.0.1:{receiver.listeners[0].port}/v1/traces"
+    finally:
+        receiver.stop()
+
+
 def _lake(name, tmp_path, live):
+    """The recorded fixture in a lake; or, live, the emitter re-run, its spans sent by the
+    standard OTLP/HTTP exporter to the receiver, which writes the lake."""
     if not live:
         return write_otlp_json(tmp_path / "lake", FIXTURES / f"{name}.json")
     for module in HARDER[name]:
         if not _installed(module):
             pytest.skip(f"{module} is not installed")
-    env = {**os.environ, "OTEL_ASSAY_FIXTURE_DIR": str(tmp_path)}
-    # record.py (not --child=) sets the emitter's environment (LangSmith's OTel mode, offline)
-    subprocess.run([sys.executable, str(RECORDER), name], check=True, env=env, stdin=subprocess.DEVNULL,
-                   capture_output=True, timeout=300)
-    return write_otlp_json(tmp_path / "lake", tmp_path / f"{name}.json")
+    with receiving(tmp_path / "lake") as url:
+        env = {**os.environ, "OTEL_ASSAY_FIXTURE_DIR": str(tmp_path), "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": url}
+        # record.py (not --child=) sets the emitter's environment (LangSmith's OTel mode, offline)
+        subprocess.run([sys.executable, str(RECORDER), name], check=True, env=env, stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=300)
+    return tmp_path / "lake"
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["recorded", "live"])
@@ -224,6 +247,74 @@ def test_litellm_async_call_is_an_llm_call(live, tmp_path, open_engine):
     # LiteLLM prices the call itself (gen_ai.cost.total_cost): that cost is read first
     assert {(s["step_kind"], s["model"], s["provider"], s["cost_source"], s["source_convention"], s["output_text"])
             for s in st} == {("respond", "gpt-4o-mini", "openai", "attribute", "otel_genai", "Bonjour")}
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["recorded", "live"])
+@pytest.mark.parametrize("name", ["openai_v2", "openai_v2_content"])
+def test_opentelemetry_openai_instrumentation_tool_loop(name, live, tmp_path, open_engine):
+    # The OpenTelemetry GenAI OpenAI instrumentation traces each chat completion of the
+    # openai client (the tool the application runs is no span of it) under the
+    # application's own span, which is no step. Message content is off by default: the
+    # finish reasons alone tell the call that asked for add(2, 3) from the answer
+    eng = open_engine(_lake(name, tmp_path, live))
+    trials = rows(eng, "SELECT * FROM trials")
+    assert len(trials) == 1
+    trial = trials[0]
+    assert (trial["n_spans"], trial["n_steps"], trial["n_llm"], trial["n_tool"], trial["input_tokens"],
+            trial["output_tokens"], trial["models"], trial["error_class"], trial["counted"], trial["n_unknown_ops"]) == (
+        3, 2, 2, 0, 31, 12, ["gpt-4o-mini"], None, True, 0)
+    assert trial["cost_usd"] == pytest.approx((31 * 0.15 + 12 * 0.60) / 1e6, rel=1e-12)
+    st = rows(eng, "SELECT * FROM steps ORDER BY seq")
+    assert [(s["step_kind"], s["name"], s["depth"], s["step_parent_id"], s["model"], s["response_model"],
+             s["provider"], s["source_convention"], s["input_tokens"], s["output_tokens"], s["cost_source"],
+             s["finish_reasons"], s["requested_tools"]) for s in st] == [
+        ("llm", "chat gpt-4o-mini", 1, None, "gpt-4o-mini", "gpt-4o-mini", "openai", "otel_genai", 11, 7,
+         "price_table", '["tool_calls"]', True),
+        ("respond", "chat gpt-4o-mini", 1, None, "gpt-4o-mini", "gpt-4o-mini", "openai", "otel_genai", 20, 5,
+         "price_table", '["stop"]', False)]
+    # with SPAN_ONLY the answer's text is read from gen_ai.output.messages
+    assert [s["output_text"] for s in st] == [None, "The answer is 5" if name == "openai_v2_content" else None]
+    assert st[0]["cost_usd"] == pytest.approx((11 * 0.15 + 7 * 0.60) / 1e6, rel=1e-12)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["recorded", "live"])
+def test_openlit_langgraph_agent_reads_as_one_step_per_node_run(live, tmp_path, open_engine):
+    # OpenLit (1.45) traces the LangGraph agent on ChatOpenAI with its LangGraph and its
+    # LangChain instrumentors, and each reports every node run as `invoke_agent agent`:
+    # two siblings, one holding the model call, the other (LangGraph's) childless. They
+    # are one step. The model call is one span (OpenLit suppresses its OpenAI span inside
+    # LangChain's) with the provider's tokens; OpenLit's own price (gen_ai.usage.cost, 0
+    # for a model its price list lacks) is not read. The graph's `create_agent` is a
+    # trace of its own, set-up, no trial
+    eng = open_engine(_lake("langgraph_openlit", tmp_path, live))
+    trials = rows(eng, "SELECT * FROM trials")
+    assert len(trials) == 1
+    trial = trials[0]
+    assert (trial["n_steps"], trial["n_llm"], trial["n_tool"], trial["input_tokens"], trial["output_tokens"],
+            trial["models"], trial["error_class"], trial["counted"], trial["n_unknown_ops"]) == (
+        6, 2, 1, 31, 12, ["gpt-4o-mini"], None, True, 0)
+    assert trial["cost_usd"] == pytest.approx((31 * 0.15 + 12 * 0.60) / 1e6, rel=1e-12)
+    st = rows(eng, "SELECT * FROM steps WHERE trace_id = ? ORDER BY seq", [trial["trace_id"]])
+    assert [(s["step_kind"], s["name"], s["depth"], s["scope_name"]) for s in st] == [
+        ("workflow", "invoke_workflow calc_graph", 1, "openlit.instrumentation.langgraph"),
+        ("agent", "invoke_agent agent", 2, "openlit.instrumentation.langchain"),
+        ("llm", "chat gpt-4o-mini", 3, "openlit.instrumentation.langchain"),
+        ("tool", "execute_tool add", 2, "openlit.instrumentation.langchain"),
+        ("agent", "invoke_agent agent", 2, "openlit.instrumentation.langchain"),
+        ("respond", "chat gpt-4o-mini", 3, "openlit.instrumentation.langchain")]
+    workflow, agent1, llm, tool, agent2, answer = st
+    assert llm["step_parent_id"] == agent1["span_id"] and answer["step_parent_id"] == agent2["span_id"]
+    assert {s["source_convention"] for s in st} == {"otel_genai"}
+    # the tools node is no agent (OpenLit reports no span for it): the tool is the graph's
+    assert [s["agent_name"] for s in st] == [None, "agent", "agent", None, "agent", "agent"]
+    assert [(s["model"], s["provider"], s["input_tokens"], s["output_tokens"], s["cost_source"], s["finish_reasons"],
+             s["requested_tools"]) for s in (llm, answer)] == [
+        ("gpt-4o-mini", "openai", 11, 7, "price_table", '["tool_calls"]', True),
+        ("gpt-4o-mini", "openai", 20, 5, "price_table", '["stop"]', False)]
+    # its arguments are a Python repr (canonicalised), its result the ToolMessage's repr
+    assert (tool["tool_name"], tool["tool_call_id"], tool["tool_args"], tool["output_text"]) == (
+        "add", "call_1", '{"a":2,"b":3}', "content='5' name='add' tool_call_id='call_1'")
+    assert answer["output_text"] == workflow["output_text"] == "The answer is 5"
 
 
 # ----------------------------------------------------------------------------- Vercel AI SDK
