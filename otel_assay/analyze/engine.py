@@ -31,7 +31,7 @@ from .stepfiles import STEPS_DIR, STEPS_SCHEMA, StepFile, checked_step_file, pri
 VIEW_ORDER = [
     "spans", "span_events", "span_links",
     "model_prices", "span_kinds", "stored_steps", "steps",
-    "trial_labels", "trials", "pass_rates",
+    "trial_labels", "trial_facts", "trials", "pass_rates",
     "fingerprint_tools", "fingerprints",
     "decision_paths", "step_states", "abstract_states",
     "tool_definition_texts", "parsed_tool_definitions", "tool_definitions", "tool_arguments", "models_used",
@@ -53,6 +53,8 @@ STEPS_BYTES_PER_SPAN = 1000
 CACHED_STEP_BYTES = 320
 
 PRICES_ENV = "OTEL_ASSAY_PRICES"
+# The temp table of the trace ids an engine is scoped to (Engine.scope)
+SCOPE_TABLE = "_scope"
 _DT_DIR_RE = re.compile(r"^dt=\d{4}-\d{2}-\d{2}$")
 
 
@@ -278,6 +280,7 @@ class Engine:
         self._con.create_function("canonical_json", canonical_json_arrow, ["VARCHAR"], "VARCHAR",
                                   type="arrow", side_effects=False)
         self.materialized: set[str] = set()
+        self.scoped = False  # see scope()
         self._cached_tables: dict[str, str] = {}  # view -> the table materialize() computed it into
         self._cache_attached = False  # the compressed in-memory database of _cache
         self.steps_parts = 0  # how many parts materialize() built `steps` in (0: not built yet)
@@ -369,17 +372,22 @@ class Engine:
             raise LakeError("unreadable files in the lake:\n  " + "\n  ".join(bad[:5]) + more +
                             "\nmove them out of the lake (or restore them from a backup) and run again")
 
-    def _bind_table(self, table: str, schema: pa.Schema) -> None:
+    def _bind_table(self, table: str, schema: pa.Schema, only: Sequence[int] | None = None) -> None:
+        """``lake_{table}`` over the table's files, or over the files ``only`` lists (indexes
+        into ``self.files[table]``: see :meth:`scope`)."""
         paths = self.files[table]
         name = f"lake_{table}"
+        read = paths if only is None else [paths[i] for i in only]
         # span_row: where the span sits in the lake files; a row id that every scan of the
         # same engine agrees on, so `steps` can join its narrow work back to the wide rows
         # without numbering them first (a single-threaded window over the whole lake)
         # span_file: which file (an index into self.files), for leaving out the spans whose
-        # steps a step file holds: a filter on it skips those files unread
-        row = (", (file_index::BIGINT << 40) | file_row_number AS span_row, file_index::INTEGER AS span_file"
+        # steps a step file holds: a filter on it skips those files unread. Over some of the
+        # files, DuckDB's file_index counts those: it is mapped back to the lake's index
+        index = "file_index" if only is None else f"[{', '.join(map(str, only))}][file_index::BIGINT + 1]"
+        row = (f", ({index}::BIGINT << 40) | file_row_number AS span_row, {index}::INTEGER AS span_file"
                if table == "spans" else "")
-        if paths:
+        if read:
             # dt comes from the partition directories; a file outside one (a bare Parquet file,
             # alone or matched by a glob with the lake's files) has none, and DuckDB refuses
             # to read the two kinds together with hive_partitioning
@@ -388,13 +396,14 @@ class Engine:
             # makes DuckDB read every file's schema each time a view that reads the table is
             # bound (a lake of 1,000 small files took 12 s to open, 2 s bound by the first)
             by_name = "false" if self._uniform.get(table) else "true"
-            source = (f"read_parquet({sql_list(paths)}, union_by_name = {by_name}, "
+            source = (f"read_parquet({sql_list(read)}, union_by_name = {by_name}, "
                       f"hive_partitioning = {'true' if hive else 'false'})")
             # files of an older schema version or another writer may lack columns the views use
             cols = {r[0] for r in self._con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
             dt = "" if "dt" in cols else ", NULL::DATE AS dt"
             self._con.execute(
-                f"CREATE OR REPLACE VIEW {name} AS SELECT *{missing_columns_sql(schema, cols)}{dt}{row} FROM {source}")
+                f"CREATE OR REPLACE VIEW {name} AS SELECT *{missing_columns_sql(schema, cols)}{dt}{row} FROM {source}"
+                + ("" if only is None else f" WHERE trace_id IN (SELECT trace_id FROM {SCOPE_TABLE})"))
         else:
             empty = schema.empty_table().append_column("dt", pa.array([], pa.date32()))
             if row:
@@ -430,22 +439,32 @@ class Engine:
 
         The stored files are listed as constants in the macro: DuckDB then skips their
         spans without reading them (a filter through a subquery reads every file)."""
+        self._con.register("_lake_step_files_empty", STEPS_SCHEMA.empty_table())
         if not self.step_files:
-            self._con.register("_lake_step_files_empty", STEPS_SCHEMA.empty_table())
             self._con.execute("CREATE OR REPLACE VIEW lake_step_files AS SELECT * FROM _lake_step_files_empty")
             self._con.execute("CREATE OR REPLACE TEMP TABLE _split_trials (trace_id VARCHAR)")
             self._con.execute("CREATE OR REPLACE MACRO steps_from_spans(file, trace) AS true")
             self._con.execute("CREATE OR REPLACE MACRO stored_costs_repriced() AS false")
             return
         stored = ", ".join(str(i) for i in sorted(self.step_files))
-        self._con.execute(f"CREATE OR REPLACE VIEW lake_step_files AS SELECT * FROM read_parquet("
-                          f"{sql_list([self.step_files[i].path for i in sorted(self.step_files)])}, hive_partitioning = false)")
+        self._bind_stored_steps(sorted(self.step_files))
         self._con.execute(
             "CREATE OR REPLACE TEMP TABLE _split_trials AS SELECT trace_id FROM lake_spans GROUP BY trace_id "
             f"HAVING min(span_file) <> max(span_file) AND bool_or(span_file IN ({stored}))")
         split = self._rows("SELECT count(*) FROM _split_trials")[0][0]
         self._con.execute(f"CREATE OR REPLACE MACRO steps_from_spans(file, trace) AS file NOT IN ({stored})"
                          + (" OR trace IN (SELECT trace_id FROM _split_trials)" if split else ""))
+
+    def _bind_stored_steps(self, span_files: Sequence[int], scoped: bool = False) -> None:
+        """``lake_step_files`` over the step files of ``span_files`` (indexes into
+        ``self.files["spans"]`` that have one), of the traces in scope when ``scoped``."""
+        paths = [self.step_files[i].path for i in span_files if i in self.step_files]
+        if not paths:
+            self._con.execute("CREATE OR REPLACE VIEW lake_step_files AS SELECT * FROM _lake_step_files_empty")
+            return
+        self._con.execute(f"CREATE OR REPLACE VIEW lake_step_files AS SELECT * FROM read_parquet("
+                          f"{sql_list(paths)}, hive_partitioning = false)"
+                          + (f" WHERE trace_id IN (SELECT trace_id FROM {SCOPE_TABLE})" if scoped else ""))
 
     def _bind_prices(self, path: str | os.PathLike | None) -> None:
         """Replace the shipped price table by a user's CSV (same columns as model_prices)."""
@@ -465,6 +484,51 @@ class Engine:
             raise UsageError(f"price table {p} is not usable: {str(e).splitlines()[0]}; it needs a header "
                             "provider,model,input_usd_per_mtok,output_usd_per_mtok (provider may be empty)") from None
         self._con.execute("CREATE OR REPLACE VIEW model_prices AS SELECT * FROM _model_prices")
+
+    def scope(self, predicates: Sequence[tuple[str, Sequence[Any]]], each: str = "true") -> bool:
+        """Read only the traces of the trials that one of ``predicates`` holds for: every
+        view then holds only those traces' rows, and `steps` is computed for them alone.
+
+        A predicate is SQL over ``trial_facts`` (the trial's identity and outcome, which its
+        spans and labels give without computing a step) with its parameters. Each view
+        computes a trace's rows from that trace's spans alone, so a trace's rows in scope
+        are its rows over the whole lake: a command that selects trials by a stricter
+        condition afterwards (a model, which only `steps` knows) gets the rows it would
+        have got unscoped, at the cost of the scoped traces only. Only the files that hold a
+        scoped trace are read.
+
+        The scope is taken only when every predicate holds for at least one trial for which
+        ``each`` (SQL over ``trial_facts``) holds too, and returns whether it was: a
+        selection that matches nothing reads the whole lake, as before, so that what the
+        command says about the lake (its trials, the values it has) is the same. Call it
+        before anything is computed; aggregates over trials (``pass_rates``, ...) then
+        aggregate the scoped trials only.
+        """
+        if self.materialized or self.scoped:
+            raise RuntimeError("scope() goes before anything is computed, once")
+        self._create_pending_views(through="trial_facts")
+        matches = ", ".join(f"({p}) AS m{i}" for i, (p, _) in enumerate(predicates))
+        params = [v for _, ps in predicates for v in ps]
+        self._con.execute(f"CREATE OR REPLACE TEMP TABLE {SCOPE_TABLE} AS SELECT trace_id, ({each}) AS counts, {matches} "
+                          f"FROM trial_facts WHERE " + " OR ".join(f"({p})" for p, _ in predicates),
+                          params + params).fetchall()
+        found = self._rows("SELECT " + ", ".join(f"count(*) FILTER (WHERE m{i} AND counts)"
+                                                 for i in range(len(predicates))) + f" FROM {SCOPE_TABLE}")[0]
+        if not all(found):
+            self._con.execute(f"DROP TABLE {SCOPE_TABLE}")
+            return False
+        files = [r[0] for r in self._rows(f"SELECT DISTINCT span_file FROM lake_spans SEMI JOIN {SCOPE_TABLE} "
+                                          "USING (trace_id) ORDER BY 1")]
+        self._bind_table("spans", TABLES["spans"], only=files)
+        if self.step_files:
+            self._bind_stored_steps(files, scoped=True)
+        self.scoped = True
+        return True
+
+    def unscoped(self) -> "Engine":
+        """A new engine over the same files as this one, not scoped (for what the whole lake
+        holds: see :meth:`scope`). The caller closes it."""
+        return Engine(self, **self._options)
 
     def materialize(self, views: Sequence[str] = CACHED_VIEWS) -> None:
         """Compute ``views`` once into temporary tables that later queries read.
