@@ -48,6 +48,10 @@ CACHED_VIEWS = ["steps", "trials"]
 # the parts already built, and the tables and views cached beside them).
 STEPS_BYTES_PER_SPAN = 1000
 
+# The share of DuckDB's memory limit that the spans may take to be held in memory
+# (Engine._hold_spans): an eighth, beside the third that a part of `steps` works in
+HELD_SHARE = 8
+
 # Size of one cached `steps` row as DuckDB holds it uncompressed (about 20 text columns),
 # measured on the bench lake: 10M spans gave 1.78 GB in memory and 0.6-0.75 GB spilled.
 CACHED_STEP_BYTES = 320
@@ -262,6 +266,9 @@ class Engine:
         # per table: whether every file has the same columns, of the same types, in the same
         # order (_bind_table)
         self._uniform: dict[str, bool] = dict(source._uniform) if copy else {}
+        # per span file, the uncompressed size of its data (see _hold_spans)
+        self._span_bytes: list[int] = list(source._span_bytes) if copy else []
+        self._span_files_read: list[int] | None = None  # the span files a scope reads (None: all)
         self._con = duckdb_connect(memory_limit)
         # every view and command orders explicitly, so DuckDB need not keep scan order (which
         # costs memory on large lakes)
@@ -281,6 +288,7 @@ class Engine:
                                   type="arrow", side_effects=False)
         self.materialized: set[str] = set()
         self.scoped = False  # see scope()
+        self._held = False  # see _hold_spans()
         self._cached_tables: dict[str, str] = {}  # view -> the table materialize() computed it into
         self._cache_attached = False  # the compressed in-memory database of _cache
         self.steps_parts = 0  # how many parts materialize() built `steps` in (0: not built yet)
@@ -350,13 +358,17 @@ class Engine:
             if table not in TABLES:
                 continue
             layouts = set()
+            sizes = []
             for p in paths:
-                schema, problem = inspect_lake_file(p, table)
+                schema, problem, size = inspect_lake_file(p, table)
+                sizes.append(size)
                 if problem:
                     bad.append(f"{p}: {problem}")
                 else:
                     layouts.add(tuple((f.name, f.type) for f in schema))
             self._uniform[table] = len(layouts) <= 1
+            if table == "spans":
+                self._span_bytes = sizes
         for p in self.files.get("labels", []):
             problem = parquet_schema(p)[1]
             if problem:
@@ -520,6 +532,7 @@ class Engine:
         files = [r[0] for r in self._rows(f"SELECT DISTINCT span_file FROM lake_spans SEMI JOIN {SCOPE_TABLE} "
                                           "USING (trace_id) ORDER BY 1")]
         self._bind_table("spans", TABLES["spans"], only=files)
+        self._span_files_read = files
         if self.step_files:
             self._bind_stored_steps(files, scoped=True)
         self.scoped = True
@@ -537,6 +550,8 @@ class Engine:
         that arrive in the lake afterwards are not seen (the file list was fixed at open
         anyway).
         """
+        if not self._held:
+            self._hold_spans()
         for view in views:
             if view in self.materialized:
                 continue
@@ -546,6 +561,25 @@ class Engine:
                 self._materialize_steps()
             else:
                 self._cache(view, f"SELECT * FROM {view}")
+
+    def _hold_spans(self) -> None:
+        """Read the spans (in scope) into memory once, when they are small beside the memory
+        limit: every view computed afterwards reads them there.
+
+        DuckDB pays about a millisecond of CPU per file each time a query reads a Parquet
+        file, whatever its size (its footer, a reader per column), and computing `steps` and
+        `trials` reads the spans several times: on a lake of 1,000 files of 20 spans each,
+        `otel-assay trials` spent 4 of its 5 s on that. A lake of large files is read as it
+        is: its spans would take too much of the memory that `steps` needs.
+        """
+        self._held = True
+        files = range(len(self.files["spans"])) if self._span_files_read is None else self._span_files_read
+        size = sum(self._span_bytes[i] for i in files if i < len(self._span_bytes))
+        limit = _bytes(self._rows("SELECT current_setting('memory_limit')")[0][0])
+        if not files or size > limit // HELD_SHARE:
+            return
+        self._con.execute("CREATE OR REPLACE TEMP TABLE _held_spans AS SELECT * FROM lake_spans")
+        self._con.execute("CREATE OR REPLACE VIEW lake_spans AS SELECT * FROM _held_spans")
 
     def restrict_trials(self, table: str) -> None:
         """Make ``trials`` (and every view built on it: pass_rates, fingerprints, stability,
