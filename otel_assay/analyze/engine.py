@@ -18,8 +18,9 @@ import duckdb
 import pyarrow as pa
 
 from .. import settings
-from ..lake.files import (STEP_FILE_KEY, Lake, LakeError, cannot_read, duckdb_connect, glob_paths, inspect_lake_file,
+from ..lake.files import (STEP_FILE_KEY, Lake, LakeError, cannot_read, duckdb_connect, glob_paths,
                           missing_columns_sql, parquet_schema, sql_list)
+from ..lake.inventory import file_facts
 from ..lake.schema import TABLES
 from ..errors import UsageError, is_utf8
 from .canonical import canonical_json_arrow
@@ -359,13 +360,12 @@ class Engine:
                 continue
             layouts = set()
             sizes = []
-            for p in paths:
-                schema, problem, size = inspect_lake_file(p, table)
+            for p, (layout, problem, size) in zip(paths, file_facts(paths, table)):
                 sizes.append(size)
                 if problem:
                     bad.append(f"{p}: {problem}")
                 else:
-                    layouts.add(tuple((f.name, f.type) for f in schema))
+                    layouts.add(layout)
             self._uniform[table] = len(layouts) <= 1
             if table == "spans":
                 self._span_bytes = sizes
