@@ -516,7 +516,7 @@ class Engine:
         before anything is computed; aggregates over trials (``pass_rates``, ...) then
         aggregate the scoped trials only.
         """
-        if self.materialized or self.scoped:
+        if self.materialized or self.scoped or self._held:
             raise RuntimeError("scope() goes before anything is computed, once")
         self._create_pending_views(through="trial_facts")
         matches = ", ".join(f"({p}) AS m{i}" for i, (p, _) in enumerate(predicates))
