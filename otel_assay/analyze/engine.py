@@ -52,6 +52,10 @@ STEPS_BYTES_PER_SPAN = 1000
 # The share of DuckDB's memory limit that the spans may take to be held in memory
 # (Engine._hold_spans): an eighth, beside the third that a part of `steps` works in
 HELD_SHARE = 8
+# From how many files on the spans are held: below, what holding saves (about a millisecond
+# per file and query) is not felt, and the copy only costs memory (a gate over 200k spans
+# in one file peaked 60 MB higher for no time saved)
+HELD_MIN_FILES = 64
 
 # Size of one cached `steps` row as DuckDB holds it uncompressed (about 20 text columns),
 # measured on the bench lake: 10M spans gave 1.78 GB in memory and 0.6-0.75 GB spilled.
@@ -569,14 +573,15 @@ class Engine:
         DuckDB pays about a millisecond of CPU per file each time a query reads a Parquet
         file, whatever its size (its footer, a reader per column), and computing `steps` and
         `trials` reads the spans several times: on a lake of 1,000 files of 20 spans each,
-        `otel-assay trials` spent 4 of its 5 s on that. A lake of large files is read as it
-        is: its spans would take too much of the memory that `steps` needs.
+        `otel-assay trials` spent 4 of its 5 s on that. A lake of few files, or of large
+        ones, is read as it is: nothing to save, or its spans would take too much of the
+        memory that `steps` needs.
         """
         self._held = True
         files = range(len(self.files["spans"])) if self._span_files_read is None else self._span_files_read
         size = sum(self._span_bytes[i] for i in files if i < len(self._span_bytes))
         limit = _bytes(self._rows("SELECT current_setting('memory_limit')")[0][0])
-        if not files or size > limit // HELD_SHARE:
+        if len(files) < HELD_MIN_FILES or size > limit // HELD_SHARE:
             return
         self._con.execute("CREATE OR REPLACE TEMP TABLE _held_spans AS SELECT * FROM lake_spans")
         self._con.execute("CREATE OR REPLACE VIEW lake_spans AS SELECT * FROM _held_spans")
