@@ -2,7 +2,8 @@
 -- trial, so the trace id is the trial id), steps rolled up; except
 -- traces made only of the gate's own verdict spans (scope otel_assay.gate) or of set-up:
 -- agents built (create_agent spans) or prompt templates formatted (LangSmith prompt runs)
--- outside any run.
+-- outside any run. What the trial's spans and labels say of it (its identity, outcome,
+-- score, timing) comes from trial_facts; this view adds what its steps say.
 --
 --   trace_id, run_id, scenario, version, trial_index
 --       from the assay.* attributes (on every span of a trial; the earliest span that has
@@ -43,66 +44,7 @@
 --                   whose work is all such spans is classed empty-run. Not 0 means the
 --                   trial's counts may miss work: the gate says so in a note
 CREATE OR REPLACE VIEW trials AS
-WITH span_aggregates AS (
-    SELECT
-        trace_id,
-        min(start_time_unix_nano) AS start_time_unix_nano,
-        max(start_time_unix_nano + duration_ns) AS end_time_unix_nano,
-        count(*) AS n_spans,
-        arg_min(scenario, start_time_unix_nano) FILTER (WHERE scenario IS NOT NULL) AS scenario,
-        arg_min(version, start_time_unix_nano) FILTER (WHERE version IS NOT NULL) AS version,
-        arg_min(run_id, start_time_unix_nano) FILTER (WHERE run_id IS NOT NULL) AS run_id,
-        arg_min(trial_index, start_time_unix_nano) FILTER (WHERE trial_index IS NOT NULL) AS trial_index,
-        arg_min(outcome, start_time_unix_nano) FILTER (WHERE outcome IS NOT NULL) AS outcome,
-        arg_min(score, start_time_unix_nano) FILTER (WHERE score IS NOT NULL) AS score,
-        arg_min(error_class, start_time_unix_nano) FILTER (WHERE error_class IS NOT NULL) AS error_class,
-        -- an assay.* value of another type than the typed column's (version=2 or score=1 as
-        -- integers, a trial index as a string) is kept in the attributes map, not in the
-        -- typed column: the root span's map (the trial span has every assay.* key) is kept
-        -- for the trials whose root lacks a typed value, and read in span_facts. One
-        -- aggregate over the roots only, not a map lookup and an aggregate per key over
-        -- every span
-        arg_min(attributes, start_time_unix_nano) FILTER (
-            WHERE parent_span_id IS NULL AND (scenario IS NULL OR version IS NULL OR run_id IS NULL
-                OR trial_index IS NULL OR outcome IS NULL OR score IS NULL OR error_class IS NULL)) AS root_attributes,
-        arg_min(resource_attributes['service.version'], start_time_unix_nano)
-            FILTER (WHERE parent_span_id IS NULL) AS service_version,
-        bool_or(parent_span_id IS NULL AND status_code = 2
-                -- the message, not a stack trace appended to it (OpenInference and LangSmith
-                -- append one; langgraph's own frames mention step_timeout)
-                AND (error_type ILIKE '%timeout%'
-                     OR split_part(status_message, 'Traceback (most recent call last)', 1) ILIKE '%timeout%')) AS root_timed_out,
-        arg_min(start_time_unix_nano + duration_ns, start_time_unix_nano)
-            FILTER (WHERE parent_span_id IS NULL) AS root_end_time_unix_nano,
-        -- the gate's own verdicts written back into the lake (gate --emit-otel lake)
-        bool_and(scope_name IS NOT DISTINCT FROM 'otel_assay.gate') AS gate_record,
-        -- an agent built outside any trial: AutoGen records each construction as a trace of
-        -- one create_agent span, set-up rather than a run (each was listed as an empty run).
-        -- Likewise a prompt template formatted outside any run: LangSmith traces it alone.
-        -- The CASE looks the map up only on LangSmith's spans
-        -- spans whose operation name the step mapping does not know (span_kinds.sql): no
-        -- steps, so such a trial may look empty only because otel-assay cannot read it
-        count(*) FILTER (WHERE op IS NOT NULL AND NOT known_operation(op)) AS n_unknown_ops,
-        bool_and(CASE WHEN scope_name = 'langsmith' THEN coalesce(attributes['langsmith.span.kind'] = 'prompt', false)
-                      ELSE op IS NOT DISTINCT FROM 'create_agent' END) AS setup_record
-    FROM spans
-    -- spans without a trace id (a foreign file's) are no trial: grouped together they made
-    -- one fake trial, without steps, that pass rates counted as an empty run of its scenario
-    WHERE trace_id IS NOT NULL
-    GROUP BY trace_id
-),
-span_facts AS (
-    SELECT * EXCLUDE (root_attributes) REPLACE (
-        coalesce(scenario, root_attributes['assay.scenario']) AS scenario,
-        coalesce(version, root_attributes['assay.agent.version']) AS version,
-        coalesce(run_id, root_attributes['assay.run.id']) AS run_id,
-        coalesce(trial_index, TRY_CAST(root_attributes['assay.trial.index'] AS BIGINT)) AS trial_index,
-        coalesce(outcome, root_attributes['assay.trial.outcome']) AS outcome,
-        coalesce(score, TRY_CAST(root_attributes['assay.trial.score'] AS DOUBLE)) AS score,
-        coalesce(error_class, root_attributes['assay.error.class']) AS error_class)
-    FROM span_aggregates
-),
-step_facts AS (
+WITH step_facts AS (
     SELECT
         trace_id,
         count(*) AS n_steps,
@@ -136,18 +78,14 @@ trial_models AS (
 joined AS (
     SELECT
         f.trace_id,
-        coalesce(l.run_id, f.run_id) AS run_id,
-        coalesce(l.scenario, f.scenario) AS scenario,
-        coalesce(l.version, f.version, f.service_version) AS version,
+        f.run_id,
+        f.scenario,
+        f.version,
         f.trial_index,
         coalesce(tm.models, []::VARCHAR[]) AS models,
-        lower(coalesce(l.outcome, f.outcome)) AS given_outcome,
-        coalesce(l.score, f.score) AS score,
-        CASE replace(lower(trim(f.error_class)), '_', '-')
-            WHEN 'infra' THEN 'infrastructure'
-            WHEN 'prevalidation' THEN 'pre-validation'
-            WHEN 'empty' THEN 'empty-run'
-            ELSE replace(lower(trim(f.error_class)), '_', '-') END AS explicit_class,
+        f.outcome,
+        f.score,
+        f.explicit_class,
         f.root_timed_out,
         st.first_tool_end_unix_nano <= coalesce(f.root_end_time_unix_nano, st.first_tool_end_unix_nano)
             AS tool_before_end,
@@ -163,17 +101,13 @@ joined AS (
         CAST(CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0 ELSE st.input_tokens END AS BIGINT) AS input_tokens,
         CAST(CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0 ELSE st.output_tokens END AS BIGINT) AS output_tokens,
         CASE WHEN coalesce(st.n_llm, 0) = 0 THEN 0.0 WHEN st.n_unpriced > 0 THEN NULL ELSE st.cost_usd END AS cost_usd,
-        l.trace_id IS NOT NULL AS labelled
-    FROM span_facts f
+        f.labelled
+    FROM trial_facts f
     LEFT JOIN step_facts st USING (trace_id)
     LEFT JOIN trial_models tm USING (trace_id)
-    LEFT JOIN trial_labels l USING (trace_id)
-    WHERE NOT f.gate_record AND NOT f.setup_record
 ),
 classified AS (
     SELECT *,
-        -- a boolean assay.trial.outcome is stored as 'true' / 'false'
-        CASE given_outcome WHEN 'true' THEN 'pass' WHEN 'false' THEN 'fail' ELSE given_outcome END AS outcome,
         coalesce(explicit_class,
                  CASE WHEN root_timed_out THEN 'timeout'
                       WHEN n_llm = 0 AND n_tool = 0 THEN 'empty-run' END) AS error_class

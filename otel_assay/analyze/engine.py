@@ -18,8 +18,9 @@ import duckdb
 import pyarrow as pa
 
 from .. import settings
-from ..lake.files import (STEP_FILE_KEY, Lake, LakeError, cannot_read, duckdb_connect, glob_paths, inspect_lake_file,
+from ..lake.files import (STEP_FILE_KEY, Lake, LakeError, cannot_read, duckdb_connect, glob_paths,
                           missing_columns_sql, parquet_schema, sql_list)
+from ..lake.inventory import file_facts
 from ..lake.schema import TABLES
 from ..errors import UsageError, is_utf8
 from .canonical import canonical_json_arrow
@@ -31,7 +32,7 @@ from .stepfiles import STEPS_DIR, STEPS_SCHEMA, StepFile, checked_step_file, pri
 VIEW_ORDER = [
     "spans", "span_events", "span_links",
     "model_prices", "span_kinds", "stored_steps", "steps",
-    "trial_labels", "trials", "pass_rates",
+    "trial_labels", "trial_facts", "trials", "pass_rates",
     "fingerprint_tools", "fingerprints",
     "decision_paths", "step_states", "abstract_states",
     "tool_definition_texts", "parsed_tool_definitions", "tool_definitions", "tool_arguments", "models_used",
@@ -48,11 +49,21 @@ CACHED_VIEWS = ["steps", "trials"]
 # the parts already built, and the tables and views cached beside them).
 STEPS_BYTES_PER_SPAN = 1000
 
+# The share of DuckDB's memory limit that the spans may take to be held in memory
+# (Engine._hold_spans): an eighth, beside the third that a part of `steps` works in
+HELD_SHARE = 8
+# From how many files on the spans are held: below, what holding saves (about a millisecond
+# per file and query) is not felt, and the copy only costs memory (a gate over 200k spans
+# in one file peaked 60 MB higher for no time saved)
+HELD_MIN_FILES = 64
+
 # Size of one cached `steps` row as DuckDB holds it uncompressed (about 20 text columns),
 # measured on the bench lake: 10M spans gave 1.78 GB in memory and 0.6-0.75 GB spilled.
 CACHED_STEP_BYTES = 320
 
 PRICES_ENV = "OTEL_ASSAY_PRICES"
+# The temp table of the trace ids an engine is scoped to (Engine.scope)
+SCOPE_TABLE = "_scope"
 _DT_DIR_RE = re.compile(r"^dt=\d{4}-\d{2}-\d{2}$")
 
 
@@ -260,6 +271,9 @@ class Engine:
         # per table: whether every file has the same columns, of the same types, in the same
         # order (_bind_table)
         self._uniform: dict[str, bool] = dict(source._uniform) if copy else {}
+        # per span file, the uncompressed size of its data (see _hold_spans)
+        self._span_bytes: list[int] = list(source._span_bytes) if copy else []
+        self._span_files_read: list[int] | None = None  # the span files a scope reads (None: all)
         self._con = duckdb_connect(memory_limit)
         # every view and command orders explicitly, so DuckDB need not keep scan order (which
         # costs memory on large lakes)
@@ -278,6 +292,8 @@ class Engine:
         self._con.create_function("canonical_json", canonical_json_arrow, ["VARCHAR"], "VARCHAR",
                                   type="arrow", side_effects=False)
         self.materialized: set[str] = set()
+        self.scoped = False  # see scope()
+        self._held = False  # see _hold_spans()
         self._cached_tables: dict[str, str] = {}  # view -> the table materialize() computed it into
         self._cache_attached = False  # the compressed in-memory database of _cache
         self.steps_parts = 0  # how many parts materialize() built `steps` in (0: not built yet)
@@ -347,13 +363,16 @@ class Engine:
             if table not in TABLES:
                 continue
             layouts = set()
-            for p in paths:
-                schema, problem = inspect_lake_file(p, table)
+            sizes = []
+            for p, (layout, problem, size) in zip(paths, file_facts(paths, table)):
+                sizes.append(size)
                 if problem:
                     bad.append(f"{p}: {problem}")
                 else:
-                    layouts.add(tuple((f.name, f.type) for f in schema))
+                    layouts.add(layout)
             self._uniform[table] = len(layouts) <= 1
+            if table == "spans":
+                self._span_bytes = sizes
         for p in self.files.get("labels", []):
             problem = parquet_schema(p)[1]
             if problem:
@@ -369,17 +388,22 @@ class Engine:
             raise LakeError("unreadable files in the lake:\n  " + "\n  ".join(bad[:5]) + more +
                             "\nmove them out of the lake (or restore them from a backup) and run again")
 
-    def _bind_table(self, table: str, schema: pa.Schema) -> None:
+    def _bind_table(self, table: str, schema: pa.Schema, only: Sequence[int] | None = None) -> None:
+        """``lake_{table}`` over the table's files, or over the files ``only`` lists (indexes
+        into ``self.files[table]``: see :meth:`scope`)."""
         paths = self.files[table]
         name = f"lake_{table}"
+        read = paths if only is None else [paths[i] for i in only]
         # span_row: where the span sits in the lake files; a row id that every scan of the
         # same engine agrees on, so `steps` can join its narrow work back to the wide rows
         # without numbering them first (a single-threaded window over the whole lake)
         # span_file: which file (an index into self.files), for leaving out the spans whose
-        # steps a step file holds: a filter on it skips those files unread
-        row = (", (file_index::BIGINT << 40) | file_row_number AS span_row, file_index::INTEGER AS span_file"
+        # steps a step file holds: a filter on it skips those files unread. Over some of the
+        # files, DuckDB's file_index counts those: it is mapped back to the lake's index
+        index = "file_index" if only is None else f"[{', '.join(map(str, only))}][file_index::BIGINT + 1]"
+        row = (f", ({index}::BIGINT << 40) | file_row_number AS span_row, {index}::INTEGER AS span_file"
                if table == "spans" else "")
-        if paths:
+        if read:
             # dt comes from the partition directories; a file outside one (a bare Parquet file,
             # alone or matched by a glob with the lake's files) has none, and DuckDB refuses
             # to read the two kinds together with hive_partitioning
@@ -388,13 +412,14 @@ class Engine:
             # makes DuckDB read every file's schema each time a view that reads the table is
             # bound (a lake of 1,000 small files took 12 s to open, 2 s bound by the first)
             by_name = "false" if self._uniform.get(table) else "true"
-            source = (f"read_parquet({sql_list(paths)}, union_by_name = {by_name}, "
+            source = (f"read_parquet({sql_list(read)}, union_by_name = {by_name}, "
                       f"hive_partitioning = {'true' if hive else 'false'})")
             # files of an older schema version or another writer may lack columns the views use
             cols = {r[0] for r in self._con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
             dt = "" if "dt" in cols else ", NULL::DATE AS dt"
             self._con.execute(
-                f"CREATE OR REPLACE VIEW {name} AS SELECT *{missing_columns_sql(schema, cols)}{dt}{row} FROM {source}")
+                f"CREATE OR REPLACE VIEW {name} AS SELECT *{missing_columns_sql(schema, cols)}{dt}{row} FROM {source}"
+                + ("" if only is None else f" WHERE trace_id IN (SELECT trace_id FROM {SCOPE_TABLE})"))
         else:
             empty = schema.empty_table().append_column("dt", pa.array([], pa.date32()))
             if row:
@@ -430,22 +455,32 @@ class Engine:
 
         The stored files are listed as constants in the macro: DuckDB then skips their
         spans without reading them (a filter through a subquery reads every file)."""
+        self._con.register("_lake_step_files_empty", STEPS_SCHEMA.empty_table())
         if not self.step_files:
-            self._con.register("_lake_step_files_empty", STEPS_SCHEMA.empty_table())
             self._con.execute("CREATE OR REPLACE VIEW lake_step_files AS SELECT * FROM _lake_step_files_empty")
             self._con.execute("CREATE OR REPLACE TEMP TABLE _split_trials (trace_id VARCHAR)")
             self._con.execute("CREATE OR REPLACE MACRO steps_from_spans(file, trace) AS true")
             self._con.execute("CREATE OR REPLACE MACRO stored_costs_repriced() AS false")
             return
         stored = ", ".join(str(i) for i in sorted(self.step_files))
-        self._con.execute(f"CREATE OR REPLACE VIEW lake_step_files AS SELECT * FROM read_parquet("
-                          f"{sql_list([self.step_files[i].path for i in sorted(self.step_files)])}, hive_partitioning = false)")
+        self._bind_stored_steps(sorted(self.step_files))
         self._con.execute(
             "CREATE OR REPLACE TEMP TABLE _split_trials AS SELECT trace_id FROM lake_spans GROUP BY trace_id "
             f"HAVING min(span_file) <> max(span_file) AND bool_or(span_file IN ({stored}))")
         split = self._rows("SELECT count(*) FROM _split_trials")[0][0]
         self._con.execute(f"CREATE OR REPLACE MACRO steps_from_spans(file, trace) AS file NOT IN ({stored})"
                          + (" OR trace IN (SELECT trace_id FROM _split_trials)" if split else ""))
+
+    def _bind_stored_steps(self, span_files: Sequence[int], scoped: bool = False) -> None:
+        """``lake_step_files`` over the step files of ``span_files`` (indexes into
+        ``self.files["spans"]`` that have one), of the traces in scope when ``scoped``."""
+        paths = [self.step_files[i].path for i in span_files if i in self.step_files]
+        if not paths:
+            self._con.execute("CREATE OR REPLACE VIEW lake_step_files AS SELECT * FROM _lake_step_files_empty")
+            return
+        self._con.execute(f"CREATE OR REPLACE VIEW lake_step_files AS SELECT * FROM read_parquet("
+                          f"{sql_list(paths)}, hive_partitioning = false)"
+                          + (f" WHERE trace_id IN (SELECT trace_id FROM {SCOPE_TABLE})" if scoped else ""))
 
     def _bind_prices(self, path: str | os.PathLike | None) -> None:
         """Replace the shipped price table by a user's CSV (same columns as model_prices)."""
@@ -466,6 +501,52 @@ class Engine:
                             "provider,model,input_usd_per_mtok,output_usd_per_mtok (provider may be empty)") from None
         self._con.execute("CREATE OR REPLACE VIEW model_prices AS SELECT * FROM _model_prices")
 
+    def scope(self, predicates: Sequence[tuple[str, Sequence[Any]]], each: str = "true") -> bool:
+        """Read only the traces of the trials that one of ``predicates`` holds for: every
+        view then holds only those traces' rows, and `steps` is computed for them alone.
+
+        A predicate is SQL over ``trial_facts`` (the trial's identity and outcome, which its
+        spans and labels give without computing a step) with its parameters. Each view
+        computes a trace's rows from that trace's spans alone, so a trace's rows in scope
+        are its rows over the whole lake: a command that selects trials by a stricter
+        condition afterwards (a model, which only `steps` knows) gets the rows it would
+        have got unscoped, at the cost of the scoped traces only. Only the files that hold a
+        scoped trace are read.
+
+        The scope is taken only when every predicate holds for at least one trial for which
+        ``each`` (SQL over ``trial_facts``) holds too, and returns whether it was: a
+        selection that matches nothing reads the whole lake, as before, so that what the
+        command says about the lake (its trials, the values it has) is the same. Call it
+        before anything is computed; aggregates over trials (``pass_rates``, ...) then
+        aggregate the scoped trials only.
+        """
+        if self.materialized or self.scoped or self._held:
+            raise RuntimeError("scope() goes before anything is computed, once")
+        self._create_pending_views(through="trial_facts")
+        matches = ", ".join(f"({p}) AS m{i}" for i, (p, _) in enumerate(predicates))
+        params = [v for _, ps in predicates for v in ps]
+        self._con.execute(f"CREATE OR REPLACE TEMP TABLE {SCOPE_TABLE} AS SELECT trace_id, ({each}) AS counts, {matches} "
+                          f"FROM trial_facts WHERE " + " OR ".join(f"({p})" for p, _ in predicates),
+                          params + params).fetchall()
+        found = self._rows("SELECT " + ", ".join(f"count(*) FILTER (WHERE m{i} AND counts)"
+                                                 for i in range(len(predicates))) + f" FROM {SCOPE_TABLE}")[0]
+        if not all(found):
+            self._con.execute(f"DROP TABLE {SCOPE_TABLE}")
+            return False
+        files = [r[0] for r in self._rows(f"SELECT DISTINCT span_file FROM lake_spans SEMI JOIN {SCOPE_TABLE} "
+                                          "USING (trace_id) ORDER BY 1")]
+        self._bind_table("spans", TABLES["spans"], only=files)
+        self._span_files_read = files
+        if self.step_files:
+            self._bind_stored_steps(files, scoped=True)
+        self.scoped = True
+        return True
+
+    def unscoped(self) -> "Engine":
+        """A new engine over the same files as this one, not scoped (for what the whole lake
+        holds: see :meth:`scope`). The caller closes it."""
+        return Engine(self, **self._options)
+
     def materialize(self, views: Sequence[str] = CACHED_VIEWS) -> None:
         """Compute ``views`` once into temporary tables that later queries read.
 
@@ -473,6 +554,8 @@ class Engine:
         that arrive in the lake afterwards are not seen (the file list was fixed at open
         anyway).
         """
+        if not self._held:
+            self._hold_spans()
         for view in views:
             if view in self.materialized:
                 continue
@@ -482,6 +565,26 @@ class Engine:
                 self._materialize_steps()
             else:
                 self._cache(view, f"SELECT * FROM {view}")
+
+    def _hold_spans(self) -> None:
+        """Read the spans (in scope) into memory once, when they are small beside the memory
+        limit: every view computed afterwards reads them there.
+
+        DuckDB pays about a millisecond of CPU per file each time a query reads a Parquet
+        file, whatever its size (its footer, a reader per column), and computing `steps` and
+        `trials` reads the spans several times: on a lake of 1,000 files of 20 spans each,
+        `otel-assay trials` spent 4 of its 5 s on that. A lake of few files, or of large
+        ones, is read as it is: nothing to save, or its spans would take too much of the
+        memory that `steps` needs.
+        """
+        self._held = True
+        files = range(len(self.files["spans"])) if self._span_files_read is None else self._span_files_read
+        size = sum(self._span_bytes[i] for i in files if i < len(self._span_bytes))
+        limit = _bytes(self._rows("SELECT current_setting('memory_limit')")[0][0])
+        if len(files) < HELD_MIN_FILES or size > limit // HELD_SHARE:
+            return
+        self._con.execute("CREATE OR REPLACE TEMP TABLE _held_spans AS SELECT * FROM lake_spans")
+        self._con.execute("CREATE OR REPLACE VIEW lake_spans AS SELECT * FROM _held_spans")
 
     def restrict_trials(self, table: str) -> None:
         """Make ``trials`` (and every view built on it: pass_rates, fingerprints, stability,

@@ -22,6 +22,9 @@ SELECTOR_KEYS = {
     "model": "list_contains(models, ?)",
     "outcome": "outcome = ?",
 }
+# the keys whose columns trial_facts has (what a trial's spans and labels say: the same
+# column names as in trials); model is known from the trial's steps only
+FACT_KEYS = ("version", "scenario", "run", "outcome")
 # an empty value: the trials that have none (what the "no trials match" listing shows as "(none)")
 _NONE_SQL = {
     "version": "version IS NULL",
@@ -81,12 +84,22 @@ class Selection:
         pairs = [(k, v.strip()) for k, v in pairs]
         return cls(tuple(pairs))
 
-    def where(self) -> tuple[str, list[str]]:
-        """A SQL predicate over the trials view and its parameters ('true' when empty)."""
-        if not self.pairs:
+    def where(self, keys: Iterable[str] = SELECTOR_KEYS) -> tuple[str, list[str]]:
+        """A SQL predicate over the trials view and its parameters ('true' when empty):
+        of the pairs whose key is in ``keys``."""
+        pairs = [(k, v) for k, v in self.pairs if k in keys]
+        if not pairs:
             return "true", []
-        return (" AND ".join(SELECTOR_KEYS[k] if v else _NONE_SQL[k] for k, v in self.pairs),
-                [v for _, v in self.pairs if v])
+        return (" AND ".join(SELECTOR_KEYS[k] if v else _NONE_SQL[k] for k, v in pairs),
+                [v for _, v in pairs if v])
+
+    def before_steps(self) -> tuple[str, list[str]] | None:
+        """The part of :meth:`where` that the trial_facts view decides (every key but model,
+        which the trial's LLM steps give), for reading only the traces it selects
+        (Engine.scope); None when that part selects every trial."""
+        if not any(k in FACT_KEYS for k, _ in self.pairs):
+            return None
+        return self.where(FACT_KEYS)
 
     def __str__(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.pairs) or "(all trials)"
@@ -104,13 +117,25 @@ def select_trials(engine, selection: Selection, table: str = "selected_trials") 
     n = engine.rows(f"SELECT count(*) FROM {table}")[0][0]
     if n:
         return n
+    if engine.scoped:
+        # what the whole lake has, not the traces the engine reads (selection by a model)
+        lake = engine.unscoped()
+        try:
+            raise NoTrialsError(_nothing_matches(lake, selection))
+        finally:
+            lake.close()
+    raise NoTrialsError(_nothing_matches(engine, selection))
+
+
+def _nothing_matches(engine, selection: Selection) -> str:
+    """What to say when no trial matches ``selection``: what the lake has for its keys."""
     total = engine.rows("SELECT count(*) FROM trials")[0][0]
     if total == 0:
-        raise NoTrialsError("the lake has no trials (no spans)")
+        return "the lake has no trials (no spans)"
     found = []
     for key in dict(selection.pairs):
         rows = engine.rows(_FOUND_SQL[key])
         # the values are the lake's data: control characters are shown, not sent to the terminal
         found.append(f"{key}: " + (", ".join(f"{'(none)' if v is None else printable(v)} ({n})" for v, n in rows)
                                    or "none recorded"))
-    raise NoTrialsError(f"no trials match {selection}; the lake has {total} trials, with " + "; ".join(found))
+    return f"no trials match {selection}; the lake has {total} trials, with " + "; ".join(found)

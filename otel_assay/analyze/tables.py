@@ -41,6 +41,10 @@ def _open(lake: str, selectors, prices):
     selection = Selection.parse(selectors)
 
     def prepare(eng):
+        # only the traces the selection's version, scenario, run and outcome pick go through steps
+        first = selection.before_steps()
+        if first is not None:
+            eng.scope([first])
         eng.materialize()
         select_trials(eng, selection)
         # aggregates (pass rates, stability across trials) over the selected trials only

@@ -59,8 +59,16 @@ def run_gate(lake, config: GateConfig | None = None, *, baseline: str | None = N
         baseline_lake = None
     say = progress or _noop
     say("opening the lake")
-    eng_c = open_lake(lake)
-    eng_b = open_lake(baseline_lake) if baseline_lake is not None else eng_c
+    # the selections each lake will be read for, known before it opens: only their trials
+    # are computed. Contracts and metamorphic relations read beyond the arms' trials (the
+    # tools and scenarios a lake has seen, a follow-up's source trial): they read it all
+    scoped = not (cfg.contracts or cfg.metamorphic)
+    if baseline_lake is not None:
+        eng_c = open_lake(lake, [candidate] if scoped else ())
+        eng_b = open_lake(baseline_lake, [baseline] if scoped else ())
+    else:
+        eng_c = open_lake(lake, ([candidate] if alone else [baseline, candidate]) if scoped else ())
+        eng_b = eng_c
     try:
         cand = _Side(eng_c, lake_name(lake), "candidate_trials", candidate)
         base = None if alone else _Side(eng_b, lake_name(lake if baseline_lake is None else baseline_lake),

@@ -817,22 +817,30 @@ def check_lake_file(path: Path, table: str = "spans") -> str | None:
 
 def parquet_schema(path: Path) -> tuple[pa.Schema | None, str | None]:
     """The Parquet schema of ``path``, or None and why it cannot be read."""
+    meta, problem = _parquet_metadata(path)
+    return (None if meta is None else meta.schema.to_arrow_schema()), problem
+
+
+def _parquet_metadata(path: Path) -> tuple[pq.FileMetaData | None, str | None]:
     try:
-        return pq.read_schema(path), None
+        return pq.read_metadata(path), None
     except (OSError, pa.ArrowException, UnicodeError) as e:  # UnicodeError: a name that is not UTF-8
         return None, f"not a readable Parquet file ({str(e).splitlines()[0][:200]})"
 
 
-def inspect_lake_file(path: Path, table: str = "spans") -> tuple[pa.Schema | None, str | None]:
-    """The Parquet schema of ``path`` (None if unreadable), and why it cannot be read as a
-    lake file of ``table`` (None if it can)."""
-    schema, problem = parquet_schema(path)
+def inspect_lake_file(path: Path, table: str = "spans") -> tuple[pa.Schema | None, str | None, int]:
+    """The Parquet schema of ``path`` (None if unreadable), why it cannot be read as a lake
+    file of ``table`` (None if it can), and the uncompressed size of its data as its footer records it
+    (about what its rows take in memory)."""
+    meta, problem = _parquet_metadata(path)
     if problem:
-        return None, problem
+        return None, problem, 0
+    schema = meta.schema.to_arrow_schema()
+    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     if STEP_FILE_KEY in (schema.metadata or {}):
         return schema, ("a step file (a span file's stored steps, LAKE/steps/), not a spans file; "
-                        "give the lake directory or the files under LAKE/spans")
+                        "give the lake directory or the files under LAKE/spans"), size
     missing = REQUIRED_COLUMNS[table] - set(schema.names)
     if missing:
-        return schema, f"not an otel-assay {table} file (missing columns: {', '.join(sorted(missing))})"
-    return schema, None
+        return schema, f"not an otel-assay {table} file (missing columns: {', '.join(sorted(missing))})", size
+    return schema, None, size
