@@ -59,8 +59,8 @@ def run(ctx, scenarios_file, agent_spec, version, lake_dir, baseline, gate_confi
         t_max, budget_tokens, budget_dollars, method, only, no_resume, json_path, quiet):
     """Run the agent on every scenario of SCENARIOS.yaml, as few trials as the statistics allow.
 
-    Each trial is a trace in the lake (--dir). SPRT scenarios stop at the first boundary
-    crossing; infrastructure errors are retried and excluded; rerunning the same --version
+    Each trial is a trace in the lake (--dir). SPRT scenarios stop at their test's first
+    decision (against the baseline with --baseline); infrastructure errors are retried and excluded; rerunning the same --version
     resumes from the trials already in the lake. Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE (or the
     gate's decision with --baseline), 3 usage error, 4 data error.
     """

@@ -14,7 +14,6 @@ from ..oracles.contracts import TOOL_KINDS, ContractError, check_names, evaluate
 from ..oracles.metamorphic import RelationDataError, evaluate as evaluate_relations
 from .config import GateConfig
 from .family import Family
-from .pass_rate import rate_reason
 from .result import FAIL, INCONCLUSIVE, PASS, SKIPPED, Check, ScenarioResult
 
 @dataclass
@@ -23,6 +22,19 @@ class Oracles:
     pairs: list | None = None        # oracles.metamorphic pair dicts
     missing: str | None = None       # why the pairs are not there (an arm that need not have them)
 
+
+
+def rate_reason(v, verb: str = "contains") -> str:
+    """Why a rate verdict is neither PASS nor FAIL: the interval holds the threshold, or
+    a bound is past it but the exact binomial test (which guards small samples) disagrees."""
+    th = v.threshold
+    if v.ci.high < th:
+        return (f"upper bound {v.ci.high:.3f} < threshold {th}, but on {v.n} trials the exact binomial test "
+                f"does not confirm it (p={v.pvalue_fail:.3g} >= alpha={v.alpha:.3g}); more trials would decide")
+    if v.ci.low >= th:
+        return (f"lower bound {v.ci.low:.3f} >= threshold {th}, but on {v.n} trials the exact binomial test "
+                f"does not confirm it (p={v.pvalue_pass:.3g} >= alpha={v.alpha:.3g}); more trials would decide")
+    return f"interval [{v.ci.low:.3f}, {v.ci.high:.3f}] {verb} threshold {th}"
 
 def contract_tools(eng_c, eng_b, cfg: GateConfig) -> set[str] | None:
     """Tools either arm's lake has seen: what contract tool names are checked against."""

@@ -1,8 +1,8 @@
 """The pass-rate check: the candidate's pass rate against the threshold θ, per scenario.
 
-The Wilson interval decides, and on small samples the exact binomial test must confirm
-each decision: the interval alone is too eager on a handful of trials. Only run when a
-threshold is configured, so that an unchanged candidate can deploy without one.
+Decided by the anytime-valid threshold test of ``stats.anytime`` over the candidate's trials
+in run order, so that gating again after adding trials does not raise its error rates. Only
+run when a threshold is configured, so that an unchanged candidate can deploy without one.
 """
 
 from __future__ import annotations
@@ -15,23 +15,10 @@ from .config import GateConfig
 from .family import Family
 from .result import FAIL, INCONCLUSIVE, PASS, SKIPPED, Check, ScenarioResult
 
-def rate_reason(v, verb: str = "contains") -> str:
-    """Why a pass-rate verdict is neither PASS nor FAIL: the interval holds the threshold, or
-    a bound is past it but the exact binomial test (which guards small samples) disagrees."""
-    th = v.threshold
-    if v.ci.high < th:
-        return (f"upper bound {v.ci.high:.3f} < threshold {th}, but on {v.n} trials the exact binomial test "
-                f"does not confirm it (p={v.pvalue_fail:.3g} >= alpha={v.alpha:.3g}); more trials would decide")
-    if v.ci.low >= th:
-        return (f"lower bound {v.ci.low:.3f} >= threshold {th}, but on {v.n} trials the exact binomial test "
-                f"does not confirm it (p={v.pvalue_pass:.3g} >= alpha={v.alpha:.3g}); more trials would decide")
-    return f"interval [{v.ci.low:.3f}, {v.ci.high:.3f}] {verb} threshold {th}"
 
-
-
-def pass_rate_checks(results: list[ScenarioResult], cfg: GateConfig, family: Family) -> None:
-    """The pass rate against θ per scenario. PASS: the verdict's PASS (no correction, see Family);
-    FAIL: its FAIL p-value (Wilson bound and exact binomial test) after the correction."""
+def pass_rate_checks(results: list[ScenarioResult], arms_c, cfg: GateConfig, family: Family) -> None:
+    """The pass rate against θ per scenario. PASS: the PASS test reached 1/alpha (no
+    correction, see Family); FAIL: the FAIL test's anytime p-value after the correction."""
     for r in results:
         s = r.settings
         if not s.checks["pass_rate"]:
@@ -49,30 +36,32 @@ def pass_rate_checks(results: list[ScenarioResult], cfg: GateConfig, family: Fam
                                   "checks that need none (fingerprint, stability, coverage)", gating=False))
             continue
         a, th = r.candidate, s.threshold
-        v = stats.verdict(a.passes, a.with_outcome, th, cfg.alpha)
-        n_star = None
-        if 0 < th - s.delta:
-            n_star = stats.sample_size_threshold(th, s.delta, cfg.alpha, s.beta)
+        _, ok = outcomes(arms_c[r.scenario])
+        v = stats.anytime_rate(ok, th, s.delta, cfg.alpha, s.beta)
         check = Check("pass_rate", INCONCLUSIVE, "", stats={
-            "successes": a.passes, "n": a.with_outcome, "pass_rate": v.estimate, "ci_low": v.ci.low,
-            "ci_high": v.ci.high, "threshold": th, "pvalue": v.pvalue_fail, "pvalue_adjusted": None,
-            "n_star": n_star})
+            "test": "anytime", "successes": a.passes, "n": a.with_outcome, "pass_rate": v.estimate,
+            "ci_low": v.lower, "ci_high": v.upper, "threshold": th, "e_pass": v.e_pass, "e_fail": v.e_fail,
+            "pass_at": v.pass_at, "fail_at": v.fail_at, "pvalue": v.pvalue_fail, "pvalue_adjusted": None})
         r.checks.append(check)
 
-        def finish(adjusted, check=check, v=v):
+        def finish(adjusted, check=check, v=v, th=th):
             p_adj = adjusted[0]
             check.stats["pvalue_adjusted"] = p_adj
-            th = v.threshold
-            if v.verdict is stats.Verdict.PASS:
-                check.verdict, check.reason = PASS, f"lower {1 - cfg.alpha:.0%} bound {v.ci.low:.3f} >= threshold {th}"
-            elif p_adj < cfg.alpha:
-                check.verdict, check.reason = FAIL, (f"upper bound {v.ci.high:.3f} < threshold {th} "
-                                                     f"({family.adjusted_tag()}p={p_adj:.3g})")
-            elif v.verdict is stats.Verdict.FAIL:
-                check.reason = (f"upper bound {v.ci.high:.3f} < threshold {th} but not after "
+            said = f"{check.stats['successes']}/{check.stats['n']} passed"
+            if p_adj < cfg.alpha:
+                check.verdict, check.reason = FAIL, (
+                    f"{said}; upper {1 - cfg.alpha:.0%} bound {v.upper:.3f} < threshold {th} "
+                    f"(anytime {family.adjusted_tag()}p={p_adj:.3g}, reached at {v.fail_at} trials)")
+            elif v.pass_at is not None:
+                check.verdict, check.reason = PASS, (
+                    f"{said}; lower {1 - cfg.alpha:.0%} bound {v.lower:.3f} >= threshold {th} "
+                    f"(reached at {v.pass_at} trials)")
+            elif v.fail_at is not None:
+                check.reason = (f"{said}; upper bound {v.upper:.3f} < threshold {th} but not after "
                                 f"{family.describe()} (adjusted p={p_adj:.3g})")
             else:
-                check.reason = rate_reason(v)
+                check.reason = (f"{said}; the pass rate lies between {v.lower:.3f} and {v.upper:.3f}, "
+                                f"which holds the threshold {th}: more trials decide")
 
         family.add(check, [v.pvalue_fail], finish)
 

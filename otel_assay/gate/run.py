@@ -280,7 +280,7 @@ def _run_checks(results: list[ScenarioResult], cand: _Side, base: _Side | None, 
     """Every check of every scenario; FAIL tests join ``family``. Returns the plots' data."""
     plots: dict[str, Any] = {}
     say("pass rates")
-    pass_rate_checks(results, cfg, family)
+    pass_rate_checks(results, cand.scenarios, cfg, family)
     if base is not None:
         say("regression tests")
         regression_checks(results, base.scenarios, cand.scenarios, cfg, family)

@@ -5,6 +5,7 @@ testing report.
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -22,9 +23,12 @@ def _echo(message: str, err: bool = False) -> None:
     print(message, file=sys.stderr if err else sys.stdout, flush=True)
 
 
-def bar(llr: float, lower: float, upper: float, width: int = 15) -> str:
-    """The SPRT statistic between its bounds: PASS bound on the left, FAIL bound on the right."""
-    x = (llr - lower) / (upper - lower)
+def bar(e_pass: float, e_fail: float, alpha: float, width: int = 15) -> str:
+    """Where the scenario's two tests stand: each decides when its wealth reaches 1 / alpha;
+    the dot is at the balance of their logs, the PASS decision at the left end, FAIL at the
+    right."""
+    thr = math.log(1.0 / alpha)
+    x = 0.5 + (math.log(max(e_fail, 1e-300)) - math.log(max(e_pass, 1e-300))) / (2.0 * thr)
     pos = min(max(int(round(x * (width - 1))), 0), width - 1)
     cells = ["─"] * width
     cells[pos] = "●"
@@ -33,8 +37,8 @@ def bar(llr: float, lower: float, upper: float, width: int = 15) -> str:
 
 def row(s) -> list[str]:
     rate = f"{s.successes}/{s.n}" if s.n else "0/0"
-    if s.method == "sprt" and s.lower is not None:
-        stat = f"{bar(s.llr, s.lower, s.upper)} {s.llr:+.2f}"
+    if s.method == "sprt":
+        stat = f"{bar(s.e_pass, s.e_fail, s.config.alpha)} {max(s.e_pass, s.e_fail):.1f}/{1 / s.config.alpha:.0f}"
     else:
         stat = f"{s.n}/{s.target_n if s.target_n is not None else '?'} trials" + (
             f", variance {s.variance_class}" if s.variance_class else "")
@@ -117,6 +121,9 @@ def render_result(result) -> None:
     if "empty-runs" in stops:
         _echo("hint: no trial recorded an LLM call or a tool step, so none counts; instrument the agent "
                    "(import otel_assay.auto) or record its steps with otel_assay.step", err=True)
+    if "baseline" in stops:
+        _echo("hint: the baseline has no more trials to pair with, so the regression test cannot go on; run "
+              "the baseline version on more trials (its run resumes), then this one again", err=True)
     if "timeouts" in stops:
         _echo("hint: every trial timed out before any tool call, so none counts; raise --timeout "
                    "(or `timeout:` in the scenario file)", err=True)

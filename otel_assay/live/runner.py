@@ -4,10 +4,12 @@
 :func:`otel_assay.trial` (so every trial is a trace in the lake), judges the output with the
 scenario's evaluator, and per scenario:
 
-- ``method: sprt`` feeds the outcomes, in trial-index order, to Wald's SPRT
-  (H0: p >= threshold vs H1: p <= threshold - delta) and stops launching trials once it
-  crosses a boundary; at ``n_max`` the fixed-sample verdict decides.
-- ``method: fixed`` runs ``trials`` counted trials and gives the three-valued Wilson verdict.
+- ``method: sprt`` feeds the outcomes, in trial-index order, to the anytime-valid test of
+  the pass rate against the threshold (``stats.anytime_rate``, the test the gate's pass-rate
+  check runs) and stops launching trials once it decides; at ``n_max`` the scenario stays
+  INCONCLUSIVE. The test stays valid however often it is read, so stopping at the first
+  decision, and resuming later, keep its error rates.
+- ``method: fixed`` runs ``trials`` counted trials and gives the same test's verdict on them.
 - ``method: adaptive`` runs ``calibration`` trials, computes the variance class and n* from
   their fingerprints (the AgentAssay paper's adaptive budget: a stable agent needs fewer
   trials) and runs up to n* trials (fixed-sample verdict).
@@ -18,7 +20,7 @@ no tool step) are excluded; a timeout counts as a failure only when a tool call 
 before it. So the run's counts and the gate's counts agree.
 
 Resumption: before running, the trials already in the lake for (scenario, version) are
-read back and replayed in index order (``SPRT.resume``, an exact warm start); new trials
+read back and replayed in index order (the test sees them as if they had just run); new trials
 continue the index sequence. A scenario that already decided runs nothing.
 
 Parallelism: at most ``concurrency`` trials run at once over all scenarios. Sync agents run
@@ -54,8 +56,10 @@ from ..errors import DataError, UsageError
 from ..gate import GateConfig, run_gate
 from ..gate.lakes import open_lake, select
 from ..lake.files import Lake, LakeError
-from ..stats import (SPRT, Verdict, adaptive_budget, sample_size_threshold, sprt_operating_characteristics,
-                     verdict as wilson_verdict, wilson_interval)
+from ..gate.arms import arm_trials, by_scenario
+from ..gate.family import Family
+from ..gate.regression import pairs
+from ..stats import Verdict, adaptive_budget, anytime_rate, anytime_regression, plan_anytime_rate
 from .scenarios import RunConfig, Scenario, StepFacts, Suite
 
 EXCLUDED_CLASSES = ("infrastructure", "pre-validation", "empty-run")
@@ -255,10 +259,8 @@ class ScenarioRun:
     excluded: int = 0                   # excluded trials run now (infrastructure, empty runs)
     retried: int = 0
     extra: int = 0                      # counted trials that finished after the decision
-    llr: float = 0.0
-    lower: float | None = None
-    upper: float | None = None
-    path: list[float] = field(default_factory=list)
+    e_pass: float = 1.0                 # sprt: the largest wealth of the PASS and FAIL tests
+    e_fail: float = 1.0                 # (a test decides at 1 / alpha)
     stop_reason: str | None = None      # boundary | n_max | trials | budget | t_max | attempts
     target_n: int | None = None         # fixed / adaptive: trials to run
     variance_class: str | None = None   # adaptive
@@ -285,7 +287,7 @@ class ScenarioRun:
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (
             "scenario", "method", "decision", "n", "successes", "resumed", "ran", "excluded", "retried",
-            "extra", "llr", "lower", "upper", "stop_reason", "target_n", "variance_class", "ci_low", "ci_high",
+            "extra", "e_pass", "e_fail", "stop_reason", "target_n", "variance_class", "ci_low", "ci_high",
             "more_trials_needed", "tokens", "cost_usd")}
 
 
@@ -350,10 +352,43 @@ def query_trials(lake: str, sql: str, params: list, why: str = "") -> list[tuple
         eng.close()
 
 
-def check_baseline(lake: str, baseline: str) -> None:
+@dataclass(frozen=True)
+class Against:
+    """What a scenario's trials are tested against when the run gates on a baseline: the
+    baseline's trials of the scenario (``gate.arms`` columns), and the gate's pairing, delta,
+    alpha, beta and ``fail_level``: the level the gate's correction holds its strictest FAIL
+    test to (alpha / m for Holm over at most m tests), below which the gate FAILs the test
+    whatever the others' p-values."""
+
+    trials: dict
+    pairing: str
+    delta: float
+    alpha: float
+    beta: float
+    fail_level: float
+
+
+def _family_size(gcfg: GateConfig, scenarios: list[str]) -> int:
+    """The most FAIL tests the gate's family can hold for these scenarios (a bound: a check
+    without a test, or a contract that judges nothing, stays out of the real family)."""
+    m = 0
+    for sc in scenarios:
+        st = gcfg.for_scenario(sc)
+        m += int(st.checks["regression"]) + int(st.checks["fingerprint"])
+        m += int(st.checks["pass_rate"] and st.threshold is not None)
+        if st.checks.get("contracts", True):
+            m += sum(1 for c in gcfg.contracts if c.applies_to(sc))
+        if st.checks.get("metamorphic", True):
+            m += sum(1 for rel in gcfg.metamorphic if getattr(rel, "applies_to", lambda _s: True)(sc))
+    return max(m, 1)
+
+
+def check_baseline(lake: str, baseline: str, gcfg: GateConfig | None = None,
+                   scenarios: list[str] = ()) -> dict[str, Against]:
     """A baseline the gate at the end could not use fails before any trial is paid for: a
     malformed selector is a usage error, one that matches no trial already in the lake a
-    data error (the baseline's trials must be there before the candidate runs)."""
+    data error (the baseline's trials must be there before the candidate runs). Returns
+    what each of ``scenarios`` that the baseline ran is tested against (with ``gcfg``)."""
     try:
         Selection.parse([baseline])
     except SelectorError as e:
@@ -369,8 +404,18 @@ def check_baseline(lake: str, baseline: str) -> None:
     try:
         eng.materialize(["steps", "trials"])
         select(eng, baseline, "baseline_trials", lake)
+        arms = by_scenario(arm_trials(eng, "baseline_trials")) if gcfg is not None else {}
     finally:
         eng.close()
+    if gcfg is None:
+        return {}
+    level = Family(gcfg.alpha, gcfg.correction).level(_family_size(gcfg, list(scenarios)))
+    out = {}
+    for sc in scenarios:
+        if sc in arms:
+            st = gcfg.for_scenario(sc)
+            out[sc] = Against(arms[sc], gcfg.pairing, st.delta, gcfg.alpha, st.beta, level)
+    return out
 
 
 # a trial of the lake a run resumes from: (index, passed, counted, (steps, tool calls, tokens)),
@@ -399,27 +444,27 @@ def existing_trials(lake: str, version: str, scenarios: list[str]) -> dict[str, 
 
 # ================================================================== per-scenario state machine
 class _ScenarioState:
-    def __init__(self, scenario: Scenario, prior: list[PriorTrial]):
+    def __init__(self, scenario: Scenario, prior: list[PriorTrial], against: Against | None = None):
         self.scenario = scenario
         cfg = scenario.config
         self.cfg = cfg
         self.run = ScenarioRun(scenario.name, cfg, cfg.method)
         self.next_index = (max(t[0] for t in prior) + 1) if prior else 0
-        self.sprt: SPRT | None = None
+        self.sequential = cfg.method == "sprt"
+        self.against = against
         self.outcomes: list[int] = []        # counted outcomes in index order (all of them)
+        self.indices: list[int] = []         # their trial indices
         self.fed_upto = self.next_index      # indices below this are settled
         self.buffer: dict[int, TrialRecord] = {}
         self.calibration: list[list[float]] = []
         self.in_flight = 0
         prior_outcomes = [int(p) for _, p, c, _ in prior if c]
+        self.indices = [i for i, _, c, _ in prior if c]
         self.run.resumed = len(prior_outcomes)
-        if cfg.method == "sprt":
-            self.sprt = SPRT(cfg.threshold, cfg.delta, cfg.alpha, cfg.beta, cfg.sprt_n_max)
-            self.run.lower, self.run.upper = self.sprt.design.lower, self.sprt.design.upper
-            self.sprt.update_many(prior_outcomes)
+        if self.sequential:
             self.outcomes = prior_outcomes
-            self._sync_sprt()
-            if self.sprt.state.done:
+            self._test()
+            if self.run.done:
                 self.run.stop_reason = "resumed"
         else:
             self.outcomes = prior_outcomes
@@ -437,16 +482,43 @@ class _ScenarioState:
     # -------------------------------------------------------------- bookkeeping
     @property
     def counted(self) -> int:
-        return self.sprt.state.n if self.sprt is not None else len(self.outcomes)
+        return len(self.outcomes)
 
-    def _sync_sprt(self) -> None:
-        st = self.sprt.state
-        r = self.run
-        r.n, r.successes, r.llr, r.path = st.n, st.successes, st.llr, list(self.sprt.path)
-        if st.done:
-            r.decision = st.decision
+    def _test(self) -> None:
+        """The anytime-valid test over every counted outcome so far, in index order (it is
+        valid read after each trial); decided, or at n_max, the scenario stops. Against a
+        baseline it is the gate's regression test on the same pairs, FAILing only at the level
+        the gate's correction holds its strictest test to, so that the gate agrees."""
+        r, cfg = self.run, self.cfg
+        r.n, r.successes = len(self.outcomes), int(sum(self.outcomes))
+        if not self.outcomes:
+            return
+        if self.against is not None:
+            mine = {"trial_index": np.array(self.indices), "counted": np.ones(r.n, dtype=bool),
+                    "passed": np.array([bool(o) for o in self.outcomes], dtype=object)}
+            pb, pc, _how = pairs(self.against.trials, mine, self.against.pairing)
+            a = self.against
+            res = anytime_regression(pb, pc, a.delta, a.alpha, a.beta, bounds=False)
+            r.e_pass, r.e_fail = res.e_pass, res.e_fail
+            decision = ("FAIL" if res.e_fail >= 1.0 / self.against.fail_level else
+                        "PASS" if res.pass_at is not None and res.fail_at is None else None)
+            if decision is None and len(pc) < r.n:
+                # trials past the baseline's have nothing to pair with
+                r.decision = "INCONCLUSIVE"
+                r.stop_reason = r.stop_reason or "baseline"
+                return
+        else:
+            res = anytime_rate(self.outcomes, cfg.threshold, cfg.delta, cfg.alpha, cfg.beta, bounds=False)
+            r.e_pass, r.e_fail = res.e_pass, res.e_fail
+            decision = None if res.verdict is Verdict.INCONCLUSIVE else res.verdict.value
+        if decision is not None:
+            r.decision = decision
             if r.stop_reason is None:
-                r.stop_reason = "n_max" if st.truncated else "boundary"
+                r.stop_reason = "boundary"
+        elif r.n >= cfg.sprt_n_max:
+            r.decision = "INCONCLUSIVE"
+            if r.stop_reason is None:
+                r.stop_reason = "n_max"
 
     def _check_fixed_done(self) -> None:
         r = self.run
@@ -461,41 +533,44 @@ class _ScenarioState:
         if r.n == 0:
             r.decision = "INCONCLUSIVE"
         else:
-            v = wilson_verdict(r.successes, r.n, self.cfg.threshold, self.cfg.alpha)
+            # the test the gate's pass-rate check runs, so that a run and a gate on the same
+            # trials say the same
+            v = anytime_rate(outs, self.cfg.threshold, self.cfg.delta, self.cfg.alpha, self.cfg.beta, bounds=False)
             r.decision = v.verdict.value
-            r.ci_low, r.ci_high = v.ci.low, v.ci.high
+            r.e_pass, r.e_fail = v.e_pass, v.e_fail
         r.stop_reason = reason
 
     def finalize(self, reason: str | None) -> None:
         """No more trials will run (budget, deadline, attempts): settle the verdict."""
         r = self.run
-        if self.sprt is not None:
+        if self.sequential:
             if not r.done:
                 r.decision = "INCONCLUSIVE"
                 r.stop_reason = reason
         elif not r.done:
             self._finish_fixed(reason or "trials")
         if r.n:
-            ci = wilson_interval(r.successes, r.n, self.cfg.alpha)
-            r.ci_low, r.ci_high = ci.low, ci.high
-        if r.decision == "INCONCLUSIVE":
+            outs = self.outcomes[: r.n]
+            v = anytime_rate(outs, self.cfg.threshold, self.cfg.delta, self.cfg.alpha, self.cfg.beta)
+            r.ci_low, r.ci_high = v.lower, v.upper
+        if r.decision == "INCONCLUSIVE" and r.stop_reason != "baseline":
             r.more_trials_needed = self.more_needed()
 
     def more_needed(self) -> int:
-        """Further trials a rerun would likely need: Wald's expected N at the observed rate for
-        SPRT (minus those run), the single-version sample size n* for fixed samples."""
+        """Further trials a rerun would likely need: simulated from where the test stands, at
+        the observed pass rate (the mean; a run still open at four times the trials so far,
+        or 200, counts there)."""
         cfg, r = self.cfg, self.run
         p = (r.successes + 0.5) / (r.n + 1.0)
         p = min(max(p, 0.01), 0.99)
-        if self.sprt is not None:
-            oc = sprt_operating_characteristics(cfg.threshold, cfg.delta, cfg.alpha, cfg.beta, p=p,
-                                                initial_llr=r.llr if r.lower < r.llr < r.upper else 0.0)
-            return max(1, int(math.ceil(oc.expected_n)))
-        return max(1, sample_size_threshold(p, cfg.delta, cfg.alpha, cfg.beta) - r.n)
+        n_max = max(200, 4 * r.n)
+        plan = plan_anytime_rate(p, cfg.threshold, cfg.delta, cfg.alpha, n_max=n_max, reps=200, seed=0,
+                                 outcomes=self.outcomes[: r.n])
+        return max(1, int(math.ceil(plan.expected_n)) - r.n)
 
     def cap(self) -> int:
         """Counted trials the method may still use (beyond those settled)."""
-        if self.sprt is not None:
+        if self.sequential:
             return self.cfg.sprt_n_max
         if self.run.target_n is not None:
             return self.run.target_n
@@ -517,9 +592,9 @@ class _ScenarioState:
                 self.run.extra += 1
                 continue
             self.outcomes.append(int(bool(r.passed)))
-            if self.sprt is not None:
-                self.sprt.update(bool(r.passed))
-                self._sync_sprt()
+            self.indices.append(r.index)
+            if self.sequential:
+                self._test()
             else:
                 self.calibration.append([r.n_steps, r.n_tools, r.tokens, float(bool(r.passed))])
                 self._check_fixed_done()
@@ -607,14 +682,18 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
 
     if _runtime.disabled():
         raise UsageError("capture is disabled (OTEL_ASSAY_DISABLED): trials would not reach the lake")
+    gcfg = None
+    against: dict[str, Against] = {}
     if baseline:
-        check_baseline(lake, baseline)
+        gcfg = gate_config or GateConfig(alpha=cfg.alpha, beta=cfg.beta, delta=cfg.delta, threshold=cfg.threshold,
+                                         source=f"{suite.source} (config)")
+        against = check_baseline(lake, baseline, gcfg, [s.name for s in selected])
     use_lake_or_refuse(lake)
     prior = existing_trials(lake, version, [s.name for s in selected])
     states = []
     for s in selected:
         got = prior.get(s.name, [])
-        st = _ScenarioState(s, got if resume else [])
+        st = _ScenarioState(s, got if resume else [], against.get(s.name))
         if not resume and got:  # start fresh, but never reuse a trial index of this version
             st.next_index = st.fed_upto = max(t[0] for t in got) + 1
         states.append(st)
@@ -632,8 +711,6 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
     result = RunResult(suite.name, version, str(lake), [s.run for s in states], time.monotonic() - started,
                        budget.tokens, cost_usd=budget.dollars)
     if baseline:
-        gcfg = gate_config or GateConfig(alpha=cfg.alpha, beta=cfg.beta, delta=cfg.delta, threshold=cfg.threshold,
-                                         source=f"{suite.source} (config)")
         result.gate = run_gate(lake, gcfg, baseline=baseline, candidate=f"version={version}")
     return result
 

@@ -8,8 +8,8 @@ With the pytest plugin (``otel_assay.pytest_plugin``, loaded through the ``pytes
 point) the body runs as trials under :func:`otel_assay.trial` (traces go to the lake at
 ``--assay-dir``), and the test
 
-- passes on PASS (the Wilson interval is in the report and the junit properties),
-- fails on FAIL, with the one-sided binomial p-value and the effect size (Cohen's h),
+- passes on PASS (the anytime-valid interval is in the report and the junit properties),
+- fails on FAIL, with the test's anytime-valid p-value and the effect size (Cohen's h),
 - is skipped on INCONCLUSIVE, saying about how many more trials a decision needs.
 
 A trial passes when the body returns a truthy value or ``None``, fails when it returns a
@@ -18,7 +18,7 @@ falsy value or raises (``AssertionError`` or any other exception); infrastructur
 a trial with no LLM call and no tool step is an empty run and does not count.
 
 ``baseline="version=v1"`` also compares with that selection's trials of the same scenario
-in the lake (regression verdict: Fisher's exact test plus a minimum drop of ``delta``): the
+in the lake (the gate's regression test: anytime-valid, on pairs of trials by index): the
 test then fails on a regression, not on the threshold alone. Without the plugin
 (``-p no:otel_assay``) the body runs once as a plain test.
 """
@@ -124,12 +124,28 @@ class StochasticResult:
         return head
 
 
-def _baseline_counts(lake: str, selector: str, scenario: str) -> tuple[int, int]:
+@dataclass(frozen=True)
+class Regression:
+    """The test's regression verdict against its baseline: the gate's regression test
+    (``stats.anytime_regression`` on the same pairs), so a test and a gate agree."""
+
+    verdict: Any                      # stats.Verdict
+    baseline_successes: int
+    baseline_n: int
+    pairs: int
+    paired_by: str
+    drop: float
+    pvalue: float
+
+
+def _baseline_arm(lake: str, selector: str, scenario: str) -> dict:
+    """The baseline's trials of ``scenario`` as the gate reads an arm (``gate.arms`` columns)."""
     # imported here: the pytest plugin loads this module in every pytest session; the
     # engine brings duckdb and pyarrow, needed only by a test with a baseline
     from ..analyze.engine import open_engine
-    from ..lake.files import LakeError
+    from ..gate.arms import arm_trials, by_scenario
     from ..gate.lakes import select
+    from ..lake.files import LakeError
 
     try:
         eng = open_engine(lake, lambda e: e.materialize(["steps", "trials"]))
@@ -137,23 +153,25 @@ def _baseline_counts(lake: str, selector: str, scenario: str) -> tuple[int, int]
         raise DataError(f"baseline {selector}: cannot read the lake {lake}: {e}") from None
     try:
         select(eng, selector, "baseline_trials", lake)
-        k, n = eng.con.execute("SELECT count(*) FILTER (WHERE passed), count(*) FROM trials SEMI JOIN baseline_trials USING (trace_id) "
-                               "WHERE scenario = ? AND counted AND passed IS NOT NULL", [scenario]).fetchall()[0]
+        arm = by_scenario(arm_trials(eng, "baseline_trials")).get(scenario)
     finally:
         eng.close()
-    if not n:
+    known = 0 if arm is None else sum(bool(c) and p is not None and p == p for c, p in zip(arm["counted"], arm["passed"]))
+    if not known:
         raise DataError(f"baseline {selector}: no counted trials of scenario {scenario!r} in {lake}")
-    return int(k), int(n)
+    return arm
 
 
 def run_stochastic(body: Callable[[], Any], spec: StochasticSpec, *, scenario: str, version: str,
                    lake: str) -> StochasticResult:
     """Run ``body`` (no arguments) as the trials of ``spec`` and judge it."""
-    # imported here: the pytest plugin loads this module in every pytest session; scipy.stats
-    # (2.6 s) and the runner load only when a stochastic test runs
-    from scipy.stats import binom
+    # imported here: the pytest plugin loads this module in every pytest session; numpy and
+    # the runner load only when a stochastic test runs
+    import numpy as np
 
-    from ..stats import regression_verdict
+    from ..gate.arms import outcomes
+    from ..gate.regression import pairs
+    from ..stats import Verdict, anytime_regression
     from .runner import run_suite
 
     method = "fixed" if spec.baseline else spec.method
@@ -167,7 +185,7 @@ def run_stochastic(body: Callable[[], Any], spec: StochasticSpec, *, scenario: s
     suite = Suite(scenario, [Scenario(scenario, None, {}, judge, cfg)], cfg, source=f"test {scenario}")
     # the baseline is read before the trials run: a selector that matches nothing must not
     # cost a full set of trials first
-    baseline_counts = _baseline_counts(lake, spec.baseline, scenario) if spec.baseline else None
+    baseline_arm = _baseline_arm(lake, spec.baseline, scenario) if spec.baseline else None
     run = run_suite(suite, lambda _input: body(), version=version, lake=lake, concurrency=spec.concurrency,
                     resume=False)
     s = run.scenarios[0]
@@ -187,23 +205,31 @@ def run_stochastic(body: Callable[[], Any], spec: StochasticSpec, *, scenario: s
                            s.ci_low, s.ci_high, run=run, raised=sum(r.counted for r in raised),
                            first_error=next((r.reason for r in raised if r.counted), None),
                            confidence=1.0 - spec.alpha)
-    res.pvalue = float(binom.cdf(s.successes, s.n, spec.threshold))  # H0: p >= threshold
+    res.pvalue = min(1.0, 1.0 / s.e_fail)  # the threshold test's anytime-valid p-value
     res.effect_h = 2 * math.asin(math.sqrt(p_hat)) - 2 * math.asin(math.sqrt(spec.threshold))
     res.difference = p_hat - spec.threshold
     res.more_trials_needed = s.more_trials_needed
     if spec.baseline:
-        kb, nb = baseline_counts
-        reg = regression_verdict(kb, nb, s.successes, s.n, spec.delta, spec.alpha, spec.beta)
-        res.regression = reg
-        if reg.verdict.value == "FAIL" or res.verdict == "FAIL":
+        records = sorted((r for r in s.records if r.counted), key=lambda r: r.index)
+        mine = {"trial_index": np.array([r.index for r in records]), "counted": np.ones(len(records), dtype=bool),
+                "passed": np.array([bool(r.passed) for r in records], dtype=object)}
+        pb, pc, paired_by = pairs(baseline_arm, mine, "auto")
+        reg = anytime_regression(pb, pc, spec.delta, spec.alpha, spec.beta, bounds=False)
+        _, ob = outcomes(baseline_arm)
+        res.regression = Regression(reg.verdict, int(ob.sum()), len(ob), reg.n, paired_by, reg.estimate,
+                                    reg.pvalue_fail)
+        if reg.verdict is Verdict.FAIL or res.verdict == "FAIL":
             res.verdict = "FAIL"
-            if reg.verdict.value == "FAIL":
-                res.pvalue, res.effect_h, res.difference = reg.pvalue, -reg.effects.cohens_h, -reg.drop
-        elif reg.verdict.value == "PASS":
+            if reg.verdict is Verdict.FAIL:
+                p_c = float(pc.mean()) if len(pc) else 0.0
+                p_b = float(pb.mean()) if len(pb) else 0.0
+                res.pvalue, res.difference = reg.pvalue_fail, -reg.estimate
+                res.effect_h = 2 * math.asin(math.sqrt(p_c)) - 2 * math.asin(math.sqrt(p_b))
+        elif reg.verdict is Verdict.PASS:
             res.verdict = "PASS"
         else:
             res.verdict = "INCONCLUSIVE"
-            res.more_trials_needed = max(1, (reg.n_star or s.n) - s.n) if reg.n_star else res.more_trials_needed or s.n
+            res.more_trials_needed = res.more_trials_needed or s.n
     props = {"assay_verdict": res.verdict, "assay_scenario": scenario, "assay_version": version,
              "assay_method": method, "assay_trials": s.n, "assay_successes": s.successes,
              "assay_pass_rate": round(p_hat, 6), "assay_threshold": spec.threshold, "assay_alpha": spec.alpha,

@@ -50,17 +50,12 @@ def _verdict(v: str, gating: bool = True) -> Text:
 def _detail(check) -> list[str]:
     s = check.stats
     if check.name == "pass_rate" and s:
-        return [f"{s['successes']}/{s['n']} = {s['pass_rate']:.3f}, CI [{s['ci_low']:.3f}, {s['ci_high']:.3f}] "
-                f"vs θ={s['threshold']}" + (f", n*={s['n_star']}" if s.get("n_star") else "")]
+        return [f"{s['successes']}/{s['n']} = {s['pass_rate']:.3f}, anytime bounds [{s['ci_low']:.3f}, "
+                f"{s['ci_high']:.3f}] vs θ={s['threshold']}"]
     if check.name == "regression" and s:
-        test = "McNemar" if s["test"] == "mcnemar-exact" else "Fisher"
-        lines = [f"{test} p={_p(s['pvalue'])} (adj {_p(s['pvalue_adjusted'])}), drop {s['drop']:+.3f} "
-                 f"(upper {s['drop_upper']:.3f})",
-                 f"h={s['cohens_h']:+.2f} {s['cohens_h_magnitude']}, OR={_num(s['odds_ratio'], 3)}, "
-                 f"power {_num(s['power'], 2)}, n*={s['n_star'] if s['n_star'] is not None else 'n/a'}"]
-        if "regressions" in s:
-            lines[-1] += f", pairs {s['regressions']} worse / {s['improvements']} better"
-        return lines
+        unused = [f"{s[f'unused_{arm}']} {arm} unused" for arm in ("baseline", "candidate") if s[f"unused_{arm}"]]
+        return [f"drop {s['drop']:+.3f}, anytime bounds [{s['drop_lower']:.3f}, {s['drop_upper']:.3f}], "
+                f"p={_p(s['pvalue'])} (adj {_p(s['pvalue_adjusted'])})" + (f"; {', '.join(unused)}" if unused else "")]
     if check.name == "fingerprint" and s:
         # an infinite T² is no size: the arms do not overlap at all along the shift
         t2 = ("T² unbounded: the arms separate completely (no spread within them along the shift)"

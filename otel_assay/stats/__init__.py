@@ -15,6 +15,10 @@ Regression between two versions (regression)
     regression_verdict, regression_verdicts (Fisher FAIL + non-inferiority PASS, suite-corrected),
     fisher_exact_test, two_proportion_ztest, newcombe_interval, effect_sizes (difference,
     Cohen's h, odds ratio), regression_power, sample_size_regression, mcnemar_exact (paired trials)
+Anytime-valid decisions (anytime): valid however often one looks, used by the gate
+    anytime_regression (paired outcomes: drop FAIL / non-inferiority PASS), anytime_rate
+    (against a threshold), plan_anytime_regression, plan_anytime_rate (simulated trials to a
+    decision)
 Sequential testing (sprt)
     SPRT (.update, .resume, .with_beta_prior), sprt_test, sprt_expected_n (Wald's approximation),
     sprt_operating_characteristics (exact), beta_prior_llr (warm-start prior)
@@ -41,6 +45,8 @@ import importlib
 # a coverage constant) does not pay for scipy
 _EXPORTS = {
     "AdjustedPValues": "multiple",
+    "AnytimePlan": "anytime",
+    "AnytimeResult": "anytime",
     "BayesResult": "bayes",
     "BernoulliCUSUM": "drift",
     "BudgetResult": "budget",
@@ -72,6 +78,8 @@ _EXPORTS = {
     "adaptive_sample_size": "budget",
     "adjust_pvalues": "multiple",
     "agent_coverage": "coverage",
+    "anytime_rate": "anytime",
+    "anytime_regression": "anytime",
     "bayes_regression": "bayes",
     "bernoulli_cusum": "drift",
     "beta_prior_llr": "sprt",
@@ -94,6 +102,8 @@ _EXPORTS = {
     "overall_coverage": "coverage",
     "page_hinkley": "drift",
     "path_coverage": "coverage",
+    "plan_anytime_rate": "anytime",
+    "plan_anytime_regression": "anytime",
     "regression_power": "regression",
     "regression_verdict": "regression",
     "regression_verdicts": "regression",
@@ -128,6 +138,8 @@ def __dir__():
 
 __all__ = [
     "AdjustedPValues",
+    "AnytimePlan",
+    "AnytimeResult",
     "BayesResult",
     "BernoulliCUSUM",
     "BudgetResult",
@@ -159,6 +171,8 @@ __all__ = [
     "adaptive_sample_size",
     "adjust_pvalues",
     "agent_coverage",
+    "anytime_rate",
+    "anytime_regression",
     "bayes_regression",
     "bernoulli_cusum",
     "beta_prior_llr",
@@ -181,6 +195,8 @@ __all__ = [
     "overall_coverage",
     "page_hinkley",
     "path_coverage",
+    "plan_anytime_rate",
+    "plan_anytime_regression",
     "regression_power",
     "regression_verdict",
     "regression_verdicts",

@@ -33,6 +33,13 @@ def _arm(outcomes: np.ndarray) -> Arm:
     return Arm(trials=n, counted=n, with_outcome=n, passes=int(np.sum(outcomes)))
 
 
+def _trials(outcomes: np.ndarray) -> dict[str, np.ndarray]:
+    """An arm's trial columns as ``gate.arms.by_scenario`` gives them, in run order."""
+    n = len(outcomes)
+    return {"trial_index": np.arange(n), "counted": np.ones(n, dtype=bool),
+            "passed": np.array([bool(o) for o in outcomes], dtype=object)}
+
+
 def _table(scenarios: list[Scenario], side: str, features: list[str]) -> tuple[pa.Table, set[str]]:
     ids, names, rows = [], [], []
     for s in scenarios:
@@ -47,12 +54,14 @@ def _table(scenarios: list[Scenario], side: str, features: list[str]) -> tuple[p
 
 def judge(scenarios: list[Scenario], cfg: GateConfig) -> tuple[str, list[ScenarioResult], dict]:
     """(decision, scenario results, the family) as ``run_gate`` would give them for these trials
-    (no coverage minimum, no contracts; unpaired trials, as cfg.pairing = "off")."""
+    (no coverage minimum, no contracts). Trials pair by index when cfg.pairing is "auto"."""
     results = [ScenarioResult(s.name, _arm(s.outcomes_b), _arm(s.outcomes_c), cfg.for_scenario(s.name))
                for s in scenarios]
     family = Family(cfg.alpha, cfg.correction)
-    pass_rate_checks(results, cfg, family)
-    regression_checks(results, {}, {}, cfg, family)
+    arms_b = {s.name: _trials(s.outcomes_b) for s in scenarios}
+    arms_c = {s.name: _trials(s.outcomes_c) for s in scenarios}
+    pass_rate_checks(results, arms_c, cfg, family)
+    regression_checks(results, arms_b, arms_c, cfg, family)
     if any(r.settings.checks["fingerprint"] for r in results):
         features = [f"f{j}" for j in range(scenarios[0].fingerprints_b.shape[1])]
         fp_b, counted_b = _table(scenarios, "b", features)

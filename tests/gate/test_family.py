@@ -17,11 +17,11 @@ from .lakes import write_trials
 
 @pytest.fixture(scope="module")
 def borderline_lake(tmp_path_factory):
-    """One scenario: the baseline passes 40/40, the candidate 35/40 (one-sided Fisher p = 0.027,
-    drop 0.125 >= delta): significant alone, not once a second test shares the family. The
+    """One scenario: the baseline passes 40/40, the candidate 33/40, failing its first 7 trials
+    (anytime p = 0.031): significant alone, not once a second test shares the family. The
     fingerprints of both arms come from one distribution."""
     trials = [{"scenario": "s", "version": "v1", "outcome": "pass"} for _ in range(40)]
-    trials += [{"scenario": "s", "version": "v2", "outcome": "fail" if i < 5 else "pass"} for i in range(40)]
+    trials += [{"scenario": "s", "version": "v2", "outcome": "fail" if i < 7 else "pass"} for i in range(40)]
     # seeded ids: the permutation p-value of the fingerprint test depends on the trials' order
     return write_trials(tmp_path_factory.mktemp("family") / "lake", trials, seed=3, id_seed=5)
 
@@ -35,7 +35,7 @@ def borderline_lake(tmp_path_factory):
 def test_regression_and_fingerprint_share_one_family(borderline_lake, correction, factor, decision):
     r = run_gate(borderline_lake, GateConfig(correction=correction), baseline="version=v1", candidate="version=v2")
     reg, fp = r.scenarios[0].check("regression"), r.scenarios[0].check("fingerprint")
-    assert reg.stats["pvalue"] == pytest.approx(0.02737, abs=1e-5)
+    assert reg.stats["pvalue"] == pytest.approx(0.0313, abs=1e-4)
     # unchanged fingerprints: the regression is the smaller p-value, by more than the factor 2
     # (so that each method adjusts it to exactly 2p; the lake's seeded ids fix this p-value)
     assert fp.stats["pvalue"] > 2 * reg.stats["pvalue"]
@@ -79,15 +79,16 @@ def test_an_unchanged_candidate_is_blocked_at_most_alpha_of_the_time():
 
 
 def test_a_clear_regression_still_blocks():
-    # one of three scenarios drops from 0.9 to 0.5 on 40 trials per arm: the joint family (6
-    # tests) costs the regression test a little power against per-check families (3 tests)
-    reps = 200
+    # one of three scenarios drops from 0.9 to 0.5, and the family holds 6 tests. The test valid
+    # at every look pays for it at a single one: at 40 trials per arm it blocked 72 % of these
+    # runs (Fisher, valid at one look only, 90 %); at 60, 94 %
+    reps, n = 200, 60
     rng = np.random.default_rng(12)
     cfg = GateConfig(pairing="off")
     blocked = 0
     for _ in range(reps):
-        sc = _unchanged(rng, 3, 40, 0.9)
-        sc[0].outcomes_c = rng.random(40) < 0.5
+        sc = _unchanged(rng, 3, n, 0.9)
+        sc[0].outcomes_c = rng.random(n) < 0.5
         blocked += judge(sc, cfg)[0] == "block"
     assert blocked >= min_events(reps, 0.9)
 
@@ -110,17 +111,19 @@ def test_fingerprint_permutations_grow_with_the_family():
 
 
 def test_one_failed_trial_is_not_a_threshold_fail(tmp_path):
-    # 0/1 at threshold 0.9: the Wilson upper bound 0.79 is below it, but an agent at 0.9 fails
-    # one trial with probability 0.1 > alpha; the exact binomial test keeps it INCONCLUSIVE
-    lake = write_trials(tmp_path / "lake", [{"scenario": "s", "version": "v1", "outcome": "fail"}])
+    # 0/1 at threshold 0.9: an agent at 0.9 fails one trial with probability 0.1 > alpha, and
+    # so four in a row still happen too often for an agent that might be at 0.9 to be
+    # blocked at every look; five FAIL
     from otel_assay.gate import run_verdict
 
-    r = run_verdict(lake, GateConfig(threshold=0.9))
-    c = r.scenarios[0].check("pass_rate")
-    assert c.stats["ci_high"] < 0.9 and c.stats["pvalue"] == pytest.approx(0.1)
-    assert c.verdict == "INCONCLUSIVE" and "exact binomial test" in c.reason and r.decision == "manual"
-    lake = write_trials(tmp_path / "lake2", [{"scenario": "s", "version": "v1", "outcome": "fail"}] * 2)
-    assert run_verdict(lake, GateConfig(threshold=0.9)).decision == "block"  # 0.01
+    for fails, decision in ((1, "manual"), (4, "manual"), (5, "block")):
+        lake = write_trials(tmp_path / f"lake{fails}", [{"scenario": "s", "version": "v1", "outcome": "fail"}] * fails)
+        r = run_verdict(lake, GateConfig(threshold=0.9))
+        c = r.scenarios[0].check("pass_rate")
+        assert r.decision == decision, (fails, c.reason)
+        assert c.verdict == ("FAIL" if decision == "block" else "INCONCLUSIVE")
+        if decision == "manual":
+            assert "holds the threshold 0.9: more trials decide" in c.reason, c.reason
 
 
 def test_the_permutation_count_policy():
@@ -197,13 +200,19 @@ def test_interrupted_trials_stay_out_of_the_fingerprint_test(tmp_path):
     assert r.scenarios[0].check("fingerprint").verdict == "FAIL" and r.decision == "block"
 
 
-def test_an_undecided_regression_past_n_star_asks_for_no_trials_already_run(tmp_path):
-    # 100/100 against 95/100: n* (the size that detects a drop of delta) is 78, yet the drop of
-    # 0.05 leaves the non-inferiority bound above delta. "about 78 trials per version decide"
-    # asked for fewer trials than had run
-    trials = ([{"scenario": "s", "version": "v1", "outcome": "pass"} for _ in range(100)]
-              + [{"scenario": "s", "version": "v2", "outcome": "pass" if i < 95 else "fail"} for i in range(100)])
+def test_an_undecided_regression_says_how_many_pairs_decide(tmp_path):
+    # 40/40 against 38/40: the drop lies between about -0.07 and 0.11. The reason says what the
+    # tests would need on average at the baseline's pass rate, simulated with the rule applied
+    trials = ([{"scenario": "s", "version": "v1", "outcome": "pass"} for _ in range(40)]
+              + [{"scenario": "s", "version": "v2", "outcome": "pass" if i < 38 else "fail"} for i in range(40)])
     lake = write_trials(tmp_path / "lake", trials)
     c = run_gate(lake, GateConfig(), baseline="version=v1", candidate="version=v2").scenarios[0].check("regression")
-    assert c.verdict == "INCONCLUSIVE" and c.stats["n_star"] == 78, (c.verdict, c.stats)
-    assert "decide (n*)" not in c.reason and "100 trials per version already reach n*=78" in c.reason, c.reason
+    assert c.verdict == "INCONCLUSIVE", (c.verdict, c.reason)
+    assert c.stats["drop_lower"] < 0 < 0.1 <= c.stats["drop_upper"]
+    assert "pairs decide for an unchanged agent on average" in c.reason and "40 so far" in c.reason, c.reason
+    # 100/100 against 95/100 decides: the drop is below delta (upper bound under 0.1)
+    trials = ([{"scenario": "s", "version": "v1", "outcome": "pass"} for _ in range(100)]
+              + [{"scenario": "s", "version": "v2", "outcome": "pass" if i < 95 else "fail"} for i in range(100)])
+    c = run_gate(write_trials(tmp_path / "lake2", trials), GateConfig(), baseline="version=v1",
+                 candidate="version=v2").scenarios[0].check("regression")
+    assert c.verdict == "PASS" and c.stats["drop_upper"] < 0.1, c.reason

@@ -16,7 +16,7 @@ from otel_assay.analyze.engine import Engine
 from otel_assay.errors import UsageError
 from otel_assay.live.runner import run_suite
 from otel_assay.live.scenarios import load_scenarios, parse_scenarios
-from otel_assay.stats import sprt_expected_n, sprt_operating_characteristics
+from otel_assay.stats import plan_anytime_rate
 
 from .agents import AsyncRouter, Router
 
@@ -59,19 +59,18 @@ def test_sprt_stops_early_on_clear_agents(tmp_path, p, expected):
 
 
 @pytest.mark.parametrize("p", [0.97, 0.6])
-def test_trials_used_match_wald_expectation(tmp_path, p):
-    """Mean SPRT sample size over 40 seeded runs vs the exact E[N] (DP) and Wald's formula."""
+def test_trials_used_match_the_tests_simulated_expectation(tmp_path, p):
+    """Mean trials of 40 seeded runs against the expectation that plans quote: the test
+    itself, simulated (plan_anytime_rate), not a formula for another test."""
     ns, decisions = [], []
     for seed in range(40):
         r = run_suite(suite(), Router(p, seed=seed), version=f"s{seed}", lake=str(tmp_path / f"s{seed}"), concurrency=4,
                       resume=False)
         ns.append(r.scenarios[0].n)
         decisions.append(r.scenarios[0].decision)
-    exact = sprt_operating_characteristics(0.85, 0.15, 0.05, 0.1, p=p, n_max=300)
-    wald = sprt_expected_n(0.85, 0.15, 0.05, 0.1, p=p)
+    plan = plan_anytime_rate(p, 0.85, 0.15, 0.05, n_max=300, reps=4000, seed=0)
     mean, se = float(np.mean(ns)), float(np.std(ns, ddof=1) / math.sqrt(len(ns)))
-    assert abs(mean - exact.expected_n) < 4 * se + 0.5
-    assert abs(mean - wald) / wald < 0.35  # Wald ignores the overshoot past the boundary
+    assert abs(mean - plan.expected_n) < 4 * se + 0.5, (mean, plan)
     want = "PASS" if p > 0.85 else "FAIL"
     assert decisions.count(want) >= 36
 
@@ -91,8 +90,8 @@ def test_resume_does_not_rerun_finished_trials(tmp_path):
     assert min(i for _, i, _ in second.calls) == max(done) + 1
     # exact warm start: same decision and sample size as one uninterrupted run
     fresh = run_suite(s, Router(0.9, seed=11), version="v", lake=str(tmp_path / "b"), concurrency=1)
-    assert (r2.scenarios[0].decision, r2.scenarios[0].n, r2.scenarios[0].llr) == \
-        (fresh.scenarios[0].decision, fresh.scenarios[0].n, fresh.scenarios[0].llr)
+    assert (r2.scenarios[0].decision, r2.scenarios[0].n, r2.scenarios[0].e_pass, r2.scenarios[0].e_fail) == \
+        (fresh.scenarios[0].decision, fresh.scenarios[0].n, fresh.scenarios[0].e_pass, fresh.scenarios[0].e_fail)
     # a third run of the decided version runs nothing
     third = Router(0.9, seed=11)
     r3 = run_suite(s, third, version="v", lake=str(tmp_path / "a"), concurrency=1)
@@ -376,7 +375,8 @@ def test_progress_display_rows(tmp_path):
     assert len(seen) >= r.scenarios[0].n
     assert seen[0][0][4] == "running" and seen[-1][0][4] == "PASS"
     assert "PASS |" in seen[-1][0][3] and "| FAIL" in seen[-1][0][3]
-    assert _bar(-10, -2, 3).startswith("PASS |●") and _bar(10, -2, 3).endswith("●| FAIL")
+    assert _bar(1000.0, 0.01, 0.05).startswith("PASS |●") and _bar(0.01, 1000.0, 0.05).endswith("●| FAIL")
+    assert _bar(1.0, 1.0, 0.05) == "PASS |───────●───────| FAIL"
 
 
 def test_stochastic_decorator_validates():
@@ -512,15 +512,17 @@ def test_a_run_whose_trials_all_time_out_stops_early_with_a_hint(tmp_path, monke
 def test_stochastic_message_names_the_level_of_its_interval(tmp_path, alpha, label):
     # the interval is at 1 - alpha; the message called it "95%" whatever alpha was
     from otel_assay.live.stochastic import StochasticSpec, run_stochastic
-    from otel_assay.stats import wilson_interval
+    from otel_assay.stats import anytime_rate
 
     agent = Router(0.99, seed=1)
     spec = StochasticSpec(trials=30, threshold=0.5, alpha=alpha, method="fixed")
     res = run_stochastic(lambda: agent("My payment failed") == "billing", spec, scenario="billing", version="v",
                          lake=str(tmp_path / "lake"))
-    ci = wilson_interval(res.successes, res.n, alpha)
-    assert (res.ci_low, res.ci_high) == (ci.low, ci.high)
-    assert f"{label} [{ci.low:.3f}, {ci.high:.3f}]" in res.message()
+    # the bounds are the anytime-valid ones of the test that decided, at level 1 - alpha
+    outs = [t.passed for t in sorted(res.run.scenarios[0].records, key=lambda t: t.index) if t.counted]
+    v = anytime_rate(outs, 0.5, spec.delta, alpha, spec.beta)
+    assert (res.ci_low, res.ci_high) == (v.lower, v.upper)
+    assert f"{label} [{v.lower:.3f}, {v.upper:.3f}]" in res.message()
 
 
 @pytest.mark.parametrize("command", ["run", "mutate"])
@@ -597,14 +599,15 @@ def test_a_run_whose_agent_hangs_past_its_timeout_still_exits(tmp_path):
     source = ("import time\nimport otel_assay\n\ndef hang(text):\n"
               "    with otel_assay.step('lookup', kind='tool') as s:\n        s.result('x')\n"
               "    time.sleep(3600)\n")
-    p = _cli_process(tmp_path, source, "hang_agent:hang", "{method: fixed, trials: 2, timeout: 0.5}")
+    # six trials: the fewest failures that FAIL a threshold of 0.85 at every look
+    p = _cli_process(tmp_path, source, "hang_agent:hang", "{method: fixed, trials: 6, timeout: 0.5}")
     try:
         out, err = p.communicate(timeout=90)
     except subprocess.TimeoutExpired:
         p.kill()
         p.communicate()
         pytest.fail("otel-assay run did not exit after its agent hung")
-    # the timeouts came after a tool call: two counted failures
+    # the timeouts came after a tool call: six counted failures
     assert p.returncode == 1 and "FAIL" in out, (out, err)
 
 
@@ -721,3 +724,23 @@ def test_a_sql_contract_that_cannot_run_is_refused_before_any_trial(tmp_path):
                            timeout=300, env=env, cwd=Path(__file__).resolve().parents[2])
         assert r.returncode == 3 and "contract 'short'" in r.stderr and why in r.stderr, r.stdout + r.stderr
         assert not list(lake.rglob("*.parquet")), "trials ran"
+
+
+def test_a_run_against_a_baseline_stops_on_the_gates_regression_test(tmp_path):
+    """With a baseline, the run stops a scenario when the gate's regression test on the same
+    pairs decides, at the level the gate's correction holds it to, so the gate agrees; and when
+    the baseline has no more trials to pair with, it says so instead of running on."""
+    lake = str(tmp_path / "lake")
+    run_suite(suite(method="fixed", trials=40), Router(0.95, seed=1), version="v1", lake=lake, concurrency=2)
+    # a broken candidate: FAIL on the regression test, and the gate blocks on the same trials
+    r = run_suite(suite(), Router(0.3, seed=2), version="v2", lake=lake, concurrency=2, baseline="version=v1")
+    s = r.scenarios[0]
+    assert (s.decision, s.stop_reason) == ("FAIL", "boundary") and s.n < 40, (s.decision, s.stop_reason, s.n)
+    reg = r.gate.scenarios[0].check("regression")
+    assert reg.verdict == "FAIL" and r.gate.decision == "block", reg.reason
+    assert reg.stats["paired_by"] == "trial index" and reg.stats["pairs"] == s.n
+    # an unchanged candidate needs more pairs than 40 baseline trials give
+    r = run_suite(suite(), Router(0.95, seed=3), version="v3", lake=lake, concurrency=2, baseline="version=v1")
+    s = r.scenarios[0]
+    assert (s.decision, s.stop_reason, s.n) == ("INCONCLUSIVE", "baseline", 41), (s.decision, s.stop_reason, s.n)
+    assert s.more_trials_needed is None
