@@ -10,6 +10,7 @@ whichever way it arrives.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import math
 import re
@@ -210,6 +211,49 @@ def _count(n: int) -> int:
     return min(max(n, 0), INT32_MAX)
 
 
+@dataclass
+class PlainRows:
+    """Spans a fast reader has already turned into rows, for :meth:`SpanBatch.add_plain`.
+
+    Only *plain* spans belong here: valid, within every limit, with nothing for the row
+    builder to reject, drop, cut or merge (no repeated attribute key, no bad link), ids in
+    lower case, strings as stored, dropped counts clamped, attribute values as
+    :func:`stringify` writes them and promoted ones taken out as :meth:`SpanBatch.add_span`
+    takes them. The reader declines anything else, which then goes through ``add_span``;
+    a differential test holds each reader's plain rows to ``add_span``'s.
+
+    One tuple per row (one append per span, not one per column), in the order of
+    :data:`PLAIN_SPAN`, :data:`PLAIN_EVENT` and :data:`PLAIN_LINK`; a map is the number of
+    its entries in the row and its keys and values in the lists beside it. Events and links
+    name their span by its index among ``spans``.
+    """
+
+    spans: list[tuple] = field(default_factory=list)
+    attr_keys: list[str] = field(default_factory=list)
+    attr_values: list[str | None] = field(default_factory=list)
+    events: list[tuple] = field(default_factory=list)
+    ev_attr_keys: list[str] = field(default_factory=list)
+    ev_attr_values: list[str | None] = field(default_factory=list)
+    links: list[tuple] = field(default_factory=list)
+    ln_attr_keys: list[str] = field(default_factory=list)
+    ln_attr_values: list[str | None] = field(default_factory=list)
+
+
+PLAIN_SPAN = ("trace_id", "span_id", "parent_span_id", "trace_state", "name", "kind", "start_time_unix_nano",
+              "duration_ns", "status_code", "status_message", "scope_name", "scope_version",
+              "dropped_attributes_count", "dropped_events_count", "dropped_links_count",
+              "resource", "promoted", "attributes")
+PLAIN_EVENT = ("span", "time_unix_nano", "name", "dropped_attributes_count", "attributes")
+PLAIN_LINK = ("span", "linked_trace_id", "linked_span_id", "trace_state", "dropped_attributes_count", "attributes")
+
+
+def _extend_maps(maps: _Maps, counts: list[int], keys: list[str], values: list) -> None:
+    maps.offsets.extend(itertools.accumulate(counts, initial=maps.offsets[-1]))
+    del maps.offsets[-len(counts) - 1]  # the initial value, already there
+    maps.keys.extend(keys)
+    maps.values.extend(values)
+
+
 class SpanBatch:
     """Columnar buffers for the three lake tables. Not thread-safe: one per producer."""
 
@@ -289,6 +333,38 @@ class SpanBatch:
             dropped += _keep_first_of_each_key(keys, values, first)
         maps.offsets.append(len(keys))
         return dropped
+
+    def add_plain(self, rows: PlainRows) -> None:
+        """Append spans a fast reader has turned into rows (see :class:`PlainRows`): the
+        batch entry of the row builder, with no Python call per span or attribute."""
+        if not rows.spans:
+            return
+        base = len(self)
+        *columns, resources, promoted, counts = zip(*rows.spans)
+        cols = self._span_cols
+        for name, values in zip(PLAIN_SPAN, columns):
+            cols[name].extend(values)
+        cols["service_name"].extend([r.service_name for r in resources])
+        for r in resources:
+            self._span_res.add(r)
+        self._span_promoted.extend(promoted)
+        _extend_maps(self._span_attrs, counts, rows.attr_keys, rows.attr_values)
+        trace_ids, span_ids, starts = columns[0], columns[1], columns[6]
+        for table, cols, span_rows, maps, items, keys, values in (
+                (PLAIN_EVENT, self._ev_cols, self._ev_span_row, self._ev_attrs, rows.events, rows.ev_attr_keys,
+                 rows.ev_attr_values),
+                (PLAIN_LINK, self._ln_cols, self._ln_span_row, self._ln_attrs, rows.links, rows.ln_attr_keys,
+                 rows.ln_attr_values)):
+            if not items:
+                continue
+            of_span, *columns, counts = zip(*items)
+            cols["trace_id"].extend([trace_ids[i] for i in of_span])
+            cols["span_id"].extend([span_ids[i] for i in of_span])
+            for name, values_ in zip(table[1:], columns):
+                cols[name].extend(values_)
+            cols[PARTITION_TIME].extend([starts[i] for i in of_span])
+            span_rows.extend([base + i for i in of_span])
+            _extend_maps(maps, counts, keys, values)
 
     def add_span(
         self,
