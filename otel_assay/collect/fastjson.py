@@ -142,9 +142,10 @@ class _Decline(Exception):
     """The record is not plain: the simple path reads it."""
 
 
-# key -> (column, the Python type a value must have to go there)
-_PROMOTED = {key: (col, {"string": str, "int64": int, "double": float}[t])
-             for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES}
+# key -> (the index of its promoted column, the Python type a value must have to go there)
+_PROMOTED = {key: (i, {"string": str, "int64": int, "double": float}[t])
+             for i, (_col, key, t) in enumerate(semconv.PROMOTED_SPAN_ATTRIBUTES)}
+_NO_PROMOTED = [None] * len(_PROMOTED)
 _HEX = re.compile(r"[0-9a-fA-F]*")
 _ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 
@@ -202,7 +203,7 @@ def add_json_record(body: bytes, batch: SpanBatch) -> int | None:
     return seen
 
 
-def _attributes(kvs: list[_KeyValue], keys: list, values: list, promoted: dict | None, max_value: int,
+def _attributes(kvs: list[_KeyValue], keys: list, values: list, promoted: list | None, max_value: int,
                 max_attributes: int) -> int:
     """Append one map's attributes (promoting where ``promoted`` is given); return how many
     went into the map. Declines what the row builder would drop, cut or merge (the keys'
@@ -222,7 +223,7 @@ def _attributes(kvs: list[_KeyValue], keys: list, values: list, promoted: dict |
                 value = _value(v)
         if promoted is not None:
             target = _PROMOTED.get(key)
-            if target is not None and type(value) is target[1] and target[0] not in promoted:
+            if target is not None and type(value) is target[1] and promoted[target[0]] is None:
                 if type(value) is int and not -INT64_MAX - 1 <= value <= INT64_MAX:
                     pass  # stays in the map, as the row builder leaves it
                 else:
@@ -311,7 +312,7 @@ def _rows(request: _Request, rows: PlainRows, batch: SpanBatch) -> int:
                 name = span.name or ""
                 if len(name) > max_value:
                     raise _Decline
-                promoted: dict[str, Any] = {}
+                promoted = _NO_PROMOTED.copy()
                 n = _attributes(span.attributes, attr_keys, attr_values, promoted, max_value, max_attributes) if span.attributes else 0
                 row = len(spans)
                 dropped_a, dropped_e, dropped_l = span.droppedAttributesCount, span.droppedEventsCount, span.droppedLinksCount

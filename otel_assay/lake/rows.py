@@ -23,7 +23,8 @@ from .. import semconv
 from .schema import (DEFAULT_LIMITS, EMPTY_TABLES, INT32_MAX, INT64_MAX, PARTITION_TIME, SPAN_EVENTS_SCHEMA,
                      SPAN_LINKS_SCHEMA, SPANS_SCHEMA, TRUNCATION_MARK, Limits)
 
-_PROMOTED = {key: (col, t) for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES}
+# attribute key -> (the index of its promoted column, the column's type)
+_PROMOTED = {key: (i, t) for i, (_col, key, t) in enumerate(semconv.PROMOTED_SPAN_ATTRIBUTES)}
 _PROMOTED_COLUMNS = [col for col, _key, _t in semconv.PROMOTED_SPAN_ATTRIBUTES]
 _PROMOTED_SET = frozenset(_PROMOTED_COLUMNS)
 
@@ -224,8 +225,10 @@ class PlainRows:
 
     One tuple per row (one append per span, not one per column), in the order of
     :data:`PLAIN_SPAN`, :data:`PLAIN_EVENT` and :data:`PLAIN_LINK`; a map is the number of
-    its entries in the row and its keys and values in the lists beside it. Events and links
-    name their span by its index among ``spans``.
+    its entries in the row and its keys and values in the lists beside it; ``promoted`` is a
+    list of a value or None per promoted column, in the order of
+    ``semconv.PROMOTED_SPAN_ATTRIBUTES``. Events and links name their span by its index
+    among ``spans``.
     """
 
     spans: list[tuple] = field(default_factory=list)
@@ -261,9 +264,9 @@ class SpanBatch:
         self.limits = limits
         self._span_cols: dict[str, list] = {name: [] for name in SPANS_SCHEMA.names
                                             if not name.endswith("attributes") and name not in _PROMOTED_SET}
-        # each span's promoted attributes as one dict (most spans fill few of the columns):
-        # one append per span instead of one per promoted column; tables() spreads them out
-        self._span_promoted: list[dict] = []
+        # each span's promoted attributes as one list, a value (or None) per promoted column:
+        # one append per span instead of one per column; tables() turns them into columns
+        self._span_promoted: list[list] = []
         self._span_attrs = _Maps()
         self._span_res = _Resources()
         self._ev_cols: dict[str, list] = {n: [] for n in SPAN_EVENTS_SCHEMA.names if n != "attributes"}
@@ -295,7 +298,7 @@ class SpanBatch:
         self.reject_reasons[reason] = count
         self.rejected += 1
 
-    def _attrs_into(self, maps: _Maps, attributes: Iterable[tuple[str, Any]], promoted: dict | None) -> int:
+    def _attrs_into(self, maps: _Maps, attributes: Iterable[tuple[str, Any]], promoted: list | None) -> int:
         """Append attributes to ``maps``; return how many were dropped by the limits or as a
         repeated key."""
         limits = self.limits
@@ -309,8 +312,8 @@ class SpanBatch:
             if promoted is not None:
                 target = _PROMOTED.get(key)
                 if target is not None:
-                    col, t = target
-                    if col not in promoted and (
+                    i, t = target
+                    if promoted[i] is None and (
                         (t == "string" and isinstance(value, str))
                         or (t == "int64" and isinstance(value, int) and not isinstance(value, bool)
                             and -INT64_MAX - 1 <= value <= INT64_MAX)
@@ -318,7 +321,7 @@ class SpanBatch:
                     ):
                         if t == "string" and len(value) > max_value:
                             value = value[:max_value] + TRUNCATION_MARK
-                        promoted[col] = value
+                        promoted[i] = value
                         continue
             if n >= max_attributes or len(key) > max_key:
                 dropped += 1
@@ -462,7 +465,7 @@ class SpanBatch:
         """The rows of a span add_span has validated."""
         limits = self.limits
         cols = self._span_cols
-        promoted: dict[str, Any] = {}
+        promoted = [None] * len(_PROMOTED_COLUMNS)  # no promoted value is None
         dropped = self._attrs_into(self._span_attrs, attributes, promoted)
         cols["trace_id"].append(trace_id)
         cols["span_id"].append(span_id)
@@ -536,12 +539,9 @@ class SpanBatch:
             del maps.keys[maps.offsets[-1]:], maps.values[maps.offsets[-1]:]
 
     def _promoted_columns(self) -> dict[str, list]:
-        n = len(self._span_promoted)
-        out: dict[str, list] = {col: [None] * n for col in _PROMOTED_COLUMNS}
-        for i, promoted in enumerate(self._span_promoted):
-            for col, value in promoted.items():
-                out[col][i] = value
-        return out
+        if not self._span_promoted:
+            return {col: [] for col in _PROMOTED_COLUMNS}
+        return dict(zip(_PROMOTED_COLUMNS, zip(*self._span_promoted)))
 
     def tables(self, keep: list[bool] | None = None) -> dict[str, pa.Table]:
         """The buffered rows as Arrow tables (unsorted; the writer sorts).
