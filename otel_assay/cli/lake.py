@@ -201,14 +201,19 @@ def import_(paths, lake_dir, max_decompressed_mib, max_spans, jobs, quiet):
                           TextColumn("{task.fields[spans]:,} spans, {task.fields[rate]:,.0f}/s"),
                           TimeRemainingColumn(), transient=True) as prog:
                 task = prog.add_task("importing", total=total, spans=0, rate=0.0)
-                started = time.monotonic()
-                spans = 0
+                started = last = time.monotonic()
+                spans = pending = 0
 
                 def advance(nbytes: int, nspans: int) -> None:
-                    nonlocal spans
+                    # told after every record (a span each, from some exporters): the bar is
+                    # updated ten times a second, not at every call
+                    nonlocal spans, pending, last
                     spans += nspans
-                    prog.update(task, advance=nbytes, spans=spans,
-                                rate=spans / max(time.monotonic() - started, 1e-3))
+                    pending += nbytes
+                    now = time.monotonic()
+                    if now - last >= 0.1:
+                        prog.update(task, advance=pending, spans=spans, rate=spans / (now - started))
+                        pending, last = 0, now
 
                 result = import_files(list(files), lake_dir, progress=advance, **options)
         else:

@@ -18,6 +18,13 @@ same content is skipped even after ``compact`` has merged (and renamed) the file
 produced. A fixed file, or one the Collector has appended to, is new content: its spans
 that were already imported are stored again (the import counts them and says so), and
 ``compact`` drops such duplicates.
+
+Speed: a JSON record is read by the fast path of ``fastjson`` when it is plain, by
+``json.loads`` and ``otlp.add_json`` otherwise; a protobuf record by the receiver's
+``compiled.protobuf_batch`` (the compiled decoder, or the generated classes for a request it
+declines). Both give the same rows either way. Several files can be read at once by a pool of
+processes (``jobs``), each writing its own files; a file is read in chunks of
+``CHUNK_SPANS`` spans, written as each fills, so memory is bounded by a chunk.
 """
 
 from __future__ import annotations
