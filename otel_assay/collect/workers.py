@@ -11,6 +11,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import signal
+import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from typing import Any, Callable
@@ -56,9 +58,37 @@ def flush_progress() -> None:
     _pending[0] = _pending[1] = 0
 
 
-def _init(channel) -> None:
-    global _channel
-    _channel = channel
+def _init(channel, stop) -> None:
+    global _channel, _stop
+    _channel, _stop = channel, stop
+    signal.signal(signal.SIGINT, _on_interrupt)
+
+
+_stop: Any = None  # in a worker: set when the run ends early, so that no further task starts
+
+
+_busy = False  # running a task
+
+
+def _on_interrupt(signum, frame) -> None:
+    """Ctrl-C reaches the workers too (the terminal signals the whole process group): in a
+    task it stops the task as in one process (a file half written is removed); between
+    tasks the worker just ends, without a traceback of the pool's own code. The parent,
+    interrupted as well, ends the run."""
+    if _busy:
+        raise KeyboardInterrupt
+    os._exit(130)
+
+
+def _task(fn: Callable[..., Any], *args) -> Any:
+    global _busy
+    if _stop.is_set():  # the run was interrupted or failed: the task was queued before
+        raise KeyboardInterrupt
+    _busy = True
+    try:
+        return fn(*args)
+    finally:
+        _busy = False
 
 
 def run(fn: Callable[..., Any], tasks: list[tuple], jobs: int, progress: Progress | None) -> list:
@@ -68,10 +98,12 @@ def run(fn: Callable[..., Any], tasks: list[tuple], jobs: int, progress: Progres
     ``fn`` must be a module-level function; it reports progress with
     :func:`worker_progress` and calls :func:`flush_progress` before it returns."""
     ctx = multiprocessing.get_context("spawn")
-    channel = ctx.Queue()
+    channel, stop = ctx.Queue(), ctx.Event()
+    before = set(multiprocessing.active_children())
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx, initializer=_init,
-                             initargs=(channel,)) as pool:
-        futures: list[Future] = [pool.submit(fn, *task) for task in tasks]
+                             initargs=(channel, stop)) as pool:
+        futures = _submit(pool, fn, tasks)
+        workers = [p for p in multiprocessing.active_children() if p not in before]
         pending = set(futures)
         try:
             while pending:
@@ -79,11 +111,33 @@ def run(fn: Callable[..., Any], tasks: list[tuple], jobs: int, progress: Progres
                 _drain(channel, progress)
                 if any(f.exception() is not None for f in done):
                     break
+        except KeyboardInterrupt:
+            # the workers were interrupted too, unless still starting (Ctrl-C ignored until
+            # then) or the signal came from elsewhere: each stops its task as one process would
+            for p in workers:
+                if p.is_alive():
+                    os.kill(p.pid, signal.SIGINT)
+            raise
         finally:
-            for f in pending:
-                f.cancel()
+            if pending:
+                stop.set()
+                for f in pending:
+                    f.cancel()
         _drain(channel, progress)
         return [f.result() for f in futures]
+
+
+def _submit(pool: ProcessPoolExecutor, fn: Callable[..., Any], tasks: list[tuple]) -> list[Future]:
+    """Submit every task; the pool starts its processes here. They start with Ctrl-C ignored
+    (a child inherits that): until :func:`_init` sets their handler they import modules, and
+    an interrupt there printed a traceback of the import machinery in every worker."""
+    if threading.current_thread() is not threading.main_thread():  # only it may set handlers
+        return [pool.submit(_task, fn, *task) for task in tasks]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return [pool.submit(_task, fn, *task) for task in tasks]
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _drain(channel, progress: Progress | None) -> None:
