@@ -313,10 +313,15 @@ def test_protobuf_files_import_through_the_compiled_decoder_to_the_same_lake(tmp
     records = [synthetic.request(20, rng=random.Random(i), start_ns=T0 + i).SerializeToString() for i in range(5)]
     records.append(encode_spans(recorded_trials(4)).SerializeToString())  # events, links, every value kind
     records.append(not_utf8(encode_spans(recorded_trials(2)), "span name")[0])  # declined: the simple path salvages
+    bad_resource = encode_spans(recorded_trials(1))
+    bad_resource.resource_spans[0].resource.attributes.add(key="note").value.string_value = "QQQQ-marker"
+    records.append(bad_resource.SerializeToString().replace(b"QQQQ", b"\xff\xfeQQ"))  # refused, with the reason
     f = tmp_path / "traces.binpb"
     f.write_bytes(b"".join(struct.pack(">I", len(r)) + r for r in records))
     bare = tmp_path / "bare.binpb"
     bare.write_bytes(records[0])
     result = _import_both(tmp_path, monkeypatch, [f, bare])
     assert result.files[0].spans_imported > 100 and result.files[0].spans_rejected == 1
+    assert result.files[0].errors == [f"record {len(records)}: malformed resource attributes: attribute key or "
+                                      "string value is not valid UTF-8 (protobuf strings must be)"]
     assert result.files[1].format.startswith("protobuf (one bare message")
