@@ -29,6 +29,9 @@ _last = 0.0
 
 def usable_cores() -> int:
     """The cores this process may run on (its affinity, as a container or taskset limits it)."""
+    count = getattr(os, "process_cpu_count", None)  # Python 3.13+: also honours -X cpu_count
+    if count is not None:
+        return count() or 1
     try:
         return len(os.sched_getaffinity(0)) or 1
     except AttributeError:  # not on every platform
