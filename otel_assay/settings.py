@@ -49,7 +49,8 @@ SETTINGS: tuple[tuple[str, str, str], ...] = (
     (DIR, DEFAULT_DIR, "the lake captured spans go to, and the lake commands read by default"),
     (DISABLED, "false", "true: `import otel_assay.auto` instruments nothing"),
     (EXPORTER, "parquet", "parquet: write the lake in process; otlp: send spans to an OTLP endpoint"),
-    (PURE_PYTHON, "false", "true: the receiver decodes protobuf in Python, never with its compiled decoder"),
+    (PURE_PYTHON, "false", "true: the receiver and `import` take their simple paths only (protobuf with the "
+     "generated classes, never the compiled decoder; OTLP/JSON with json.loads, never msgspec)"),
     (RUN_ID, "(a new id per process)", "the run id stamped on every trial"),
     (VERSION, "(none)", "the agent version of trials that do not name one"),
     (SCENARIO, "(none)", "the scenario of trials that do not name one"),

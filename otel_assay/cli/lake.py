@@ -10,6 +10,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 
 import click
 
@@ -150,7 +151,11 @@ def collect(lake_dir, grpc_addr, http_addr, token, token_file, tls_cert, tls_key
 @click.option("--max-spans", type=click.IntRange(min=1), default=100_000_000, show_default=True,
               help="Read at most this many spans of one file (a genuine export holds far fewer; a hostile one "
                    "can hold billions). Past it the file is an error; the spans before it are imported.")
-def import_(paths, lake_dir, max_decompressed_mib, max_spans):
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Read this many files at once, each in a process of its own  [default: the cores "
+                   "otel-assay may use]")
+@click.option("--quiet", "-q", is_flag=True, help="No progress (shown for imports of more than 8 MiB).")
+def import_(paths, lake_dir, max_decompressed_mib, max_spans, jobs, quiet):
     """Import OTLP trace files into the lake at --dir.
 
     Each PATH is a file, or a directory: the files directly in it (not in its
@@ -166,6 +171,7 @@ def import_(paths, lake_dir, max_decompressed_mib, max_spans):
     rest is still imported).
     """
     from ..collect.importer import expand_inputs, import_files
+    from ..collect.workers import usable_cores
     from ..lake.files import LakeError
 
     inputs = expand_inputs(list(paths), lake_dir)
@@ -183,18 +189,35 @@ def import_(paths, lake_dir, max_decompressed_mib, max_spans):
         raise DataError(f"no files to import ({found}): name OTLP trace files, or directories holding them")
     files = inputs.files
     total = sum(os.path.getsize(f) for f in files)
+    options = dict(max_decompressed=max_decompressed_mib << 20, max_spans=max_spans,
+                   jobs=jobs or usable_cores())
     try:
-        if sys.stderr.isatty() and total > 8 << 20:
-            from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+        if quiet or total <= 8 << 20:
+            result = import_files(list(files), lake_dir, **options)
+        elif sys.stderr.isatty():
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
             with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                          TextColumn("{task.fields[spans]:,} spans, {task.fields[rate]:,.0f}/s"),
                           TimeRemainingColumn(), transient=True) as prog:
-                task = prog.add_task("importing", total=total)
-                result = import_files(list(files), lake_dir, progress=lambda n: prog.advance(task, n),
-                                      max_decompressed=max_decompressed_mib << 20, max_spans=max_spans)
+                task = prog.add_task("importing", total=total, spans=0, rate=0.0)
+                started = last = time.monotonic()
+                spans = pending = 0
+
+                def advance(nbytes: int, nspans: int) -> None:
+                    # told after every record (a span each, from some exporters): the bar is
+                    # updated ten times a second, not at every call
+                    nonlocal spans, pending, last
+                    spans += nspans
+                    pending += nbytes
+                    now = time.monotonic()
+                    if now - last >= 0.1:
+                        prog.update(task, advance=pending, spans=spans, rate=spans / (now - started))
+                        pending, last = 0, now
+
+                result = import_files(list(files), lake_dir, progress=advance, **options)
         else:
-            result = import_files(list(files), lake_dir, max_decompressed=max_decompressed_mib << 20,
-                                  max_spans=max_spans)
+            result = import_files(list(files), lake_dir, progress=_ProgressLines(total), **options)
     except LakeError as e:
         raise DataError(str(e)) from None
     for f in result.files:
@@ -225,6 +248,27 @@ def import_(paths, lake_dir, max_decompressed_mib, max_spans):
         raise DataError("some input could not be imported (see above); the rest was imported. Importing the "
                         "same file again skips it if any of its spans were imported; a fixed file imports again, and "
                         "`otel-assay compact` then drops the spans stored twice")
+
+
+class _ProgressLines:
+    """Import progress as a line on stderr every 10 s, where no terminal shows a bar (a CI log)."""
+
+    EVERY = 10.0
+
+    def __init__(self, total: int):
+        self.total, self.read, self.spans = total, 0, 0
+        self.started = self.last = time.monotonic()
+
+    def __call__(self, nbytes: int, nspans: int) -> None:
+        self.read += nbytes
+        self.spans += nspans
+        now = time.monotonic()
+        if now - self.last >= self.EVERY:
+            self.last = now
+            elapsed = now - self.started
+            eta = elapsed * (self.total - self.read) / self.read if self.read else 0
+            click.echo(f"importing: {self.read >> 20} of {self.total >> 20} MiB, {self.spans:,} spans "
+                       f"({self.spans / elapsed:,.0f}/s), about {eta:.0f} s left", err=True)
 
 
 # ---------------------------------------------------------------------------- compact

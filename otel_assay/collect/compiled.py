@@ -174,7 +174,14 @@ def decode(body: bytes, limits: Limits, max_rows: int | None = None) -> Compiled
                                  limits.max_events, limits.max_links, sys.maxsize if max_rows is None else max_rows)
     if isinstance(decoded, int):
         raise TooManyRows(decoded, max_rows, exact=False)
-    return None if decoded is None else CompiledBatch(decoded, limits)
+    if decoded is None:
+        return None
+    try:
+        return CompiledBatch(decoded, limits)
+    except MalformedOTLP:
+        # a resource whose attributes do not parse (text that is not UTF-8): the simple path
+        # refuses the request too, and says which rule the text breaks
+        return None
 
 
 def count_rows(body: bytes) -> int | None:

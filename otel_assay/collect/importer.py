@@ -18,32 +18,46 @@ same content is skipped even after ``compact`` has merged (and renamed) the file
 produced. A fixed file, or one the Collector has appended to, is new content: its spans
 that were already imported are stored again (the import counts them and says so), and
 ``compact`` drops such duplicates.
+
+Speed: a JSON record is read by the fast path of ``fastjson`` when it is plain, by
+``json.loads`` and ``otlp.add_json`` otherwise; a protobuf record by the receiver's
+``compiled.protobuf_batch`` (the compiled decoder, or the generated classes for a request it
+declines). Both give the same rows either way. Several files can be read at once by a pool of
+processes (``jobs``), each writing its own files; a file is read in chunks of
+``CHUNK_SPANS`` spans, written as each fills, so memory is bounded by a chunk.
 """
 
 from __future__ import annotations
 
+import gc
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import os
 import re
 import struct
+import sys
 import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 import duckdb
 import pyarrow as pa
 import zstandard
 
 from ..lake.files import Lake, LakeError, duckdb_connect, sql_list
-from .otlp import MalformedOTLP, add_json, add_protobuf, parse_json, parse_protobuf
+from . import workers
+from .compiled import protobuf_batch
+from .fastjson import add_json_record
+from .otlp import MalformedOTLP, add_json, parse_json
+from .workers import Progress
 from ..lake.rows import SpanBatch
-from ..lake.schema import DEFAULT_LIMITS, Limits
+from ..lake.schema import DEFAULT_LIMITS, EMPTY_TABLES, Limits
 
 CHUNK_SPANS = 200_000
 # The largest record read whole: a protobuf message, a JSON line or a JSON document. Each is
@@ -61,6 +75,10 @@ MAX_DECOMPRESSED = 1 << 30
 # one (billions of spans of a few bytes each, which an uncompressed file on a large disk can
 # hold) would otherwise fill the lake and take hours to read.
 MAX_SPANS = 100_000_000
+# Bytes of input per worker process when files are imported in parallel: a worker costs about
+# 0.6 s of CPU to start (its imports), what importing 30 MiB of OTLP JSON takes, so a few
+# small files are imported in this process.
+BYTES_PER_WORKER = 32 << 20
 _GZIP = b"\x1f\x8b"
 _ZSTD = b"\x28\xb5\x2f\xfd"
 
@@ -104,7 +122,7 @@ def _digest(path: Path) -> str:
 class _Counting(io.RawIOBase):
     """Reports bytes read from the file on disk (compressed), for the progress bar."""
 
-    def __init__(self, f: BinaryIO, tick: Callable[[int], None] | None):
+    def __init__(self, f: BinaryIO, tick: Progress | None):
         self.f, self.tick = f, tick
 
     def readable(self) -> bool:
@@ -113,7 +131,7 @@ class _Counting(io.RawIOBase):
     def readinto(self, b) -> int:
         n = self.f.readinto(b)
         if self.tick and n:
-            self.tick(n)
+            self.tick(n, 0)
         return n
 
     def close(self) -> None:
@@ -408,33 +426,93 @@ def import_files(
     lake_dir: str | Path,
     *,
     limits: Limits = DEFAULT_LIMITS,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
     max_decompressed: int = MAX_DECOMPRESSED,
     max_spans: int = MAX_SPANS,
+    jobs: int = 1,
 ) -> ImportResult:
     """Import OTLP trace files into the lake at ``lake_dir``; bad records are reported, good
     ones kept. A compressed file is read up to ``max_decompressed`` bytes, and any file up to
-    the record that takes it past ``max_spans`` spans."""
+    the record that takes it past ``max_spans`` spans.
+
+    With ``jobs`` above 1, files are read by that many processes at once, each writing its
+    own files into the lake (their names come from the content, as in one process). Files
+    of the same content are read one after the other by one process, so that the second is
+    skipped as imported before, as it is when the files are read in order."""
     lake = Lake(lake_dir)
     lake.ensure_writable()
-    result = ImportResult()
-    written: list[tuple[FileReport, list[Path]]] = []
-    for p in paths:
-        path = Path(p)
-        report = FileReport(str(path))
-        result.files.append(report)
-        try:
-            files = _import_one(path, lake, limits, report, progress, max_decompressed, max_spans)
-        except OSError as e:
-            report.errors.append(f"cannot read: {e.strerror or e}")
-            continue
-        if files:
-            written.append((report, files))
+    paths = [Path(p) for p in paths]
+    options = (str(lake_dir), limits, max_decompressed, max_spans)
+    groups = _same_content_groups(paths) if jobs > 1 and len(paths) > 1 else []
+    jobs = min(jobs, len(groups), max(1, _size(paths) // BYTES_PER_WORKER))
+    if jobs > 1:
+        outcomes: list = [None] * len(paths)
+        for group, done in zip(groups, workers.run(_import_group, [([paths[i] for i in g], *options)
+                                                                   for g in groups], jobs, progress)):
+            for i, outcome in zip(group, done):
+                outcomes[i] = outcome
+    else:
+        outcomes = _import_group(paths, *options, progress=progress)
+    result = ImportResult([report for report, _ in outcomes])
     # once for the whole run: a check after each file read every other file of its
     # partitions again, so a directory of N small exports cost N² file reads (300 files of
     # 48 spans: 45 s of checks after 5 s of import)
-    _count_already_in_lake(lake, written)
+    _count_already_in_lake(lake, [(report, files) for report, files in outcomes if files])
     return result
+
+
+def _size(paths: list[Path]) -> int:
+    total = 0
+    for path in paths:
+        try:
+            total += path.stat().st_size
+        except OSError:  # its import says why
+            pass
+    return total
+
+
+def _same_content_groups(paths: list[Path]) -> list[list[int]]:
+    """The inputs as groups to read one after the other, in input order: files of the same
+    content together, every other file on its own. Only files of the same size are hashed."""
+    by_size: dict[int, list[int]] = {}
+    groups: list[list[int]] = []
+    for i, path in enumerate(paths):
+        try:
+            by_size.setdefault(path.stat().st_size, []).append(i)
+        except OSError:  # its import says why
+            groups.append([i])
+    for same_size in by_size.values():
+        by_digest: dict[str, list[int]] = {}
+        for i in same_size:
+            try:
+                key = _digest(paths[i]) if len(same_size) > 1 else ""
+            except OSError:
+                groups.append([i])
+                continue
+            by_digest.setdefault(key, []).append(i)
+        groups.extend(by_digest.values())
+    return sorted(groups)
+
+
+def _import_group(paths: list[Path], lake_dir: str, limits: Limits, max_decompressed: int, max_spans: int,
+                  progress: Progress | None = None) -> list[tuple[FileReport, list[Path]]]:
+    """Import files one after the other: each one's report and the spans files it wrote. In a
+    worker process (no ``progress`` given), progress goes to the parent."""
+    in_worker = progress is None and workers.in_worker()
+    tick = workers.worker_progress if in_worker else progress
+    lake = Lake(lake_dir)
+    out = []
+    for path in paths:
+        report = FileReport(str(path))
+        try:
+            files = _import_one(path, lake, limits, report, tick, max_decompressed, max_spans)
+        except OSError as e:
+            report.errors.append(f"cannot read: {e.strerror or e}")
+            files = []
+        out.append((report, files))
+    if in_worker:
+        workers.flush_progress()
+    return out
 
 
 def _ledger(lake: Lake, digest: str) -> Path:
@@ -539,32 +617,44 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
     """Read one file into the lake; return the spans files written."""
     stream, compression = _open_decompressed(path, progress, max_decompressed)
     chunk = 0
-    batch = SpanBatch(limits)
+    rows = _Chunk(limits)
     written: list[Path] = []
+    told = [0]  # spans given to ``progress``
 
     def flush() -> None:
-        nonlocal chunk, batch
-        if len(batch):
-            result = lake.write(batch.tables(), token=f"import-{digest}-{chunk:05d}")
+        nonlocal chunk, rows
+        tables = rows.tables()
+        if len(rows):
+            result = lake.write(tables, token=f"import-{digest}-{chunk:05d}")
             written.extend(f for f in result.files if f.parent.parent.name == "spans")
-            report.spans_imported += len(batch)
+            report.spans_imported += len(rows)
             chunk += 1
-        for why, n in batch.reject_reasons.items():
+        for why, n in rows.reject_reasons.items():
             report.reject_reasons[why] = report.reject_reasons.get(why, 0) + n
-        report.spans_rejected += batch.rejected
-        batch = SpanBatch(limits)
+        report.spans_rejected += rows.rejected
+        rows = _Chunk(limits)
+        if collect_garbage:
+            gc.collect()
 
     def record_done() -> None:
         """After each record (a protobuf message, a JSON line or document): write a full chunk
         (memory stays bounded), and stop past the span limit. Checked per record, so the
         spans of the record that passes it are imported with those before."""
-        if len(batch) >= CHUNK_SPANS:
+        if progress is not None and report.spans_seen != told[0]:
+            progress(0, report.spans_seen - told[0])
+            told[0] = report.spans_seen
+        if len(rows) >= CHUNK_SPANS:
             flush()
         if report.spans_seen > max_spans:
             raise SpanLimit(f"the file holds more than {max_spans} spans; the spans before that were imported: "
                             "if the file is genuine, import it again with a higher --max-spans")
 
     suffix = f"+{compression}" if compression else ""
+    # The collector's automatic passes find nothing here (the rows hold no reference cycles)
+    # but scan every object a chunk holds, again and again as it grows: a third of the CPU of
+    # a JSON import. Paused while the file is read, and run once per chunk written instead.
+    collect_garbage = gc.isenabled()
+    gc.disable()
     try:
         try:
             if stream.peek(3)[:3] == _BOM:
@@ -574,14 +664,14 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
             first = window.lstrip(b" \t\r\n")
             if _bare_message_start(window):  # before JSON: a message may start with "\n{"
                 report.format = "protobuf" + suffix
-                _import_bare(stream, batch_ref=lambda: batch, record_done=record_done, report=report,
+                _import_bare(stream, batch_ref=lambda: rows, record_done=record_done, report=report,
                              suffix=suffix)
             elif first[:1] in (b"{", b"["):
                 report.format = "json" + suffix
-                _import_json(stream, batch_ref=lambda: batch, record_done=record_done, report=report)
+                _import_json(stream, batch_ref=lambda: rows, record_done=record_done, report=report)
             elif stream.peek(1):
                 report.format = "protobuf" + suffix
-                _import_protobuf(stream, batch_ref=lambda: batch, record_done=record_done, report=report)
+                _import_protobuf(stream, batch_ref=lambda: rows, record_done=record_done, report=report)
             else:
                 report.errors.append("empty file")
         except CorruptCompressed as e:
@@ -599,7 +689,52 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
         flush()  # after a damaged tail too: the spans read before it are good
     finally:
         stream.close()
+        if collect_garbage:
+            gc.enable()
     return written
+
+
+class _Chunk:
+    """The rows read since the last write, in the order they were read: a
+    :class:`~otel_assay.lake.rows.SpanBatch` that JSON and the simple protobuf path append to,
+    and the tables of records the compiled protobuf decoder read."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self.batch = SpanBatch(limits)
+        self.pieces: list[dict[str, pa.Table]] = []
+        self.n = 0  # spans in ``pieces``
+        self.rejected = 0
+        self.reject_reasons: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return self.n + len(self.batch)
+
+    def add(self, rows) -> None:
+        """Append a request's rows read on their own (a CompiledBatch, or a SpanBatch)."""
+        if len(rows) or rows.rejected:
+            self._close_batch()
+            self._take(rows)
+
+    def _take(self, batch) -> None:
+        if len(batch):
+            self.pieces.append(batch.tables())
+            self.n += len(batch)
+        for why, n in batch.reject_reasons.items():
+            self.reject_reasons[why] = self.reject_reasons.get(why, 0) + n
+        self.rejected += batch.rejected
+
+    def _close_batch(self) -> None:
+        if len(self.batch) or self.batch.rejected:
+            self._take(self.batch)
+            self.batch = SpanBatch(self.limits)
+
+    def tables(self) -> dict[str, pa.Table]:
+        self._close_batch()
+        if len(self.pieces) == 1:
+            return self.pieces[0]
+        return {name: pa.concat_tables([p[name] for p in self.pieces if p[name].num_rows] or [empty]).combine_chunks()
+                for name, empty in EMPTY_TABLES.items()}
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -630,9 +765,14 @@ def _import_protobuf(stream: BinaryIO, *, batch_ref, record_done, report: FileRe
                 # JSON starts with "{"; a serialized ExportTraceServiceRequest with the tag of
                 # field 1 (0x0a), and never with 0x7b (field 15, a group)
                 if record[:1] == b"{":
-                    report.spans_seen += add_json(parse_json(record), batch_ref())
+                    seen = add_json_record(record, batch_ref().batch)
+                    report.spans_seen += add_json(parse_json(record), batch_ref().batch) if seen is None else seen
                 else:
-                    report.spans_seen += add_protobuf(parse_protobuf(record), batch_ref())
+                    # the receiver's entry: the compiled decoder, or the simple path for a
+                    # request it declines
+                    rows, seen = protobuf_batch(record, batch_ref().limits, sys.maxsize)
+                    batch_ref().add(rows)
+                    report.spans_seen += seen
             except MalformedOTLP as e:
                 report.errors.append(f"record {n}: {e}")
             empty = empty + 1 if report.spans_seen == seen else 0
@@ -666,12 +806,14 @@ def _import_bare(stream: BinaryIO, *, batch_ref, record_done, report: FileReport
         return
     report.format = "protobuf (one bare message, no length prefix)" + suffix
     try:
-        report.spans_seen += add_protobuf(parse_protobuf(data), batch_ref())
+        rows, seen = protobuf_batch(data, batch_ref().limits, sys.maxsize)
     except MalformedOTLP as e:
         report.errors.append(
             "neither length-prefixed OTLP protobuf nor a bare ExportTraceServiceRequest: the file starts as a "
             f"bare message but does not parse as one ({e}); was it cut off? export or copy it again")
         return
+    batch_ref().add(rows)
+    report.spans_seen += seen
     record_done()
 
 
@@ -737,6 +879,11 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, record_done, report: FileR
         text = skipped + first_line + stream.read(MAX_RECORD + 1)
         if len(text) > MAX_RECORD:
             raise RecordTooLong(f"a JSON document longer than {MAX_RECORD >> 20} MiB, more than any OTLP export")
+        seen = add_json_record(text, batch_ref().batch)
+        if seen is not None:
+            report.spans_seen += seen
+            record_done()
+            return
         try:
             doc = json.loads(text)
             docs = doc if isinstance(doc, list) else [doc]
@@ -746,7 +893,7 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, record_done, report: FileR
                 # not one document either: read line by line, so that one bad line (a record cut
                 # off by a crash, a stray log line) costs that line and not the whole file
                 errors = len(report.errors)
-                good = _add_json_lines(_parse_lines(io.BytesIO(text)), batch_ref=batch_ref,
+                good = _add_json_lines(io.BytesIO(text), batch_ref=batch_ref,
                                        record_done=record_done, report=report, foreign=foreign)
                 if not good:  # a broken document, not JSON Lines: one error, not one per line
                     del report.errors[errors:]
@@ -757,12 +904,12 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, record_done, report: FileR
         for d in docs:
             _note_foreign(d, foreign)
             try:
-                report.spans_seen += add_json(d, batch_ref())
+                report.spans_seen += add_json(d, batch_ref().batch)
             except MalformedOTLP as e:
                 report.errors.append(str(e))
             record_done()  # many documents one after another: as JSON Lines
         return
-    docs = _chain_first(skipped.count(b"\n"), first_doc, lines)
+    docs = itertools.chain([b""] * skipped.count(b"\n"), [first_line], lines)
     _add_json_lines(docs, batch_ref=batch_ref, record_done=record_done, report=report, foreign=foreign)
 
 
@@ -808,15 +955,30 @@ def _concatenated(text: bytes) -> tuple[list, list[str]] | None:
 _DOC_START = re.compile(r"\n[{\[]")
 
 
-def _add_json_lines(docs: Iterator, *, batch_ref, record_done, report: FileReport, foreign: set[str]) -> int:
-    """Add each line's document; return how many lines were valid JSON."""
+def _add_json_lines(lines: Iterable[bytes], *, batch_ref, record_done, report: FileReport, foreign: set[str]) -> int:
+    """Add each line's document; return how many lines were valid JSON.
+
+    A line goes to the fast path first (``fastjson``: the common, plain line), and to
+    ``json.loads`` and ``add_json`` when the fast path declines it: the rows are the same."""
     good = 0
-    for lineno, item in enumerate(docs, 1):
-        if item is _BLANK:
+    for lineno, line in enumerate(lines, 1):
+        if not line or line.isspace():
             continue
-        if isinstance(item, _BadLine):
+        seen = add_json_record(line, batch_ref().batch)
+        if seen is not None:
+            good += 1
+            report.spans_seen += seen
+            record_done()
+            continue
+        try:
+            item = json.loads(line)
+        except UnicodeDecodeError:
             if len(report.errors) < 100:
-                report.errors.append(f"line {lineno}: {item.why}")
+                report.errors.append(f"line {lineno}: not UTF-8")
+            continue
+        except (ValueError, RecursionError) as e:
+            if len(report.errors) < 100:
+                report.errors.append(f"line {lineno}: not valid JSON ({e})")
             continue
         good += 1
         # a list of documents, as a whole file may be: on one line (json.dumps without
@@ -824,37 +986,9 @@ def _add_json_lines(docs: Iterator, *, batch_ref, record_done, report: FileRepor
         for doc in item if isinstance(item, list) else [item]:
             _note_foreign(doc, foreign)
             try:
-                report.spans_seen += add_json(doc, batch_ref())
+                report.spans_seen += add_json(doc, batch_ref().batch)
             except MalformedOTLP as e:
                 if len(report.errors) < 100:
                     report.errors.append(f"line {lineno}: {e}")
         record_done()
     return good
-
-
-_BLANK = object()
-
-
-@dataclass
-class _BadLine:
-    why: str
-
-
-def _chain_first(blank_lines: int, first_doc, lines) -> Iterator:
-    for _ in range(blank_lines):
-        yield _BLANK
-    yield first_doc
-    yield from _parse_lines(lines)
-
-
-def _parse_lines(lines) -> Iterator:
-    for line in lines:
-        if not line.strip():
-            yield _BLANK
-            continue
-        try:
-            yield json.loads(line)
-        except UnicodeDecodeError:
-            yield _BadLine("not UTF-8")
-        except (ValueError, RecursionError) as e:
-            yield _BadLine(f"not valid JSON ({e})")

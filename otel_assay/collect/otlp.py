@@ -406,8 +406,9 @@ def _json_span(span: Any) -> dict:
     return span
 
 
-# what a span's own parse failure raises: the span is rejected, not the request
-_SPAN_ERRORS = (TypeError, ValueError, AttributeError, binascii.Error, RecursionError)
+# what a span's own parse failure raises: the span is rejected, not the request (OverflowError:
+# float() of an integer past a double's range, which JSON can write as a doubleValue)
+_SPAN_ERRORS = (TypeError, ValueError, AttributeError, binascii.Error, RecursionError, OverflowError)
 
 
 def add_json(doc: Any, batch: SpanBatch) -> int:
@@ -420,7 +421,7 @@ def add_json(doc: Any, batch: SpanBatch) -> int:
     for rs in _json_resource_spans(doc):
         try:
             resource = make_resource(_json_attrs((rs.get("resource") or {}).get("attributes")), limits)
-        except (TypeError, ValueError, AttributeError) as e:
+        except _SPAN_ERRORS as e:
             raise MalformedOTLP(f"malformed resource: {e}") from None
         for ss in _json_scope_spans(rs):
             scope = ss.get("scope", ss.get("instrumentationLibrary")) or {}

@@ -10,6 +10,7 @@ whichever way it arrives.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import math
 import re
@@ -22,7 +23,8 @@ from .. import semconv
 from .schema import (DEFAULT_LIMITS, EMPTY_TABLES, INT32_MAX, INT64_MAX, PARTITION_TIME, SPAN_EVENTS_SCHEMA,
                      SPAN_LINKS_SCHEMA, SPANS_SCHEMA, TRUNCATION_MARK, Limits)
 
-_PROMOTED = {key: (col, t) for col, key, t in semconv.PROMOTED_SPAN_ATTRIBUTES}
+# attribute key -> (the index of its promoted column, the column's type)
+_PROMOTED = {key: (i, t) for i, (_col, key, t) in enumerate(semconv.PROMOTED_SPAN_ATTRIBUTES)}
 _PROMOTED_COLUMNS = [col for col, _key, _t in semconv.PROMOTED_SPAN_ATTRIBUTES]
 _PROMOTED_SET = frozenset(_PROMOTED_COLUMNS)
 
@@ -210,6 +212,51 @@ def _count(n: int) -> int:
     return min(max(n, 0), INT32_MAX)
 
 
+@dataclass
+class PlainRows:
+    """Spans a fast reader has already turned into rows, for :meth:`SpanBatch.add_plain`.
+
+    Only *plain* spans belong here: valid, within every limit, with nothing for the row
+    builder to reject, drop, cut or merge (no repeated attribute key, no bad link), ids in
+    lower case, strings as stored, dropped counts clamped, attribute values as
+    :func:`stringify` writes them and promoted ones taken out as :meth:`SpanBatch.add_span`
+    takes them. The reader declines anything else, which then goes through ``add_span``;
+    a differential test holds each reader's plain rows to ``add_span``'s.
+
+    One tuple per row (one append per span, not one per column), in the order of
+    :data:`PLAIN_SPAN`, :data:`PLAIN_EVENT` and :data:`PLAIN_LINK`; a map is the number of
+    its entries in the row and its keys and values in the lists beside it; ``promoted`` is a
+    list of a value or None per promoted column, in the order of
+    ``semconv.PROMOTED_SPAN_ATTRIBUTES``. Events and links name their span by its index
+    among ``spans``.
+    """
+
+    spans: list[tuple] = field(default_factory=list)
+    attr_keys: list[str] = field(default_factory=list)
+    attr_values: list[str | None] = field(default_factory=list)
+    events: list[tuple] = field(default_factory=list)
+    ev_attr_keys: list[str] = field(default_factory=list)
+    ev_attr_values: list[str | None] = field(default_factory=list)
+    links: list[tuple] = field(default_factory=list)
+    ln_attr_keys: list[str] = field(default_factory=list)
+    ln_attr_values: list[str | None] = field(default_factory=list)
+
+
+PLAIN_SPAN = ("trace_id", "span_id", "parent_span_id", "trace_state", "name", "kind", "start_time_unix_nano",
+              "duration_ns", "status_code", "status_message", "scope_name", "scope_version",
+              "dropped_attributes_count", "dropped_events_count", "dropped_links_count",
+              "resource", "promoted", "attributes")
+PLAIN_EVENT = ("span", "time_unix_nano", "name", "dropped_attributes_count", "attributes")
+PLAIN_LINK = ("span", "linked_trace_id", "linked_span_id", "trace_state", "dropped_attributes_count", "attributes")
+
+
+def _extend_maps(maps: _Maps, counts: list[int], keys: list[str], values: list) -> None:
+    maps.offsets.extend(itertools.accumulate(counts, initial=maps.offsets[-1]))
+    del maps.offsets[-len(counts) - 1]  # the initial value, already there
+    maps.keys.extend(keys)
+    maps.values.extend(values)
+
+
 class SpanBatch:
     """Columnar buffers for the three lake tables. Not thread-safe: one per producer."""
 
@@ -217,9 +264,9 @@ class SpanBatch:
         self.limits = limits
         self._span_cols: dict[str, list] = {name: [] for name in SPANS_SCHEMA.names
                                             if not name.endswith("attributes") and name not in _PROMOTED_SET}
-        # each span's promoted attributes as one dict (most spans fill few of the columns):
-        # one append per span instead of one per promoted column; tables() spreads them out
-        self._span_promoted: list[dict] = []
+        # each span's promoted attributes as one list, a value (or None) per promoted column:
+        # one append per span instead of one per column; tables() turns them into columns
+        self._span_promoted: list[list] = []
         self._span_attrs = _Maps()
         self._span_res = _Resources()
         self._ev_cols: dict[str, list] = {n: [] for n in SPAN_EVENTS_SCHEMA.names if n != "attributes"}
@@ -251,7 +298,7 @@ class SpanBatch:
         self.reject_reasons[reason] = count
         self.rejected += 1
 
-    def _attrs_into(self, maps: _Maps, attributes: Iterable[tuple[str, Any]], promoted: dict | None) -> int:
+    def _attrs_into(self, maps: _Maps, attributes: Iterable[tuple[str, Any]], promoted: list | None) -> int:
         """Append attributes to ``maps``; return how many were dropped by the limits or as a
         repeated key."""
         limits = self.limits
@@ -265,8 +312,8 @@ class SpanBatch:
             if promoted is not None:
                 target = _PROMOTED.get(key)
                 if target is not None:
-                    col, t = target
-                    if col not in promoted and (
+                    i, t = target
+                    if promoted[i] is None and (
                         (t == "string" and isinstance(value, str))
                         or (t == "int64" and isinstance(value, int) and not isinstance(value, bool)
                             and -INT64_MAX - 1 <= value <= INT64_MAX)
@@ -274,7 +321,7 @@ class SpanBatch:
                     ):
                         if t == "string" and len(value) > max_value:
                             value = value[:max_value] + TRUNCATION_MARK
-                        promoted[col] = value
+                        promoted[i] = value
                         continue
             if n >= max_attributes or len(key) > max_key:
                 dropped += 1
@@ -289,6 +336,38 @@ class SpanBatch:
             dropped += _keep_first_of_each_key(keys, values, first)
         maps.offsets.append(len(keys))
         return dropped
+
+    def add_plain(self, rows: PlainRows) -> None:
+        """Append spans a fast reader has turned into rows (see :class:`PlainRows`): the
+        batch entry of the row builder, with no Python call per span or attribute."""
+        if not rows.spans:
+            return
+        base = len(self)
+        *columns, resources, promoted, counts = zip(*rows.spans)
+        cols = self._span_cols
+        for name, values in zip(PLAIN_SPAN, columns):
+            cols[name].extend(values)
+        cols["service_name"].extend([r.service_name for r in resources])
+        for r in resources:
+            self._span_res.add(r)
+        self._span_promoted.extend(promoted)
+        _extend_maps(self._span_attrs, counts, rows.attr_keys, rows.attr_values)
+        trace_ids, span_ids, starts = columns[0], columns[1], columns[6]
+        for table, cols, span_rows, maps, items, keys, values in (
+                (PLAIN_EVENT, self._ev_cols, self._ev_span_row, self._ev_attrs, rows.events, rows.ev_attr_keys,
+                 rows.ev_attr_values),
+                (PLAIN_LINK, self._ln_cols, self._ln_span_row, self._ln_attrs, rows.links, rows.ln_attr_keys,
+                 rows.ln_attr_values)):
+            if not items:
+                continue
+            of_span, *columns, counts = zip(*items)
+            cols["trace_id"].extend([trace_ids[i] for i in of_span])
+            cols["span_id"].extend([span_ids[i] for i in of_span])
+            for name, values_ in zip(table[1:], columns):
+                cols[name].extend(values_)
+            cols[PARTITION_TIME].extend([starts[i] for i in of_span])
+            span_rows.extend([base + i for i in of_span])
+            _extend_maps(maps, counts, keys, values)
 
     def add_span(
         self,
@@ -386,7 +465,7 @@ class SpanBatch:
         """The rows of a span add_span has validated."""
         limits = self.limits
         cols = self._span_cols
-        promoted: dict[str, Any] = {}
+        promoted = [None] * len(_PROMOTED_COLUMNS)  # no promoted value is None
         dropped = self._attrs_into(self._span_attrs, attributes, promoted)
         cols["trace_id"].append(trace_id)
         cols["span_id"].append(span_id)
@@ -460,12 +539,9 @@ class SpanBatch:
             del maps.keys[maps.offsets[-1]:], maps.values[maps.offsets[-1]:]
 
     def _promoted_columns(self) -> dict[str, list]:
-        n = len(self._span_promoted)
-        out: dict[str, list] = {col: [None] * n for col in _PROMOTED_COLUMNS}
-        for i, promoted in enumerate(self._span_promoted):
-            for col, value in promoted.items():
-                out[col][i] = value
-        return out
+        if not self._span_promoted:
+            return {col: [] for col in _PROMOTED_COLUMNS}
+        return dict(zip(_PROMOTED_COLUMNS, zip(*self._span_promoted)))
 
     def tables(self, keep: list[bool] | None = None) -> dict[str, pa.Table]:
         """The buffered rows as Arrow tables (unsorted; the writer sorts).

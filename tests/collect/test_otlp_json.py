@@ -226,3 +226,19 @@ def test_a_link_to_a_malformed_span_context_is_dropped_and_counted():
     t = b.tables()
     assert b.rejected == 0 and t["spans"]["dropped_links_count"].to_pylist() == [4, 2]
     assert t["span_links"]["linked_span_id"].to_pylist() == [SPAN.lower()] * 2
+
+
+@pytest.mark.parametrize("where", ["span", "resource"])
+def test_a_double_past_the_range_of_a_double_is_a_bad_value_not_a_crash(where):
+    # float() of the integer 10**400 raises OverflowError, which escaped add_json: import
+    # ended with a traceback
+    attrs = [{"key": "d", "value": {"doubleValue": 10**400}}]
+    d = doc(attrs if where == "span" else [])
+    if where == "resource":
+        d["resourceSpans"][0]["resource"]["attributes"] += attrs
+        with pytest.raises(MalformedOTLP, match="malformed resource"):
+            add_json(d, SpanBatch())
+        return
+    b = SpanBatch()
+    assert add_json(d, b) == 1 and b.rejected == 1 and len(b) == 0
+    assert "int too large to convert to float" in next(iter(b.reject_reasons))
