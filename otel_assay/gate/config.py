@@ -59,6 +59,7 @@ class GateConfig:
     exclude_features: tuple[str, ...] = DEFAULT_EXCLUDED_FEATURES
     permutations: int = 9999
     seed: int = 0
+    block_any_shift: bool = False
     stability_floor: float = 0.5
     coverage_tools: tuple[str, ...] = ()
     coverage_models: tuple[str, ...] = ()
@@ -83,7 +84,7 @@ class GateConfig:
             "threshold": self.threshold, "correction": self.correction, "min_coverage": self.min_coverage,
             "pairing": self.pairing, "checks": dict(self.checks),
             "fingerprint": {"exclude": list(self.exclude_features), "permutations": self.permutations,
-                            "seed": self.seed},
+                            "seed": self.seed, "block_any_shift": self.block_any_shift},
             "stability": {"floor": self.stability_floor},
             "coverage": {"tools": list(self.coverage_tools), "models": list(self.coverage_models),
                          "weights": self.coverage_weights, "state_lambda": self.state_lambda},
@@ -221,7 +222,11 @@ def parse_config(text: str, source: str = "<config>") -> GateConfig:
         cfg.pairing = pairing
     cfg.checks.update(_checks(loc, ("checks",), data.get("checks")))
 
-    fp = _keys(loc, ("fingerprint",), data.get("fingerprint"), ("exclude", "permutations", "seed"))
+    fp = _keys(loc, ("fingerprint",), data.get("fingerprint"), ("exclude", "permutations", "seed", "block_any_shift"))
+    if "block_any_shift" in fp:
+        if not isinstance(fp["block_any_shift"], bool):
+            raise loc.error(("fingerprint", "block_any_shift"), f"must be true or false, got {fp['block_any_shift']!r}")
+        cfg.block_any_shift = fp["block_any_shift"]
     if "exclude" in fp:
         cfg.exclude_features = _str_list(loc, ("fingerprint", "exclude"), fp["exclude"])
     for key, minimum in (("permutations", 99), ("seed", 0)):

@@ -603,6 +603,11 @@ class _ScenarioState:
 
     def _calibrate(self) -> None:
         cal = np.array(self.calibration, dtype=float)
+        # the budget's formula and variance classes assume features on a [0, 1] scale; steps,
+        # tool calls and tokens are counts (tokens in the thousands gave 250,000 trials), so
+        # each is divided by its largest value in the calibration sample
+        top = cal.max(axis=0)
+        cal = np.divide(cal, top, out=np.zeros_like(cal), where=top > 0)
         budget = adaptive_budget(cal, self.cfg.alpha, self.cfg.beta)
         self.run.variance_class = budget.variance_class
         self.run.target_n = max(budget.n_star, len(self.outcomes))
@@ -756,11 +761,13 @@ async def _run_scenario(st: _ScenarioState, agent, is_async, version, sem, pool,
     cfg = st.cfg
     timeout = timeout if timeout is not None else cfg.timeout
     retries = retries if retries is not None else cfg.retries
-    max_attempts = 3 * st.cap() + 10  # excluded trials (empty runs) must not loop forever
     pending: set[asyncio.Task] = set()
     attempts = 0
     while True:
-        while (st.can_launch() and attempts < max_attempts and budget.exhausted() is None
+        # excluded trials (empty runs) must not loop forever; the cap is read each time, for
+        # an adaptive run sets it after calibration (fixed before, it stopped every first run
+        # at 3 x calibration + 10)
+        while (st.can_launch() and attempts < 3 * st.cap() + 10 and budget.exhausted() is None
                and not _never_counts(st)):
             if sem.locked() and pending:
                 break  # let our own trials finish first: their outcomes may end the test

@@ -67,10 +67,15 @@ def good_turing_coverage(observations) -> float | None:
 
 
 def chao1(observations) -> float:
-    """Chao1 estimate of the number of distinct items, seen or not yet seen.
+    """Bias-corrected Chao1 estimate of the number of distinct items, seen or not yet seen:
+    d + ((n - 1) / n) f1 (f1 - 1) / (2 (f2 + 1)), with d items seen in n observations, f1 of
+    them once and f2 twice (Chao 2005; EstimateS's default).
 
-    d + f1² / (2 f2) when f2 > 0 (the AgentAssay paper's form); when f2 = 0 that divides by
-    zero, so the bias-corrected form d + ((n - 1) / n) f1 (f1 - 1) / 2 is used (Chao 2005).
+    The classic form d + f1² / (2 f2), which the AgentAssay paper uses, divides by zero when
+    no item was seen twice and overstates the total on small samples, where paths are
+    collected (ten trials of an agent whose every path is new give 10 + 100 / 0): the
+    corrected form is finite everywhere, equals d when no item was seen once, and is close
+    to the classic one when f2 is large.
     """
     counts = _as_counts(observations)
     n = sum(counts.values())
@@ -79,9 +84,7 @@ def chao1(observations) -> float:
     f2 = sum(1 for c in counts.values() if c == 2)
     if n == 0:
         return 0.0
-    if f2 > 0:
-        return d + f1 * f1 / (2.0 * f2)
-    return d + (n - 1) / n * f1 * (f1 - 1) / 2.0
+    return d + (n - 1) / n * f1 * (f1 - 1) / (2.0 * (f2 + 1))
 
 
 def _ratio(name: str, used: Iterable, available: Iterable, what: str) -> CoverageDimension:

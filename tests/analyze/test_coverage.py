@@ -155,8 +155,8 @@ def test_coverage_numbers(open_engine, lake):
     sets = coverage_sets(open_engine(lake))
     report = coverage_report(sets, models_target=["gpt-4o", "o1"], state_lambda=50)
     dims = {d.name: d for d in report.dimensions}
-    assert chao1({"a": 2, "b": 1, "c": 1}) == 3 + 2 * 2 / (2 * 1)
-    expected = {"tool": 2 / 3, "path": 3 / 5, "state": 1 - math.exp(-6 / 50), "boundary": 4 / 8, "model": 1 / 2}
+    assert chao1({"a": 2, "b": 1, "c": 1}) == 3 + 3 / 4 * 2 * 1 / (2 * 2)
+    expected = {"tool": 2 / 3, "path": 3 / 3.375, "state": 1 - math.exp(-6 / 50), "boundary": 4 / 8, "model": 1 / 2}
     for name, want in expected.items():
         assert dims[name].value == pytest.approx(want), name
     assert dims["path"].sample_coverage == pytest.approx(1 - 2 / 4)

@@ -41,6 +41,7 @@ def test_pairing_off_as_documented(text):
     ("checks:\n  fingerprint: 1\n", "x.yaml:2: checks.fingerprint: must be true or false"),
     ("fingerprint:\n  exclude: latency_s\n", "fingerprint.exclude: must be a list"),
     ("fingerprint:\n  permutations: 10\n", "fingerprint.permutations: must be an integer >= 99"),
+    ("fingerprint:\n  block_any_shift: yes please\n", "fingerprint.block_any_shift: must be true or false"),
     ("coverage:\n  weights: {tool: -1}\n", "coverage.weights.tool: must be a number >= 0"),
     ("coverage:\n  weights: {speed: 1}\n", "coverage.weights.speed: unknown key"),
     ("scenarios:\n  s1:\n    alpha: 0.1\n", "x.yaml:3: scenarios.s1.alpha: alpha is suite-wide"),

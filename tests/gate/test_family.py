@@ -216,3 +216,36 @@ def test_an_undecided_regression_says_how_many_pairs_decide(tmp_path):
     c = run_gate(write_trials(tmp_path / "lake2", trials), GateConfig(), baseline="version=v1",
                  candidate="version=v2").scenarios[0].check("regression")
     assert c.verdict == "PASS" and c.stats["drop_upper"] < 0.1, c.reason
+
+
+def _cost_lake(path, candidate_cost, tools=lambda i: ["lookup"], seed=0):
+    rng = np.random.default_rng(seed)
+    trials = [{"scenario": "s", "version": "v1", "outcome": "pass", "tools": ["lookup"],
+               "cost": float(rng.uniform(0.018, 0.022))} for _ in range(40)]
+    trials += [{"scenario": "s", "version": "v2", "outcome": "pass", "tools": tools(i),
+                "cost": float(rng.uniform(*candidate_cost))} for i in range(40)]
+    return write_trials(path, trials, id_seed=7)
+
+
+def test_a_shift_that_is_only_for_the_better_does_not_block(tmp_path):
+    # half the cost, nothing else changed: the fingerprint shifted, for the better
+    lake = _cost_lake(tmp_path / "cheaper", (0.008, 0.012))
+    r = run_gate(lake, GateConfig(), baseline="version=v1", candidate="version=v2")
+    fp = r.scenarios[0].check("fingerprint")
+    assert fp.verdict == "PASS" and "only for the better" in fp.reason and r.decision != "block", fp.reason
+    assert fp.stats["pvalue_adjusted"] < 0.05
+    assert {m["name"] for m in fp.stats["moved"]} >= {"cost_usd"}
+    assert all(m["direction"] == "better" for m in fp.stats["moved"])
+    cfg = GateConfig()
+    cfg.block_any_shift = True
+    assert run_gate(lake, cfg, baseline="version=v1", candidate="version=v2").decision == "block"
+    # dearer: for the worse, blocks
+    r = run_gate(_cost_lake(tmp_path / "dearer", (0.038, 0.042)), GateConfig(), baseline="version=v1",
+                 candidate="version=v2")
+    fp = r.scenarios[0].check("fingerprint")
+    assert fp.verdict == "FAIL" and any(m["direction"] == "worse" for m in fp.stats["moved"]), fp.reason
+    # cheaper, but it calls another tool half the time: a change of behaviour that is neither
+    r = run_gate(_cost_lake(tmp_path / "other", (0.008, 0.012), tools=lambda i: ["lookup", "search"][: 1 + i % 2]),
+                 GateConfig(), baseline="version=v1", candidate="version=v2")
+    fp = r.scenarios[0].check("fingerprint")
+    assert fp.verdict == "FAIL" and any(m["direction"] == "neutral" for m in fp.stats["moved"]), fp.reason

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import otel_assay
 from otel_assay.analyze.engine import Engine
 from otel_assay.errors import UsageError
 from otel_assay.live.runner import run_suite
@@ -197,6 +198,32 @@ def test_adaptive_method_calibrates(tmp_path):
     r = run_suite(suite(method="adaptive", calibration=10), Router(0.99, seed=5), version="v", lake=str(tmp_path))
     s = r.scenarios[0]
     assert s.variance_class is not None and s.target_n >= 15 and s.n == s.target_n
+
+
+class _Volatile:
+    """An agent whose runs differ a lot: 1 or 4 tool calls, 50 or 3,000 tokens, pass or fail."""
+
+    def __call__(self, text: str) -> str:
+        from .agents import _where, uniform
+
+        sc, idx, _ = _where()
+        big = uniform(9, sc, idx) < 0.5
+        with otel_assay.step("m", kind="llm", model="m", provider="scripted") as s:
+            s.usage(input_tokens=3000 if big else 50, output_tokens=10)
+        for _ in range(4 if big else 1):
+            with otel_assay.step("route_ticket", kind="tool") as s:
+                s.result("x")
+        return "billing" if uniform(10, sc, idx) < 0.5 else "sales"
+
+
+def test_an_adaptive_run_sizes_itself_from_scaled_features_and_runs_to_its_target(tmp_path):
+    # tokens in the thousands fed raw into a formula for [0, 1] features asked for
+    # hundreds of thousands of trials; and the attempt limit, fixed at 3 x calibration + 10
+    # before calibration, stopped every first run at 40
+    s = run_suite(suite(method="adaptive", calibration=5), _Volatile(), version="v", lake=str(tmp_path),
+                  concurrency=4).scenarios[0]
+    assert s.variance_class == "volatile" and 3 * 5 + 10 < s.target_n < 200, (s.variance_class, s.target_n)
+    assert s.n == s.target_n and s.stop_reason == "trials", (s.n, s.target_n, s.stop_reason)
 
 
 def test_an_adaptive_run_resumed_after_calibration_goes_on_to_its_target(tmp_path):

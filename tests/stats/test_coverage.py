@@ -25,14 +25,19 @@ def test_tool_coverage_doc_example():
 
 def test_chao1_and_path_coverage():
     paths = {("a",): 5, ("a", "b"): 2, ("b",): 1, ("c",): 1, ("d", "e"): 2}
-    # d = 5, f1 = 2, f2 = 2 -> Eq. 16: 5 + 4 / 4 = 6
-    assert chao1(paths) == pytest.approx(6.0)
+    # d = 5, n = 11, f1 = 2, f2 = 2 -> 5 + (10/11) * 2 * 1 / (2 * 3) = 5.3030...
+    assert chao1(paths) == pytest.approx(5 + 10 / 11 * 2 / 6)
     c = path_coverage(paths)
-    assert c.value == pytest.approx(5 / 6) and c.sample_coverage == pytest.approx(1 - 2 / 11)
-    # f2 = 0: bias-corrected form, finite
+    assert c.value == pytest.approx(5 / (5 + 10 / 11 * 2 / 6)) and c.sample_coverage == pytest.approx(1 - 2 / 11)
+    # f2 = 0: finite (the classic f1^2 / (2 f2) divides by zero)
     singletons = [("x", i) for i in range(4)] + [("y",)] * 3
     n = 7
     assert chao1(singletons) == pytest.approx(5 + (n - 1) / n * 4 * 3 / 2)
+    # no singletons: nothing unseen is estimated
+    assert chao1({"a": 2, "b": 3}) == 2.0
+    # 10 seen in 24 observations, 4 once and 2 twice -> 10 + (23/24) * 4 * 3 / (2 * 3)
+    counts = {i: 1 for i in range(4)} | {i: 2 for i in range(4, 6)} | {i: 4 for i in range(6, 10)}
+    assert chao1(counts) == pytest.approx(10 + (23 / 24) * 4 * 3 / (2 * 3))
     assert path_coverage([["a", "b"], ["a", "b"]]).value == 1.0  # lists are accepted as paths
     assert path_coverage([]).value is None and good_turing_coverage([]) is None
 
