@@ -103,10 +103,11 @@ class _Side:
     stability: dict[str, dict[str, Any]] = field(default_factory=dict)
     oracles: Oracles | None = None
     conventions: list[str] = field(default_factory=list)  # the instrumentations that recorded the steps
+    runs: list[str] = field(default_factory=list)         # the runs (assay.run.id) its trials came from
 
     def report(self) -> dict[str, Any]:
         return {"lake": self.lake, "selection": self.selector or "(all trials)", "trials": self.trials,
-                "conventions": self.conventions}
+                "conventions": self.conventions, "runs": self.runs}
 
 
 def _judge(cand: _Side, base: _Side | None, separate: bool, cfg: GateConfig, mode: str,
@@ -209,9 +210,39 @@ def _read_trials(cand: _Side, base: _Side | None, separate: bool, cfg: GateConfi
         side.stability = stability_scores(side.eng, side.table, cfg.stability_floor)
         side.conventions = [r[0] for r in side.eng.rows(
             f"SELECT DISTINCT source_convention FROM steps SEMI JOIN {side.table} USING (trace_id) ORDER BY 1")]
+        side.runs = [r[0] for r in side.eng.rows(
+            f"SELECT DISTINCT run_id FROM trials SEMI JOIN {side.table} USING (trace_id) "
+            "WHERE run_id IS NOT NULL ORDER BY 1")]
     notes += _unknown_operation_notes(sides)
     if base is not None and base.conventions != cand.conventions:
         notes.append(convention_note(base.conventions, cand.conventions))
+    note = stored_baseline_note(base, cand)
+    if note:
+        notes.append(note)
+
+
+# a baseline whose last trial started this long before the candidate's first is a stored one,
+# not a run of the same job
+STORED_AFTER_S = 3600
+
+
+def stored_baseline_note(base: _Side | None, cand: _Side) -> str:
+    """A baseline of one run recorded well before the candidate: the tests take the two arms'
+    trials as draws from one setting, which holds in one job but not across days (a provider
+    updates its model, a tool's API drifts), and one stored run cannot show how much runs vary."""
+    if base is None or len(base.runs) != 1 or base.runs == cand.runs:
+        return ""
+    tb, tc = base.cols.get("start_time_unix_nano"), cand.cols.get("start_time_unix_nano")
+    if tb is None or tc is None or not len(tb) or not len(tc):
+        return ""
+    gap_s = (float(np.min(tc)) - float(np.max(tb))) / 1e9
+    if gap_s < STORED_AFTER_S:
+        return ""
+    hours = gap_s / 3600
+    when = f"{hours:.0f} hours" if hours < 48 else f"{hours / 24:.0f} days"
+    return (f"the baseline is one run ({base.runs[0]}) recorded {when} before the candidate: the tests assume "
+            "nothing but the agent changed in between (not the provider's model, a tool's API, the load), and "
+            "one run cannot show how much runs vary; run the baseline again in the same job to rule that out")
 
 
 def convention_note(baseline: list[str], candidate: list[str]) -> str:

@@ -539,3 +539,23 @@ def test_a_scenario_no_check_gates_is_skipped_in_every_report_not_inconclusive(t
     assert root.get("failures") == "0"
     suites = {s.get("name"): s for s in root.iter("testsuite")}
     assert all(suites[f"otel-assay.{s}"].find("testcase/failure") is None for s in ("reported", "unknown"))
+
+
+def test_a_stored_baseline_of_one_run_says_what_it_assumes():
+    import numpy as np
+
+    from otel_assay.gate.run import _Side, stored_baseline_note
+
+    day = 86_400 * 10**9
+    t0 = 1_750_000_000 * 10**9
+
+    def side(runs, starts):
+        return _Side(eng=None, lake="l", table="t", selector=None, runs=runs,
+                     cols={"start_time_unix_nano": np.array(starts, dtype=np.int64)})
+
+    note = stored_baseline_note(side(["r1"], [t0, t0 + 60 * 10**9]), side(["r2"], [t0 + 3 * day]))
+    assert "one run (r1) recorded 3 days before the candidate" in note and "same job" in note
+    # the same job (minutes apart), several baseline runs, or no baseline: nothing to say
+    assert stored_baseline_note(side(["r1"], [t0]), side(["r2"], [t0 + 600 * 10**9])) == ""
+    assert stored_baseline_note(side(["r1", "r0"], [t0]), side(["r2"], [t0 + 3 * day])) == ""
+    assert stored_baseline_note(None, side(["r2"], [t0])) == ""
