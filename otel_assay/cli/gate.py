@@ -1,4 +1,4 @@
-"""The gate's commands: gate, regress, verdict, report, init, demo.
+"""The gate's commands: gate, regress, verdict, report, plan, init, demo.
 
 Each is a thin click shell over :mod:`otel_assay.gate` and :mod:`otel_assay.report`, which
 it imports when it runs (start-up time: see the package). Exit codes: 0 deploy/PASS,
@@ -183,12 +183,12 @@ def report(ctx, lake, json_path, junit_path, html_path, **kw):
 @click.option("--quiet", "-q", is_flag=True, help="Print only the decision line.")
 @click.pass_context
 def verdict(ctx, lake, select, threshold, alpha, config_path, json_path, junit_path, html_path, quiet):
-    """Judge one version's pass rate against a threshold θ, per scenario (Wilson interval).
+    """Judge one version's pass rate against a threshold θ, per scenario.
 
-    PASS when the interval's lower bound is >= θ, FAIL when its upper bound is < θ
-    (corrected across scenarios, with any configured contracts, as one family), each
-    confirmed by the exact binomial test on few trials; INCONCLUSIVE otherwise. Exit 0
-    PASS, 1 FAIL, 2 INCONCLUSIVE.
+    PASS when the pass rate is shown above θ, FAIL when it is shown below (corrected
+    across scenarios, with any configured contracts, as one family), by a test that stays
+    valid however often you judge again after adding trials; INCONCLUSIVE otherwise.
+    Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE.
 
     \b
     Example:
@@ -203,6 +203,58 @@ def verdict(ctx, lake, select, threshold, alpha, config_path, json_path, junit_p
         result = run_verdict(lake, cfg, select=select, progress=say)
     _write_outputs(result, json_path, junit_path, html_path, None, lake, quiet)
     ctx.exit(result.exit_code)
+
+
+@click.command("plan")
+@click.argument("lake", required=False, type=click.Path())
+@click.option("--baseline", metavar="SEL", multiple=True, callback=_selector,
+              help=f"The baseline trials whose pass rates and costs to plan from: {SELECTOR_HELP}")
+@click.option("--rate", type=UNIT, help="Plan for this baseline pass rate instead of a lake's.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="Gate configuration (YAML).")
+@click.option("--alpha", type=UNIT, help="False-alarm rate (overrides the config).")
+@click.option("--delta", type=UNIT, help="Smallest pass-rate drop that matters (overrides the config).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), metavar="FILE", help="Write the plan as JSON.")
+def plan_command(lake, baseline, rate, config_path, alpha, delta, json_path):
+    """How many trials per version the gate will need, before any is spent.
+
+    Per scenario, from the baseline's pass rate in LAKE (or --rate): the mean trials the
+    regression test takes to PASS an unchanged candidate and to FAIL one that dropped by
+    delta, simulated with the rule the gate applies (valid however often you gate), and
+    what they cost at the tokens and dollars a baseline trial used. Exit 0.
+
+    \b
+    Examples:
+      otel-assay plan traces --baseline version=v1
+      otel-assay plan --rate 0.9 --delta 0.05
+    """
+    import json
+
+    from ..gate.plan import plan
+
+    cfg = _config(config_path, alpha=alpha, delta=delta)
+    p = plan(lake, cfg, baseline=baseline, rate=rate)
+    for s in p.scenarios:
+        same, drop = s.unchanged, s.dropped
+
+        def trials(oc):
+            return f"more than {oc.n_max}" if oc.p_open > 0.1 else f"{oc.expected_n:.0f}"
+
+        line = (f"{s.scenario}: baseline pass rate {s.baseline_rate:.2f}"
+                + (f" ({s.baseline_trials} trials)" if s.baseline_trials else "")
+                + f"; unchanged: {trials(same)} trials per version to deploy (P {same.p_pass:.2f})")
+        if drop is not None:
+            line += f"; dropped by {p.delta}: {trials(drop)} to block (P {drop.p_fail:.2f})"
+        least = "at least " if same.p_open > 0.1 else ""
+        if s.cost_per_trial is not None:
+            line += f"; {least}${s.cost_per_trial * same.expected_n:.2f} per version for an unchanged one"
+        elif s.tokens_per_trial:
+            line += f"; {least}{s.tokens_per_trial * same.expected_n:,.0f} tokens per version for an unchanged one"
+        click.echo(line)
+    if json_path:
+        try:
+            Path(json_path).write_text(json.dumps(p.as_dict(), indent=2), encoding="utf-8")
+        except OSError as e:
+            raise UsageError(f"cannot write {json_path}: {e}") from None
 
 
 @click.command()
@@ -248,5 +300,5 @@ def demo(out_dir, trials, seed):
 
 
 def register(group: click.Group) -> None:
-    for command in (gate, regress, verdict, report, init, demo):
+    for command in (gate, regress, verdict, report, plan_command, init, demo):
         group.add_command(command)

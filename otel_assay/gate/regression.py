@@ -84,7 +84,8 @@ def _plan_hint(b: np.ndarray, c: np.ndarray, delta: float, alpha: float) -> str:
     parts = [f"{trials_to_decide(p, 0.0, delta, alpha, rho)} pairs decide for an unchanged agent on average"]
     if p - delta > 0.0:
         parts.append(f"{trials_to_decide(p, delta, delta, alpha, rho)} for one that dropped by delta")
-    return " (" + ", ".join(parts) + f", at the baseline's pass rate {p:.2f}; {len(b)} so far)"
+    return (" (" + ", ".join(parts) + f", at the baseline's pass rate {p:.2f}; {len(b)} so far; "
+            "`otel-assay plan` gives it per scenario with its cost)")
 
 
 def regression_checks(results: list[ScenarioResult], arms_b, arms_c, cfg: GateConfig, family: Family) -> None:

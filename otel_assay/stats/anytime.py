@@ -241,20 +241,20 @@ class AnytimePlan:
     q90_n: float
 
 
-def _simulate(future: np.ndarray, prefix: np.ndarray, tests, alpha: float, n_max: int) -> tuple[np.ndarray, np.ndarray]:
+def _simulate(future: np.ndarray, prefix: np.ndarray, tests, alphas: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
     """First crossings (0: none) of the PASS and the FAIL test over each row of ``future``
-    after ``prefix``. ``tests``: the (null, sign, low, high) of each, and the gain floor."""
+    after ``prefix``, at levels ``alphas`` (PASS, FAIL). ``tests``: the (null, sign, low,
+    high) of each, and the gain floor."""
     (pass_args, fail_args), floor = tests
     x = np.concatenate([np.broadcast_to(prefix, (future.shape[0], prefix.size)), future], axis=1)
-    thr = math.log(1.0 / alpha)
     null, sign, low, high = pass_args
-    tp = _first(_log_wealth(x, null, sign, floor, low, high) >= thr)
+    tp = _first(_log_wealth(x, null, sign, floor, low, high) >= math.log(1.0 / alphas[0]))
     null, sign, low, high = fail_args
-    tf = _first(_log_wealth(x, null, sign, floor, low, high) >= thr)
+    tf = _first(_log_wealth(x, null, sign, floor, low, high) >= math.log(1.0 / alphas[1]))
     return tp, tf
 
 
-def _plan(draw, prefix: np.ndarray, tests, alpha: float, n_max: int, reps: int) -> AnytimePlan:
+def _plan(draw, prefix: np.ndarray, tests, alphas: tuple[float, float], n_max: int, reps: int) -> AnytimePlan:
     n_max = check_count("n_max", n_max, minimum=1)
     reps = check_count("reps", reps, minimum=1)
     if prefix.size > n_max:
@@ -265,7 +265,7 @@ def _plan(draw, prefix: np.ndarray, tests, alpha: float, n_max: int, reps: int) 
     chunk = max(1, min(reps, 4_000_000 // n_max))
     for lo in range(0, reps, chunk):
         hi = min(reps, lo + chunk)
-        pass_at[lo:hi], fail_at[lo:hi] = _simulate(draw((hi - lo, future)), prefix, tests, alpha, n_max)
+        pass_at[lo:hi], fail_at[lo:hi] = _simulate(draw((hi - lo, future)), prefix, tests, alphas)
     big = n_max + 1
     tp = np.where(pass_at > 0, pass_at, big)
     tf = np.where(fail_at > 0, fail_at, big)
@@ -291,10 +291,15 @@ def _pairs(rng: np.random.Generator, p_b: float, p_c: float, rho: float, size: t
 
 def plan_anytime_regression(baseline_rate: float, drop: float, delta: float, alpha: float = 0.05, *, n_max: int,
                             correlation: float = 0.0, reps: int = 2000, seed=0, baseline=None,
-                            candidate=None) -> AnytimePlan:
+                            candidate=None, fail_alpha: float | None = None, against=None) -> AnytimePlan:
     """Simulate :func:`anytime_regression` pair by pair: how many pairs it takes to decide, at
     a baseline pass rate, a true drop and a correlation within pairs; after the pairs already
     seen (``baseline``, ``candidate``) if given, so that the plan starts where the test is.
+    ``fail_alpha``: the level the FAIL test is held to when it shares a multiple-testing
+    family (default ``alpha``). ``against``: a stored baseline's outcomes in pair order; the
+    plan then pairs simulated candidates with them (no more pairs than it has), which is
+    what a run against that baseline meets: conditional on its outcomes, the trials to a
+    decision can differ much from the average over baselines.
 
     This is the planning the gate's reasons and ``otel-assay plan`` quote: the rule actually
     applied, simulated, not a normal approximation of another test.
@@ -313,9 +318,19 @@ def plan_anytime_regression(baseline_rate: float, drop: float, delta: float, alp
         if b.size != c.size:
             raise ValueError(f"baseline and candidate must pair one to one, got {b.size} and {c.size} outcomes")
         prefix = b.astype(float) - c.astype(float)
+    fail_alpha = alpha if fail_alpha is None else check_open_unit("fail_alpha", fail_alpha)
     rng = make_rng(seed)
     tests = (((delta, -1.0, -1.0, 1.0), (0.0, +1.0, -1.0, 1.0)), delta)
-    return _plan(lambda size: _pairs(rng, p_b, p_c, correlation, size), prefix, tests, alpha, n_max, reps)
+    if against is not None:
+        stored = _outcomes("against", against).astype(float)[prefix.size:]
+        n_max = min(n_max, prefix.size + stored.size)
+
+        def draw(size):
+            return stored[None, :size[1]] - (rng.random(size) < p_c)
+
+        return _plan(draw, prefix, tests, (alpha, fail_alpha), n_max, reps)
+    return _plan(lambda size: _pairs(rng, p_b, p_c, correlation, size), prefix, tests, (alpha, fail_alpha), n_max,
+                 reps)
 
 
 def plan_anytime_rate(rate: float, threshold: float, delta: float, alpha: float = 0.05, *, n_max: int,
@@ -329,4 +344,4 @@ def plan_anytime_rate(rate: float, threshold: float, delta: float, alpha: float 
     prefix = np.zeros(0) if outcomes is None else _outcomes("outcomes", outcomes).astype(float)
     rng = make_rng(seed)
     tests = (((threshold, +1.0, 0.0, 1.0), (threshold, -1.0, 0.0, 1.0)), delta)
-    return _plan(lambda size: (rng.random(size) < rate).astype(float), prefix, tests, alpha, n_max, reps)
+    return _plan(lambda size: (rng.random(size) < rate).astype(float), prefix, tests, (alpha, alpha), n_max, reps)

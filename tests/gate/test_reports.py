@@ -559,3 +559,35 @@ def test_a_stored_baseline_of_one_run_says_what_it_assumes():
     assert stored_baseline_note(side(["r1"], [t0]), side(["r2"], [t0 + 600 * 10**9])) == ""
     assert stored_baseline_note(side(["r1", "r0"], [t0]), side(["r2"], [t0 + 3 * day])) == ""
     assert stored_baseline_note(None, side(["r2"], [t0])) == ""
+
+
+def test_plan_says_how_many_trials_before_any_is_spent(tmp_path):
+    import json
+
+    from .conftest import cli
+    from .lakes import write_trials
+
+    trials = ([{"scenario": "a", "version": "v1", "outcome": "pass" if i % 10 else "fail", "cost": 0.01}
+               for i in range(40)]
+              + [{"scenario": "b", "version": "v1", "outcome": "pass" if i % 2 else "fail"} for i in range(40)])
+    lake = write_trials(tmp_path / "lake", trials)
+    p = cli("plan", lake, "--baseline", "version=v1", "--json", tmp_path / "plan.json")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("a: baseline pass rate 0.90 (40 trials); unchanged: ") and "$" in lines[0], lines
+    assert lines[1].startswith("b: baseline pass rate 0.50 (40 trials)"), lines
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    a, b = doc["scenarios"]
+    # a rate near 1 decides sooner than one at 0.5; the FAIL side is held to the family's
+    # level (regression and fingerprint in two scenarios: alpha / 4 for Holm)
+    assert a["unchanged"]["mean_trials"] < b["unchanged"]["mean_trials"]
+    assert doc["fail_level"] == 0.05 / 4 and a["cost_per_trial"] == pytest.approx(0.01)
+    # only 40 baseline trials to pair with: a plan that needs more says so
+    assert b["unchanged"]["n_max"] == 40 and "more than 40" in lines[1]
+    p = cli("plan", "--rate", "0.8")
+    assert p.returncode == 0 and p.stdout.startswith("(stated): baseline pass rate 0.80; unchanged: "), p.stdout
+    for args, code, needle in [((), 3, "give a lake with its baseline"), (("--rate", "1.5"), 3, "--rate"),
+                               ((tmp_path / "nowhere", "--baseline", "version=v1"), 4, "nowhere"),
+                               ((lake, "--baseline", "version=v9"), 4, "version=v9")]:
+        p = cli("plan", *args)
+        assert p.returncode == code and needle in p.stdout + p.stderr and "Traceback" not in p.stderr, (args, p)

@@ -771,3 +771,21 @@ def test_a_run_against_a_baseline_stops_on_the_gates_regression_test(tmp_path):
     s = r.scenarios[0]
     assert (s.decision, s.stop_reason, s.n) == ("INCONCLUSIVE", "baseline", 41), (s.decision, s.stop_reason, s.n)
     assert s.more_trials_needed is None
+
+
+def test_the_plan_predicts_the_trials_a_run_against_a_baseline_takes(tmp_path):
+    """`otel-assay plan` simulates the regression test against the stored baseline's own
+    outcomes; 40 runs of a candidate that dropped by delta stop, on average, where it says
+    (within 15 %, and within 4 standard errors of their mean)."""
+    from otel_assay.gate import GateConfig
+    from otel_assay.gate.plan import plan
+
+    lake = str(tmp_path / "lake")
+    run_suite(suite(method="fixed", trials=300), Router(0.85, seed=1), version="v1", lake=lake, concurrency=4)
+    cfg = suite().config
+    gcfg = GateConfig(alpha=cfg.alpha, beta=cfg.beta, delta=0.3, threshold=cfg.threshold)
+    ns = [run_suite(suite(), Router(0.55, seed=100 + k), version=f"c{k}", lake=lake, concurrency=4,
+                    baseline="version=v1", gate_config=gcfg).scenarios[0].n for k in range(40)]
+    want = plan(lake, gcfg, baseline="version=v1", reps=4000).scenarios[0].dropped.expected_n
+    mean, se = float(np.mean(ns)), float(np.std(ns, ddof=1) / math.sqrt(len(ns)))
+    assert abs(mean - want) < 4 * se + 0.5 and abs(mean - want) <= 0.15 * want, (mean, se, want)
