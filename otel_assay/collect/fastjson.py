@@ -40,7 +40,7 @@ from .. import semconv
 from ..settings import pure_python
 from ..lake.rows import PlainRows, SpanBatch, make_resource, stringify
 from ..lake.schema import INT32_MAX, INT64_MAX
-from .otlp import _KIND_NAMES, _STATUS_NAMES, _json_key
+from .otlp import _KIND_NAMES, _STATUS_NAMES, _json_id, _json_key
 
 
 class _AnyValue(Struct, forbid_unknown_fields=True, gc=False):
@@ -172,18 +172,6 @@ def _value(v: _AnyValue | UnsetType) -> Any:
     return None
 
 
-def _id(v: str, nbytes: int) -> str:
-    """A hex id as ``otlp._json_id`` reads it (base64 of the right length is decoded)."""
-    if len(v) != 2 * nbytes and len(v) == 4 * ((nbytes + 2) // 3):
-        try:
-            raw = base64.b64decode(v, validate=True)
-        except binascii.Error:
-            return v
-        if len(raw) == nbytes:
-            return raw.hex()
-    return v
-
-
 def add_json_record(body: bytes, batch: SpanBatch) -> int | None:
     """Append the spans of one OTLP/JSON record when it is plain and return how many it held;
     None (and nothing appended) when the simple path must read it, as it reads every record
@@ -271,16 +259,16 @@ def _rows(request: _Request, rows: PlainRows, batch: SpanBatch) -> int:
                 span_id = span.spanId
                 parent = span.parentSpanId
                 if len(trace_id) != 32:
-                    trace_id = _id(trace_id, 16)
+                    trace_id = _json_id(trace_id, 16)
                 if len(span_id) != 16:
-                    span_id = _id(span_id, 8)
+                    span_id = _json_id(span_id, 8)
                 if len(trace_id) != 32 or len(span_id) != 16 or trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
                     raise _Decline
                 add_id(trace_id)
                 add_id(span_id)
                 if parent:
                     if len(parent) != 16:
-                        parent = _id(parent, 8)
+                        parent = _json_id(parent, 8)
                         if len(parent) != 16:
                             raise _Decline
                     add_id(parent)
@@ -335,7 +323,7 @@ def _rows(request: _Request, rows: PlainRows, batch: SpanBatch) -> int:
                     if len(span.links) > limits.max_links:
                         raise _Decline
                     for l in span.links:
-                        l_trace, l_span = _id(l.traceId, 16), _id(l.spanId, 8)
+                        l_trace, l_span = _json_id(l.traceId, 16), _json_id(l.spanId, 8)
                         if (len(l_trace) != 32 or len(l_span) != 16 or l_trace == _ZERO_TRACE
                                 or l_span == _ZERO_SPAN):
                             raise _Decline  # the row builder drops and counts it
