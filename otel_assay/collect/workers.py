@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
 Progress = Callable[[int, int], None]
@@ -94,9 +95,15 @@ def _task(fn: Callable[..., Any], *args) -> Any:
         _busy = False
 
 
+class Lost:
+    """The result of a task whose process died under it (killed: the out-of-memory killer, a
+    signal), or that never ran because one did: the pool cannot go on after a death."""
+
+
 def run(fn: Callable[..., Any], tasks: list[tuple], jobs: int, progress: Progress | None) -> list:
     """``[fn(*task) for task in tasks]`` in up to ``jobs`` processes; the first exception a
     task raises is raised here once the tasks under way have ended (and no new one starts).
+    A task whose process died, and each one left undone then, gives a :class:`Lost`.
 
     ``fn`` must be a module-level function; it reports progress with
     :func:`worker_progress` and calls :func:`flush_progress` before it returns."""
@@ -127,6 +134,9 @@ def run(fn: Callable[..., Any], tasks: list[tuple], jobs: int, progress: Progres
                 for f in pending:
                     f.cancel()
         _drain(channel, progress)
+        if any(isinstance(f.exception(), BrokenProcessPool) for f in futures if f.done() and not f.cancelled()):
+            return [f.result() if f.done() and not f.cancelled() and f.exception() is None else Lost()
+                    for f in futures]
         return [f.result() for f in futures]
 
 

@@ -92,3 +92,41 @@ def test_the_cli_takes_jobs_and_quiet_and_prints_progress_lines_without_a_termin
     lines = _ProgressLines(4 << 20)
     lines(2 << 20, 1000)
     assert "importing: 2 of 4 MiB, 1,000 spans" in capsys.readouterr().err
+
+
+def _die_on(name: str) -> str:
+    """A worker's task that is killed (as the out-of-memory killer kills) on one input."""
+    import os
+    import signal
+
+    if name == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return name.upper()
+
+
+def test_a_worker_killed_under_a_task_is_a_lost_task_not_a_traceback():
+    from otel_assay.collect import workers
+
+    out = workers.run(_die_on, [("a",), ("die",), ("b",)], 1, None)
+    # one process runs the tasks in order: the first finished, the second killed it, the
+    # third could not run after
+    assert out[0] == "A" and isinstance(out[1], workers.Lost) and isinstance(out[2], workers.Lost)
+    assert workers.run(_die_on, [("a",), ("b",)], 2, None) == ["A", "B"]
+
+
+def test_records_without_spans_stop_the_file_after_one_with_spans_too(tmp_path):
+    # the limit on records in a row that hold no span counted from the last record read with
+    # none only while no span had been read: after one, a file of empty records went on
+    import struct
+
+    from otel_assay.collect.importer import MAX_EMPTY_RECORDS
+
+    spans = recorded_trials(1)
+    empty = b"\x0a\x00"  # an ExportTraceServiceRequest holding one empty ResourceSpans
+    data = length_prefixed(spans[:1])
+    data += (struct.pack(">I", len(empty)) + empty) * (MAX_EMPTY_RECORDS + 500) + length_prefixed(spans[1:2])
+    f = tmp_path / "empties.binpb"
+    f.write_bytes(data)
+    (report,) = import_files([f], tmp_path / "lake").files
+    assert report.spans_imported == 1, report
+    assert any(f"{MAX_EMPTY_RECORDS} records in a row hold no span" in e for e in report.errors), report.errors
