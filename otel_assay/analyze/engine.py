@@ -102,6 +102,14 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
     return files
 
 
+def _whole_lake(source) -> Path | None:
+    """The lake directory when ``source`` is one (then the engine lists every file of the
+    lake), else None: a file, a glob or a list of sources is part of a lake at most."""
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
+        return Path(source)
+    return None
+
+
 def _add_source(p: Path, src: str, files: dict[str, list[Path]]) -> None:
     """Add the files of one source (a lake directory, a file or a glob) to ``files``."""
     if p.is_dir():
@@ -253,6 +261,8 @@ class Engine:
         # an Engine as the source: the same files (see locked_copy), already checked
         copy = isinstance(source, Engine)
         self.files = source.files if copy else resolve_sources(source)
+        # the lake directory when the engine reads the whole lake (see file_facts)
+        self._lake_dir: Path | None = source._lake_dir if copy else _whole_lake(source)
         self.step_files: dict[int, StepFile] = {}
         self._con = None
         try:
@@ -359,12 +369,13 @@ class Engine:
 
     def _check_files(self) -> None:
         bad = []
+        facts = file_facts({t: self.files[t] for t in TABLES}, self._lake_dir)
         for table, paths in self.files.items():
             if table not in TABLES:
                 continue
             layouts = set()
             sizes = []
-            for p, (layout, problem, size) in zip(paths, file_facts(paths, table)):
+            for p, (layout, problem, size) in zip(paths, facts[table]):
                 sizes.append(size)
                 if problem:
                     bad.append(f"{p}: {problem}")

@@ -16,6 +16,9 @@ Why this is safe with writers at work:
   modification time and change time. Lake files are never changed in place (each is
   written under a temporary name and renamed), and a file changed in place anyway gets a
   new change time, which no one can set back (unlike the modification time).
+- Only an open of the whole lake (the engine given the lake directory) reads or writes
+  it: an open of part of a lake cannot tell a file gone from a file it was not asked to
+  read, and a file given on its own may sit in a folder that is no lake at all.
 - It is written whole under a temporary name and renamed over the old one; two readers
   writing at once leave one of the two, each correct for the files it describes. An
   inventory that cannot be read (damaged, written by someone else, of another format) is
@@ -30,7 +33,7 @@ import json
 import os
 import uuid
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .files import _DT_RE, inspect_lake_file
 
@@ -38,42 +41,45 @@ INVENTORY_FILE = "_inventory.json"
 _FORMAT = 1
 
 
-def file_facts(paths: Sequence[Path], table: str) -> list[tuple[str | None, str | None, int]]:
-    """For each of ``paths``: (its layout, why it cannot be read as a lake file of ``table``
-    (None if it can), the uncompressed size of its data); see inspect_lake_file. The
-    layout is text: files with the same text have the same columns of the same types
-    (None for a file that cannot be read).
+def file_facts(files: Mapping[str, Sequence[Path]], lake: Path | None = None
+               ) -> dict[str, list[tuple[str | None, str | None, int]]]:
+    """For each file of each table (``files``: table -> paths): (its layout, why it cannot
+    be read as a lake file of that table (None if it can), the uncompressed size of its
+    data); see inspect_lake_file. The layout is text: files with the same text have the
+    same columns of the same types (None for a file that cannot be read).
 
-    Files in a lake's ``TABLE/dt=D/`` directories are answered from the lake's inventory
-    where it knows them, and the inventory is brought up to date; other files are read."""
-    out: list[tuple[str | None, str | None, int] | None] = [None] * len(paths)
-    by_root: dict[Path, list[int]] = {}
-    for i, p in enumerate(paths):
-        p = Path(p)
-        if _DT_RE.match(p.parent.name) and p.parent.parent.name == table:
-            by_root.setdefault(p.parent.parent.parent, []).append(i)
-        else:
-            out[i] = _inspect(p, table)
-    for root, indexes in by_root.items():
-        known = _load(root)
-        entries = dict(known)
-        for i in indexes:
-            p = Path(paths[i])
+    ``lake``: the lake directory when ``files`` are every file it holds now (the engine was
+    opened on the lake itself). Its files are then answered from its inventory where it
+    knows them, and the inventory is brought up to date, dropping the files not listed
+    (gone, or replaced by a compaction). Any other open (a file, a glob, a list of files:
+    part of a lake, or files in a folder that is no lake) reads every footer and writes
+    nothing: it cannot tell which entries are gone, and a read-only command must not
+    leave a file where no lake is."""
+    if lake is None:
+        return {table: [_inspect(Path(p), table) for p in paths] for table, paths in files.items()}
+    known = _load(lake)
+    entries: dict[str, list] = {}
+    out = {}
+    for table, paths in files.items():
+        facts_of = out[table] = []
+        for p in map(Path, paths):
+            if not (_DT_RE.match(p.parent.name) and p.parent.parent == lake / table):
+                facts_of.append(_inspect(p, table))
+                continue
             key = f"{table}/{p.parent.name}/{p.name}"
             stamp = _stamp(p)
             entry = known.get(key)
             if stamp is not None and entry is not None and entry[0] == stamp:
-                out[i] = (entry[1], None, entry[2])
+                facts_of.append((entry[1], None, entry[2]))
+                entries[key] = entry
                 continue
-            out[i] = facts = _inspect(p, table)
+            facts = _inspect(p, table)
+            facts_of.append(facts)
             if stamp is not None and facts[1] is None:
                 entries[key] = [stamp, facts[0], facts[2]]
-        # the table's files not listed now are gone (or replaced by a compaction)
-        listed = {f"{table}/{Path(paths[i]).parent.name}/{Path(paths[i]).name}" for i in indexes}
-        entries = {k: v for k, v in entries.items() if not k.startswith(f"{table}/") or k in listed}
-        if entries != known:
-            _save(root, entries)
-    return out  # type: ignore[return-value]
+    if entries != known:
+        _save(lake, entries)
+    return out
 
 
 def _inspect(path: Path, table: str) -> tuple[str | None, str | None, int]:
