@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import uuid
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -39,6 +40,11 @@ from .files import _DT_RE, inspect_lake_file
 
 INVENTORY_FILE = "_inventory.json"
 _FORMAT = 1
+# The most an inventory may take to be read: an entry takes about 170 bytes (a file's
+# name, four numbers of its stamp, its layout and size); the cap leaves 24 times that, so
+# only a file that is no inventory of this lake goes over it (1,000 files: 5 MiB)
+MAX_BYTES_PER_FILE = 4096
+MIN_MAX_BYTES = 1 << 20
 
 
 def file_facts(files: Mapping[str, Sequence[Path]], lake: Path | None = None
@@ -57,7 +63,7 @@ def file_facts(files: Mapping[str, Sequence[Path]], lake: Path | None = None
     leave a file where no lake is."""
     if lake is None:
         return {table: [_inspect(Path(p), table) for p in paths] for table, paths in files.items()}
-    known = _load(lake)
+    known = _load(lake, sum(len(paths) for paths in files.values()))
     entries: dict[str, list] = {}
     out = {}
     for table, paths in files.items():
@@ -99,11 +105,25 @@ def _stamp(path: Path) -> list[int] | None:
     return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def _load(root: Path) -> dict[str, list]:
-    """The inventory's entries, {} when there is none or it cannot be used."""
+def _load(root: Path, n_files: int) -> dict[str, list]:
+    """The inventory's entries, {} when there is none or it cannot be used.
+
+    It is read only when it is a regular file of at most MAX_BYTES_PER_FILE per file the
+    lake lists now (plus MIN_MAX_BYTES): the inventory is an ordinary file anyone with
+    write access to the lake could have replaced, and a FIFO there would block every
+    analysis forever, a link to /dev/zero or a huge file would read until memory runs out.
+    Anything else is ignored like a damaged inventory, and replaced by the next write."""
     try:
-        with open(root / INVENTORY_FILE, encoding="utf-8") as f:
-            doc = json.load(f)
+        fd = os.open(root / INVENTORY_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    try:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            cap = MIN_MAX_BYTES + MAX_BYTES_PER_FILE * n_files
+            if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
+                return {}
+            doc = json.loads(f.read(cap + 1))
         if doc.get("format") != _FORMAT:
             return {}
         entries = doc["files"]
@@ -124,8 +144,12 @@ def _save(root: Path, entries: dict[str, list]) -> None:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump({"format": _FORMAT, "files": entries}, f, separators=(",", ":"))
         os.replace(tmp, root / INVENTORY_FILE)
-    except OSError:  # a lake this user may read but not write: the inventory only saves time
+    except BaseException as e:
+        # a lake this user may read but not write (the inventory only saves time), or an
+        # interrupt (Ctrl-C) while writing: no temporary file is left in the lake's root
         try:
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
+        if not isinstance(e, OSError):
+            raise

@@ -213,3 +213,41 @@ def test_a_read_only_command_on_a_file_writes_nothing(lake, tmp_path, capsys, co
     assert sorted(p.relative_to(home) for p in home.rglob("*")) == [
         copy.parent.parent.relative_to(home), copy.parent.relative_to(home), copy.relative_to(home)]
 
+
+def _fifo(path):
+    os.mkfifo(path)
+
+
+def _dev_zero(path):
+    path.symlink_to("/dev/zero")
+
+
+def _huge(path):
+    with open(path, "wb") as f:  # sparse: over the cap without taking the disk
+        f.truncate(1 << 30)
+
+
+@pytest.mark.parametrize("make", [_fifo, _dev_zero, _huge])
+def test_an_inventory_that_is_no_regular_file_of_its_size_is_ignored(lake, make):
+    """A FIFO blocked every analysis forever; a link to /dev/zero or a huge file read until
+    memory ran out. Each is ignored (and replaced) like a damaged inventory."""
+    make(lake / INVENTORY_FILE)
+    p = subprocess.run(["bash", "-c", 'ulimit -v 3000000; exec "$@"', "-", sys.executable, "-m", "otel_assay",
+                        "trials", str(lake), "--format", "csv"],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-400:]
+    assert len(p.stdout.strip().splitlines()) == 1 + 4
+    assert (lake / INVENTORY_FILE).is_file() and not (lake / INVENTORY_FILE).is_symlink()
+    assert len(_entries(lake)) == 4
+
+
+def test_an_interrupted_inventory_write_leaves_no_temporary_file(lake, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inventory.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Engine(lake)
+    monkeypatch.undo()
+    assert not [p for p in lake.iterdir() if p.name.endswith(".tmp")]
+    assert not (lake / INVENTORY_FILE).exists()
