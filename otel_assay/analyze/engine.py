@@ -56,6 +56,12 @@ HELD_SHARE = 8
 # per file and query) is not felt, and the copy only costs memory (a gate over 200k spans
 # in one file peaked 60 MB higher for no time saved)
 HELD_MIN_FILES = 64
+# The largest average (uncompressed) size of the files whose spans are held: holding saves a
+# cost per file read, the copy costs memory per byte. Measured with `otel-assay trials` on
+# lakes of 100 files of 7-span trials (best of 3): files of 23 KB took 0.21 s held against
+# 0.27 s read (same memory), of 210 KB 0.40 s against 0.46 s (315 MB against 278 MB); from
+# 420 KB on the two took the same time within the noise (±10 %), held 60-80 MB more.
+HELD_MAX_FILE_BYTES = 256 << 10
 
 # Size of one cached `steps` row as DuckDB holds it uncompressed (about 20 text columns),
 # measured on the bench lake: 10M spans gave 1.78 GB in memory and 0.6-0.75 GB spilled.
@@ -100,6 +106,14 @@ def resolve_sources(source: str | os.PathLike | Sequence[str | os.PathLike]) -> 
                         ", ".join(repr(str(p)) for p in unreadable[:3]) + more +
                         "; rename them (or the directory above them) to UTF-8 names and run again")
     return files
+
+
+def _whole_lake(source) -> Path | None:
+    """The lake directory when ``source`` is one (then the engine lists every file of the
+    lake), else None: a file, a glob or a list of sources is part of a lake at most."""
+    if isinstance(source, (str, os.PathLike)) and Path(source).is_dir():
+        return Path(source)
+    return None
 
 
 def _add_source(p: Path, src: str, files: dict[str, list[Path]]) -> None:
@@ -253,6 +267,8 @@ class Engine:
         # an Engine as the source: the same files (see locked_copy), already checked
         copy = isinstance(source, Engine)
         self.files = source.files if copy else resolve_sources(source)
+        # the lake directory when the engine reads the whole lake (see file_facts)
+        self._lake_dir: Path | None = source._lake_dir if copy else _whole_lake(source)
         self.step_files: dict[int, StepFile] = {}
         self._con = None
         try:
@@ -281,6 +297,7 @@ class Engine:
         self._con.execute("SET enable_progress_bar = false")  # it would fill CI logs with redraws
         if threads:
             self._con.execute(f"SET threads = {int(threads)}")
+        self.scoped = False  # see scope()
         if not copy:
             self._check_files()
         for table, schema in TABLES.items():
@@ -292,7 +309,6 @@ class Engine:
         self._con.create_function("canonical_json", canonical_json_arrow, ["VARCHAR"], "VARCHAR",
                                   type="arrow", side_effects=False)
         self.materialized: set[str] = set()
-        self.scoped = False  # see scope()
         self._held = False  # see _hold_spans()
         self._cached_tables: dict[str, str] = {}  # view -> the table materialize() computed it into
         self._cache_attached = False  # the compressed in-memory database of _cache
@@ -359,12 +375,13 @@ class Engine:
 
     def _check_files(self) -> None:
         bad = []
+        facts = file_facts({t: self.files[t] for t in TABLES}, self._lake_dir)
         for table, paths in self.files.items():
             if table not in TABLES:
                 continue
             layouts = set()
             sizes = []
-            for p, (layout, problem, size) in zip(paths, file_facts(paths, table)):
+            for p, (layout, problem, size) in zip(paths, facts[table]):
                 sizes.append(size)
                 if problem:
                     bad.append(f"{p}: {problem}")
@@ -388,11 +405,12 @@ class Engine:
             raise LakeError("unreadable files in the lake:\n  " + "\n  ".join(bad[:5]) + more +
                             "\nmove them out of the lake (or restore them from a backup) and run again")
 
-    def _bind_table(self, table: str, schema: pa.Schema, only: Sequence[int] | None = None) -> None:
-        """``lake_{table}`` over the table's files, or over the files ``only`` lists (indexes
-        into ``self.files[table]``: see :meth:`scope`)."""
+    def _bind_table(self, table: str, schema: pa.Schema, only: Sequence[int] | None = None,
+                    name: str | None = None) -> None:
+        """``lake_{table}`` (or ``name``) over the table's files, or over the files ``only``
+        lists (indexes into ``self.files[table]``), of the traces in scope (see :meth:`scope`)."""
         paths = self.files[table]
-        name = f"lake_{table}"
+        name = name or f"lake_{table}"
         read = paths if only is None else [paths[i] for i in only]
         # span_row: where the span sits in the lake files; a row id that every scan of the
         # same engine agrees on, so `steps` can join its narrow work back to the wide rows
@@ -419,7 +437,7 @@ class Engine:
             dt = "" if "dt" in cols else ", NULL::DATE AS dt"
             self._con.execute(
                 f"CREATE OR REPLACE VIEW {name} AS SELECT *{missing_columns_sql(schema, cols)}{dt}{row} FROM {source}"
-                + ("" if only is None else f" WHERE trace_id IN (SELECT trace_id FROM {SCOPE_TABLE})"))
+                + (f" WHERE trace_id IN (SELECT trace_id FROM {SCOPE_TABLE})" if self.scoped else ""))
         else:
             empty = schema.empty_table().append_column("dt", pa.array([], pa.date32()))
             if row:
@@ -535,11 +553,11 @@ class Engine:
             return False
         files = [r[0] for r in self._rows(f"SELECT DISTINCT span_file FROM lake_spans SEMI JOIN {SCOPE_TABLE} "
                                           "USING (trace_id) ORDER BY 1")]
+        self.scoped = True
         self._bind_table("spans", TABLES["spans"], only=files)
         self._span_files_read = files
         if self.step_files:
             self._bind_stored_steps(files, scoped=True)
-        self.scoped = True
         return True
 
     def unscoped(self) -> "Engine":
@@ -567,24 +585,37 @@ class Engine:
                 self._cache(view, f"SELECT * FROM {view}")
 
     def _hold_spans(self) -> None:
-        """Read the spans (in scope) into memory once, when they are small beside the memory
-        limit: every view computed afterwards reads them there.
+        """Read the spans (in scope) of many small files into memory once, when they are
+        small beside the memory limit: every view computed afterwards reads them there.
 
         DuckDB pays about a millisecond of CPU per file each time a query reads a Parquet
         file, whatever its size (its footer, a reader per column), and computing `steps` and
         `trials` reads the spans several times: on a lake of 1,000 files of 20 spans each,
         `otel-assay trials` spent 4 of its 5 s on that. A lake of few files, or of large
-        ones, is read as it is: nothing to save, or its spans would take too much of the
-        memory that `steps` needs.
+        ones, is read as it is: nothing to save, and the copy costs memory and the time to
+        make it. The spans of files whose steps are stored are not held either: `steps`
+        skips them unread, and the other views read them from their files as before.
         """
         self._held = True
         files = range(len(self.files["spans"])) if self._span_files_read is None else self._span_files_read
-        size = sum(self._span_bytes[i] for i in files if i < len(self._span_bytes))
+        held = [i for i in files if i not in self.step_files]
+        stored = [i for i in files if i in self.step_files]
+        size = sum(self._span_bytes[i] for i in held if i < len(self._span_bytes))
         limit = _bytes(self._rows("SELECT current_setting('memory_limit')")[0][0])
-        if len(files) < HELD_MIN_FILES or size > limit // HELD_SHARE:
+        if (len(held) < HELD_MIN_FILES or size > limit // HELD_SHARE
+                or size > HELD_MAX_FILE_BYTES * len(held)):
             return
-        self._con.execute("CREATE OR REPLACE TEMP TABLE _held_spans AS SELECT * FROM lake_spans")
-        self._con.execute("CREATE OR REPLACE VIEW lake_spans AS SELECT * FROM _held_spans")
+        if stored:
+            # every span file again (a filter on span_file, a constant list, skips the others
+            # unread), of the traces in scope
+            self._bind_table("spans", TABLES["spans"], name="_lake_spans_files")
+            self._con.execute("CREATE OR REPLACE TEMP TABLE _held_spans AS SELECT * FROM _lake_spans_files "
+                              f"WHERE span_file IN ({', '.join(map(str, held))})")
+            self._con.execute("CREATE OR REPLACE VIEW lake_spans AS SELECT * FROM _held_spans UNION ALL "
+                              f"SELECT * FROM _lake_spans_files WHERE span_file IN ({', '.join(map(str, stored))})")
+        else:
+            self._con.execute("CREATE OR REPLACE TEMP TABLE _held_spans AS SELECT * FROM lake_spans")
+            self._con.execute("CREATE OR REPLACE VIEW lake_spans AS SELECT * FROM _held_spans")
 
     def restrict_trials(self, table: str) -> None:
         """Make ``trials`` (and every view built on it: pass_rates, fingerprints, stability,

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 
 import pyarrow.parquet as pq
 import pytest
 
 from otel_assay.analyze.engine import Engine
+from otel_assay.analyze.stepwrite import write_step_files
+from otel_assay.cli import main
 from otel_assay.lake import inventory
 from otel_assay.lake.files import Lake, LakeError
 from otel_assay.lake.inventory import INVENTORY_FILE
@@ -171,3 +175,79 @@ def test_writers_at_work_never_show_a_stale_set(lake):
     assert not errors
     _trials(lake)  # brings the inventory up to date
     assert sorted(_entries(lake)) == sorted(f"spans/{p.parent.name}/{p.name}" for p in Lake(lake).live_files())
+
+
+def test_opening_part_of_the_lake_keeps_the_inventory_of_the_rest(lake, footers):
+    """One file, a glob of some days, or the span file that writing its step file opens:
+    none of them lists the whole lake, so none uses or rewrites the inventory."""
+    _trials(lake)
+    whole = _entries(lake)
+    one = Lake(lake).live_files()[0]
+    footers.clear()
+    with Engine(one) as eng:
+        eng.materialize()
+    with Engine(str(lake / "spans" / "dt=*" / "*.parquet")) as eng:
+        assert len(eng.files["spans"]) == 4
+    assert len(footers) == 1 + 4  # read, not answered from the inventory
+    write_step_files(lake)  # what compact does after merging
+    assert _entries(lake) == whole
+    footers.clear()
+    _trials(lake)
+    assert footers == []
+
+
+@pytest.mark.parametrize("command", [["sql", "SELECT count(*) FROM spans"], ["trials"]])
+def test_a_read_only_command_on_a_file_writes_nothing(lake, tmp_path, capsys, command):
+    """A span file copied into a folder that is no lake, under spans/dt=.../: reading it
+    leaves nothing beside it."""
+    src = Lake(lake).live_files()[0]
+    home = tmp_path / "home"
+    copy = home / "spans" / src.parent.name / src.name
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(src.read_bytes())
+    args = [command[0], str(copy), *command[1:], "--format", "csv"]
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 0, capsys.readouterr().err
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2  # a header and one row: 2 spans, 1 trial
+    assert sorted(p.relative_to(home) for p in home.rglob("*")) == [
+        copy.parent.parent.relative_to(home), copy.parent.relative_to(home), copy.relative_to(home)]
+
+
+def _fifo(path):
+    os.mkfifo(path)
+
+
+def _dev_zero(path):
+    path.symlink_to("/dev/zero")
+
+
+def _huge(path):
+    with open(path, "wb") as f:  # sparse: over the cap without taking the disk
+        f.truncate(1 << 30)
+
+
+@pytest.mark.parametrize("make", [_fifo, _dev_zero, _huge])
+def test_an_inventory_that_is_no_regular_file_of_its_size_is_ignored(lake, make):
+    """A FIFO blocked every analysis forever; a link to /dev/zero or a huge file read until
+    memory ran out. Each is ignored (and replaced) like a damaged inventory."""
+    make(lake / INVENTORY_FILE)
+    p = subprocess.run(["bash", "-c", 'ulimit -v 3000000; exec "$@"', "-", sys.executable, "-m", "otel_assay",
+                        "trials", str(lake), "--format", "csv"],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-400:]
+    assert len(p.stdout.strip().splitlines()) == 1 + 4
+    assert (lake / INVENTORY_FILE).is_file() and not (lake / INVENTORY_FILE).is_symlink()
+    assert len(_entries(lake)) == 4
+
+
+def test_an_interrupted_inventory_write_leaves_no_temporary_file(lake, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inventory.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Engine(lake)
+    monkeypatch.undo()
+    assert not [p for p in lake.iterdir() if p.name.endswith(".tmp")]
+    assert not (lake / INVENTORY_FILE).exists()
