@@ -237,8 +237,9 @@ def run_stochastic(body: Callable[[], Any], spec: StochasticSpec, *, scenario: s
     if s.ci_low is not None:
         props.update(assay_ci_low=round(s.ci_low, 6), assay_ci_high=round(s.ci_high, 6))
     if method == "sprt":
-        props.update(assay_sprt_llr=round(s.llr, 6), assay_sprt_lower=round(s.lower, 6),
-                     assay_sprt_upper=round(s.upper, 6), assay_sprt_stop=s.stop_reason or "")
+        # the wealth each test reached (a test decides at 1 / alpha)
+        props.update(assay_e_pass=round(s.e_pass, 6), assay_e_fail=round(s.e_fail, 6),
+                     assay_sprt_stop=s.stop_reason or "")
     if res.verdict == "FAIL":
         props.update(assay_pvalue=res.pvalue, assay_effect_size_h=round(res.effect_h, 6),
                      assay_difference=round(res.difference, 6))
