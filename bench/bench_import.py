@@ -12,9 +12,12 @@ figures hold on a machine shared with other work, where wall time does not.
   file, is given apart).
 - ``json_large``: a file of twice as many spans, for memory: the importer holds a chunk of
   200,000 spans at a time, so peak RSS stays that of one chunk whatever the file's size.
+  These three run with --jobs 1: the rate per core.
 - ``files_jobs_1`` / ``files_jobs_2``: --files files of --spans/2 spans each (different
   content), imported with --jobs 1 and --jobs 2: CPU (start-up of each worker included)
   and wall time.
+- ``large_jobs_2``: the ``json_large`` file with --jobs 2, read as line ranges by two
+  workers; ``large_speedup`` is its wall time against ``json_large``'s.
 
     python bench/bench_import.py [--spans 200000] [--files 4] [--cli PATH/TO/otel-assay]
 
@@ -118,6 +121,7 @@ def main() -> None:
     args = ap.parse_args()
     cli = [args.cli] if args.cli else [sys.executable, "-m", "otel_assay"]
     jobs = b"--jobs" in subprocess.run([*cli, "import", "--help"], capture_output=True).stdout
+    one = ("--jobs", "1") if jobs else ()
     with tempfile.TemporaryDirectory(prefix="bench-import-") as tmp:
         d = Path(tmp)
         lake = d / "lake"
@@ -133,13 +137,16 @@ def main() -> None:
             "json_mib": round(jsonl.stat().st_size / 2**20, 1),
             "protobuf_mib": round(binpb.stat().st_size / 2**20, 1),
             "startup_cpu_s": _run(cli, [empty], lake)["cpu_s"],
-            "json": measure(cli, [jsonl], lake),
-            "protobuf": measure(cli, [binpb], lake),
-            "json_large": measure(cli, [large], lake, repeat=1),
+            "json": measure(cli, [jsonl], lake, *one),
+            "protobuf": measure(cli, [binpb], lake, *one),
+            "json_large": measure(cli, [large], lake, *one, repeat=1),
         }
         if jobs:
             result["files_jobs_1"] = measure(cli, many, lake, "--jobs", "1", repeat=1)
             result["files_jobs_2"] = measure(cli, many, lake, "--jobs", "2", repeat=1)
+            result["large_jobs_2"] = measure(cli, [large], lake, "--jobs", "2", repeat=1)
+            result["large_speedup"] = round(result["json_large"]["wall_s"] / result["large_jobs_2"]["wall_s"], 2)
+            result["files_speedup"] = round(result["files_jobs_1"]["wall_s"] / result["files_jobs_2"]["wall_s"], 2)
     for key in ("json", "protobuf", "json_large"):  # the import's own rate, start-up left out
         r = result[key]
         r["spans_per_cpu_s_after_startup"] = round(r["spans"] / max(r["cpu_s"] - result["startup_cpu_s"], 0.01))

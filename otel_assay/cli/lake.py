@@ -150,10 +150,11 @@ def collect(lake_dir, grpc_addr, http_addr, token, token_file, tls_cert, tls_key
                    "gigabytes). Past it the file is an error; the spans before it are imported.")
 @click.option("--max-spans", type=click.IntRange(min=1), default=100_000_000, show_default=True,
               help="Read at most this many spans of one file (a genuine export holds far fewer; a hostile one "
-                   "can hold billions). Past it the file is an error; the spans before it are imported.")
+                   "can hold billions). Past it the file is an error; the spans before it are imported (of a "
+                   "file read in ranges, those each range read up to it).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="Read this many files at once, each in a process of its own  [default: the cores "
-                   "otel-assay may use]")
+              help="Read this many files, or line ranges of a large JSON Lines file, at once, each in a "
+                   "process of its own  [default: the cores otel-assay may use]")
 @click.option("--quiet", "-q", is_flag=True, help="No progress (shown for imports of more than 8 MiB).")
 def import_(paths, lake_dir, max_decompressed_mib, max_spans, jobs, quiet):
     """Import OTLP trace files into the lake at --dir.

@@ -79,6 +79,12 @@ MAX_SPANS = 100_000_000
 # 0.6 s of CPU to start (its imports), what importing 30 MiB of OTLP JSON takes, so a few
 # small files are imported in this process.
 BYTES_PER_WORKER = 32 << 20
+# With ``jobs`` above 1, an uncompressed JSON Lines file of at least two of these is read as
+# byte ranges of whole lines, one worker task each, so that one large export (the Collector
+# rotates its file at 100 MiB; a day's export may be one file of gigabytes) uses every core.
+# The ranges depend on the file alone, not on ``jobs``: a range's lake files are named after
+# the file's content and the range, so an interrupted import run again replaces them.
+RANGE_BYTES = 32 << 20
 _GZIP = b"\x1f\x8b"
 _ZSTD = b"\x28\xb5\x2f\xfd"
 
@@ -120,16 +126,21 @@ def _digest(path: Path) -> str:
 
 
 class _Counting(io.RawIOBase):
-    """Reports bytes read from the file on disk (compressed), for the progress bar."""
+    """Reports bytes read from the file on disk (compressed), for the progress bar; reads at
+    most ``limit`` bytes (a range of the file) when one is given."""
 
-    def __init__(self, f: BinaryIO, tick: Progress | None):
-        self.f, self.tick = f, tick
+    def __init__(self, f: BinaryIO, tick: Progress | None, limit: int | None = None):
+        self.f, self.tick, self.left = f, tick, limit
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int:
+        if self.left is not None:
+            b = memoryview(b)[:self.left]
         n = self.f.readinto(b)
+        if self.left is not None:
+            self.left -= n
         if self.tick and n:
             self.tick(n, 0)
         return n
@@ -443,22 +454,26 @@ def import_files(
     lake.ensure_writable()
     paths = [Path(p) for p in paths]
     options = (str(lake_dir), limits, max_decompressed, max_spans)
-    groups = _same_content_groups(paths) if jobs > 1 and len(paths) > 1 else []
-    jobs = min(jobs, len(groups), max(1, _size(paths) // BYTES_PER_WORKER))
-    if jobs > 1:
+    work = _parallel_work(paths, lake, jobs)
+    if work is None:
+        outcomes = _import_group(paths, *options, progress=progress)
+    else:
+        tasks = [(task, *options) for _, group_tasks in work for task in group_tasks]
+        jobs = min(jobs, len(tasks), max(1, _size(paths) // BYTES_PER_WORKER))
+        done = iter(workers.run(_work, tasks, jobs, progress, counters=len(paths)))
         outcomes: list = [None] * len(paths)
-        for group, done in zip(groups, workers.run(_import_group, [([paths[i] for i in g], *options)
-                                                                   for g in groups], jobs, progress)):
-            if isinstance(done, workers.Lost):
+        for group, group_tasks in work:
+            results = [next(done) for _ in group_tasks]
+            if group_tasks[0][0] == "range":
+                outcomes[group[0]] = _joined(paths[group[0]], group_tasks, results, lake, max_spans)
+                continue
+            (files,) = results
+            if isinstance(files, workers.Lost):
                 # its process died (the out-of-memory killer, a signal) or never ran after one
                 # did: no ledger entry, so importing the file again reads it whole
-                done = [(FileReport(str(paths[i]), errors=[
-                    "not imported: the process reading it ended abruptly (killed, perhaps out of memory; "
-                    "try fewer --jobs); import it again"]), []) for i in group]
-            for i, outcome in zip(group, done):
+                files = [(FileReport(str(paths[i]), errors=[_LOST]), []) for i in group]
+            for i, outcome in zip(group, files):
                 outcomes[i] = outcome
-    else:
-        outcomes = _import_group(paths, *options, progress=progress)
     result = ImportResult([report for report, _ in outcomes])
     # once for the whole run: a check after each file read every other file of its
     # partitions again, so a directory of N small exports cost N² file reads (300 files of
@@ -498,6 +513,161 @@ def _same_content_groups(paths: list[Path]) -> list[list[int]]:
             by_digest.setdefault(key, []).append(i)
         groups.extend(by_digest.values())
     return sorted(groups)
+
+
+_LOST = ("not imported: the process reading it ended abruptly (killed, perhaps out of memory; try fewer --jobs); "
+         "import it again")
+
+
+def _parallel_work(paths: list[Path], lake: Lake, jobs: int) -> list[tuple[list[int], list[tuple]]] | None:
+    """The tasks for a pool of ``jobs`` processes, by group of inputs: the group's indices
+    and its tasks (``("files", paths)``, read one after the other, or a file's line ranges,
+    ``("range", path, digest, start, end, first line, counter)``, the counter of the file's
+    spans the ranges share, for the span limit). None when a pool does not pay:
+    one process, or less to read than a worker costs to start.
+
+    Files of the same content are one group, read in order by one process, so that the
+    second is skipped as imported before, as when the files are read in order."""
+    if jobs <= 1 or _size(paths) < 2 * BYTES_PER_WORKER:
+        return None
+    work: list[tuple[list[int], list[tuple]]] = []
+    for group in _same_content_groups(paths):
+        ranges = _line_ranges(paths[group[0]], lake) if len(group) == 1 else None
+        if ranges is None:
+            work.append((group, [("files", [str(paths[i]) for i in group])]))
+        else:
+            digest, spans = ranges
+            work.append((group, [("range", str(paths[group[0]]), digest, *r, group[0]) for r in spans]))
+    return work
+
+
+def _line_ranges(path: Path, lake: Lake) -> tuple[str, list[tuple[int, int, int]]] | None:
+    """An uncompressed JSON Lines file of at least two ``RANGE_BYTES`` as its content hash and
+    byte ranges of whole lines, each ``(start, end, number of its first line)``; None for any
+    other file, and for one imported before (its task says so).
+
+    JSON Lines as the whole-file reader decides it: the first line that is not blank is a
+    whole JSON document (else the file is one document, or several over many lines, which
+    cannot be cut at a line). One pass over the file gives the hash and the ranges: each
+    starts at the first line that starts at or after a multiple of ``RANGE_BYTES``."""
+    try:
+        size = path.stat().st_size
+        if size < 2 * RANGE_BYTES:
+            return None
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+            if head.startswith(_BOM):
+                head = head[3:]
+            if head[:2] == _GZIP or head[:4] == _ZSTD or not head.lstrip(b" \t\r\n")[:1] in (b"{", b"[") \
+                    or _bare_message_start(head):
+                return None
+            f.seek(0)
+            stream = io.BufferedReader(f, 1 << 20)
+            if stream.peek(3)[:3] == _BOM:
+                stream.read(3)
+            while (line := stream.readline(MAX_RECORD + 1)) and not line.strip():
+                pass
+            try:
+                json.loads(line)
+            except (ValueError, RecursionError):  # also a line longer than a record may be
+                return None
+            f.seek(0)
+            digest = hashlib.sha256()
+            starts, lines_at = [0], [1]
+            pos = newlines = 0
+            target = RANGE_BYTES
+            while block := f.read(1 << 20):
+                digest.update(block)
+                while target < pos + len(block):
+                    j = block.find(b"\n", max(target - pos, 0))
+                    if j < 0:  # the line goes on in the next block
+                        break
+                    start = pos + j + 1
+                    if start < size:
+                        starts.append(start)
+                        lines_at.append(newlines + block.count(b"\n", 0, j + 1) + 1)
+                    target = (start // RANGE_BYTES + 1) * RANGE_BYTES  # past a line longer than a range
+                newlines += block.count(b"\n")
+                pos += len(block)
+    except OSError:  # its import says why
+        return None
+    if len(starts) < 2:
+        return None
+    key = digest.hexdigest()[:20]
+    if _ledger(lake, key).exists():
+        return None
+    ends = starts[1:] + [pos]
+    return key, list(zip(starts, ends, lines_at))
+
+
+def _work(task: tuple, lake_dir: str, limits: Limits, max_decompressed: int, max_spans: int):
+    """A pool's task: files read one after the other, or one line range of a file."""
+    if task[0] == "files":
+        return _import_group([Path(p) for p in task[1]], lake_dir, limits, max_decompressed, max_spans)
+    _, path, digest, start, end, first_line, counter = task
+    return _import_range(Path(path), digest, start, end, first_line, counter, Lake(lake_dir), limits, max_spans)
+
+
+def _import_range(path: Path, digest: str, start: int, end: int, first_line: int, counter: int, lake: Lake,
+                  limits: Limits, max_spans: int) -> tuple[FileReport, list[Path], set[str]]:
+    """Import the lines of ``path`` in ``[start, end)``, the first of them line ``first_line``,
+    in a worker: the range's report, the spans files it wrote and the top-level keys of its
+    documents that are not OTLP. Its files are named after the file's content and the range.
+    The span limit holds for the file: the ranges count its spans in the shared ``counter``."""
+    report, foreign = FileReport(str(path), format="json"), set()
+    tick = workers.worker_progress if workers.in_worker() else None
+
+    def read(stream: io.BufferedReader, batch_ref, record_done) -> None:
+        if start == 0 and stream.peek(3)[:3] == _BOM:
+            stream.read(3)
+        _add_json_lines(_bounded_lines(stream, first_line), batch_ref=batch_ref, record_done=record_done,
+                        report=report, foreign=foreign, first_line=first_line)
+
+    try:
+        f = open(path, "rb", buffering=0)
+        try:
+            f.seek(start)
+        except OSError:
+            f.close()
+            raise
+        stream = io.BufferedReader(_Counting(f, tick, end - start), 1 << 20)
+        files = _read_into_lake(stream, f"import-{digest}-at{start}", lake, limits, report, tick, max_spans, read,
+                                count=lambda new: workers.add_count(counter, new), rest=f"the rest of the file up to byte {end} was not read (it was read in ranges "
+                                     "at once; the ranges after it were)")
+    except OSError as e:
+        report.errors.append(f"cannot read: {e.strerror or e}")
+        files = []
+    if workers.in_worker():
+        workers.flush_progress()
+    return report, files, foreign
+
+
+def _joined(path: Path, tasks: list[tuple], results: list, lake: Lake, max_spans: int) -> tuple[FileReport, list[Path]]:
+    """One report for a file read in line ranges, and the ledger entry a whole read makes."""
+    report, files, foreign, errors = FileReport(str(path), format="json"), [], set(), []
+    for done in results:
+        if isinstance(done, workers.Lost):
+            errors.append(_LOST.replace("reading it", "reading part of it"))
+            continue
+        part, written, keys = done
+        report.spans_seen += part.spans_seen
+        report.spans_imported += part.spans_imported
+        report.spans_rejected += part.spans_rejected
+        for why, n in part.reject_reasons.items():
+            report.reject_reasons[why] = report.reject_reasons.get(why, 0) + n
+        report.stopped_at_limit |= part.stopped_at_limit
+        errors += part.errors
+        files += written
+        foreign |= keys
+    limit = report.stopped_at_limit or report.spans_seen > max_spans
+    if limit:
+        report.stopped_at_limit = True
+        errors = [e for e in errors if not e.startswith("the file holds more than")] + [_span_limit(max_spans)]
+    report.errors = list(dict.fromkeys(errors))  # a lost process's error once
+    _no_otlp_error(report, foreign)
+    if not any(isinstance(done, workers.Lost) for done in results):
+        _remember(lake, tasks[0][2], report)
+    return report, files
 
 
 def _import_group(paths: list[Path], lake_dir: str, limits: Limits, max_decompressed: int, max_spans: int,
@@ -551,16 +721,22 @@ def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, prog
     # an OSError (reading the file or writing the lake failed) propagates and nothing is
     # recorded: the same content may import fully later
     written = _import_stream(path, digest, lake, limits, report, progress, max_decompressed, max_spans)
-    # recorded even with bad lines or a corrupt compressed tail: the same bytes can never
-    # import more than they just did, and importing them again after a compaction would
-    # store the good spans twice. Not a file nothing of which was imported (not OTLP, empty,
-    # unreadable from its first byte): importing it again cannot store anything twice, and a
-    # record would make the next run call it "imported before" and exit 0 with none of it in
-    # the lake, even once the file is readable (or otel-assay reads its format). Nor a file
-    # read only up to a limit (decompressed size, spans): with a higher one, its rest imports
+    _remember(lake, digest, report)
+    return written
+
+
+def _remember(lake: Lake, digest: str, report: FileReport) -> None:
+    """Record the import of a file read to its end.
+
+    Recorded even with bad lines or a corrupt compressed tail: the same bytes can never
+    import more than they just did, and importing them again after a compaction would
+    store the good spans twice. Not a file nothing of which was imported (not OTLP, empty,
+    unreadable from its first byte): importing it again cannot store anything twice, and a
+    record would make the next run call it "imported before" and exit 0 with none of it in
+    the lake, even once the file is readable (or otel-assay reads its format). Nor a file
+    read only up to a limit (decompressed size, spans): with a higher one, its rest imports."""
     if (report.spans_imported or not (report.errors or report.spans_rejected)) and not report.stopped_at_limit:
         _record_import(lake, digest, report)
-    return written
 
 
 # Above this many bytes of files in the partitions an import wrote to, the check for spans
@@ -620,18 +796,58 @@ def _count_already_in_lake(lake: Lake, written: list[tuple[FileReport, list[Path
 
 def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: FileReport,
                    progress, max_decompressed: int, max_spans: int) -> list[Path]:
-    """Read one file into the lake; return the spans files written."""
+    """Read one file into the lake, whatever its format; return the spans files written."""
     stream, compression = _open_decompressed(path, progress, max_decompressed)
+    suffix = f"+{compression}" if compression else ""
+
+    def read(stream: io.BufferedReader, batch_ref, record_done) -> None:
+        if stream.peek(3)[:3] == _BOM:
+            stream.read(3)  # Windows tools write UTF-8 JSON with a BOM; it is not a length prefix
+        # the whole buffer, not a few bytes: JSON may start after many blank lines
+        window = stream.peek(1 << 16)
+        first = window.lstrip(b" \t\r\n")
+        if _bare_message_start(window):  # before JSON: a message may start with "\n{"
+            report.format = "protobuf" + suffix
+            _import_bare(stream, batch_ref=batch_ref, record_done=record_done, report=report, suffix=suffix)
+        elif first[:1] in (b"{", b"["):
+            report.format = "json" + suffix
+            _import_json(stream, batch_ref=batch_ref, record_done=record_done, report=report)
+        elif stream.peek(1):
+            report.format = "protobuf" + suffix
+            _import_protobuf(stream, batch_ref=batch_ref, record_done=record_done, report=report)
+        else:
+            report.errors.append("empty file")
+
+    return _read_into_lake(stream, f"import-{digest}", lake, limits, report, progress, max_spans, read,
+                           compression=compression)
+
+
+def _span_limit(max_spans: int) -> str:
+    return (f"the file holds more than {max_spans} spans; the spans before that were imported: if the file is "
+            "genuine, import it again with a higher --max-spans")
+
+
+def _read_into_lake(stream: io.BufferedReader, token: str, lake: Lake, limits: Limits, report: FileReport,
+                    progress, max_spans: int, read: Callable, *, compression: str = "",
+                    count: Callable[[int], int] | None = None, rest: str = "the rest of the file was not read",
+                    ) -> list[Path]:
+    """Run ``read(stream, batch_ref, record_done)`` and write its rows into the lake a chunk
+    at a time, as files named ``part-<token>-<chunk>``; return the spans files written. The
+    stream is closed. A damaged compressed tail, a limit or an overlong record ends the
+    reading with an error in ``report``; the spans read before it are written.
+
+    ``count(n)`` is told of each record's ``n`` spans and returns the spans the file has
+    given so far (by default this reader's), which the span limit applies to."""
     chunk = 0
     rows = _Chunk(limits)
     written: list[Path] = []
-    told = [0]  # spans given to ``progress``
+    told = [0, 0]  # spans given to ``progress`` and ``count``; the file's spans so far
 
     def flush() -> None:
         nonlocal chunk, rows
         tables = rows.tables()
         if len(rows):
-            result = lake.write(tables, token=f"import-{digest}-{chunk:05d}")
+            result = lake.write(tables, token=f"{token}-{chunk:05d}")
             written.extend(f for f in result.files if f.parent.parent.name == "spans")
             report.spans_imported += len(rows)
             chunk += 1
@@ -646,16 +862,17 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
         """After each record (a protobuf message, a JSON line or document): write a full chunk
         (memory stays bounded), and stop past the span limit. Checked per record, so the
         spans of the record that passes it are imported with those before."""
-        if progress is not None and report.spans_seen != told[0]:
-            progress(0, report.spans_seen - told[0])
+        new = report.spans_seen - told[0]
+        if new:
             told[0] = report.spans_seen
+            if progress is not None:
+                progress(0, new)
+            told[1] = report.spans_seen if count is None else count(new)
         if len(rows) >= CHUNK_SPANS:
             flush()
-        if report.spans_seen > max_spans:
-            raise SpanLimit(f"the file holds more than {max_spans} spans; the spans before that were imported: "
-                            "if the file is genuine, import it again with a higher --max-spans")
+        if told[1] > max_spans:
+            raise SpanLimit(_span_limit(max_spans))
 
-    suffix = f"+{compression}" if compression else ""
     # The collector's automatic passes find nothing here (the rows hold no reference cycles)
     # but scan every object a chunk holds, again and again as it grows: a third of the CPU of
     # a JSON import. Paused while the file is read, and run once per chunk written instead.
@@ -663,23 +880,9 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
     gc.disable()
     try:
         try:
-            if stream.peek(3)[:3] == _BOM:
-                stream.read(3)  # Windows tools write UTF-8 JSON with a BOM; it is not a length prefix
-            # the whole buffer, not a few bytes: JSON may start after many blank lines
-            window = stream.peek(1 << 16)
-            first = window.lstrip(b" \t\r\n")
-            if _bare_message_start(window):  # before JSON: a message may start with "\n{"
-                report.format = "protobuf" + suffix
-                _import_bare(stream, batch_ref=lambda: rows, record_done=record_done, report=report,
-                             suffix=suffix)
-            elif first[:1] in (b"{", b"["):
-                report.format = "json" + suffix
-                _import_json(stream, batch_ref=lambda: rows, record_done=record_done, report=report)
-            elif stream.peek(1):
-                report.format = "protobuf" + suffix
-                _import_protobuf(stream, batch_ref=lambda: rows, record_done=record_done, report=report)
-            else:
-                report.errors.append("empty file")
+            if count is not None and count(0) > max_spans:  # a range after the file passed it
+                raise SpanLimit(_span_limit(max_spans))
+            read(stream, lambda: rows, record_done)
         except CorruptCompressed as e:
             if report.format == "?":
                 report.format = compression
@@ -691,7 +894,7 @@ def _import_stream(path: Path, digest: str, lake: Lake, limits: Limits, report: 
             report.stopped_at_limit = True
             report.errors.append(str(e))
         except RecordTooLong as e:
-            report.errors.append(f"{e}; the rest of the file was not read")
+            report.errors.append(f"{e}; {rest}")
         flush()  # after a damaged tail too: the spans read before it are good
     finally:
         if collect_garbage:  # first: a close that raises must not leave the caller's process without it
@@ -859,18 +1062,23 @@ def _unzstd_record(record: bytes) -> bytes:
 def _import_json(stream: BinaryIO, *, batch_ref, record_done, report: FileReport) -> None:
     foreign: set[str] = set()  # top-level keys of documents that are not OTLP
     _import_json_docs(stream, batch_ref=batch_ref, record_done=record_done, report=report, foreign=foreign)
-    if report.spans_seen == 0 and not report.errors and foreign:
-        # valid JSON, but not OTLP (a Jaeger or Zipkin export, a report): saying "0 spans
-        # imported" and succeeding would hide that nothing of it can be analysed
-        if {"context", "start_time", "end_time"} <= foreign:  # span.to_json(), as ConsoleSpanExporter writes
-            report.errors.append(
-                "no OTLP spans: this is the OpenTelemetry SDK's ConsoleSpanExporter output (span.to_json()), which "
-                "is not OTLP; write spans with the OTLP JSON file exporter (package opentelemetry-exporter-otlp-json-file, "
-                "FileSpanExporter) or send them to `otel-assay collect`")
-            return
+    _no_otlp_error(report, foreign)
+
+
+def _no_otlp_error(report: FileReport, foreign: set[str]) -> None:
+    """Valid JSON, but not OTLP (a Jaeger or Zipkin export, a report): saying "0 spans
+    imported" and succeeding would hide that nothing of it can be analysed."""
+    if report.spans_seen or report.errors or not foreign:
+        return
+    if {"context", "start_time", "end_time"} <= foreign:  # span.to_json(), as ConsoleSpanExporter writes
         report.errors.append(
-            "no OTLP spans: the JSON has no resourceSpans (its top-level keys: " + ", ".join(sorted(foreign)[:8]) +
-            "); export OTLP/JSON, for example with the OpenTelemetry Collector's file exporter")
+            "no OTLP spans: this is the OpenTelemetry SDK's ConsoleSpanExporter output (span.to_json()), which "
+            "is not OTLP; write spans with the OTLP JSON file exporter (package opentelemetry-exporter-otlp-json-file, "
+            "FileSpanExporter) or send them to `otel-assay collect`")
+        return
+    report.errors.append(
+        "no OTLP spans: the JSON has no resourceSpans (its top-level keys: " + ", ".join(sorted(foreign)[:8]) +
+        "); export OTLP/JSON, for example with the OpenTelemetry Collector's file exporter")
 
 
 def _note_foreign(doc, foreign: set[str]) -> None:
@@ -878,10 +1086,10 @@ def _note_foreign(doc, foreign: set[str]) -> None:
         foreign.update(str(k)[:40] for k in list(doc)[:20])
 
 
-def _bounded_lines(stream: BinaryIO) -> Iterator[bytes]:
+def _bounded_lines(stream: BinaryIO, first_line: int = 1) -> Iterator[bytes]:
     """The lines of ``stream``, each read with a bound: iterating a stream reads a line
     whole however long it is, and one line of a decompressed bomb is gigabytes."""
-    n = 0
+    n = first_line - 1
     while line := stream.readline(MAX_RECORD + 1):
         n += 1
         if len(line) > MAX_RECORD:
@@ -899,7 +1107,7 @@ def _import_json_docs(stream: BinaryIO, *, batch_ref, record_done, report: FileR
             break
         skipped += line
     try:
-        first_doc = json.loads(first_line)
+        json.loads(first_line)
     except (ValueError, RecursionError):
         # one (pretty-printed) document, or JSON Lines whose first line is cut off or bad
         text = skipped + first_line + stream.read(MAX_RECORD + 1)
@@ -981,13 +1189,15 @@ def _concatenated(text: bytes) -> tuple[list, list[str]] | None:
 _DOC_START = re.compile(r"\n[{\[]")
 
 
-def _add_json_lines(lines: Iterable[bytes], *, batch_ref, record_done, report: FileReport, foreign: set[str]) -> int:
-    """Add each line's document; return how many lines were valid JSON.
+def _add_json_lines(lines: Iterable[bytes], *, batch_ref, record_done, report: FileReport, foreign: set[str],
+                    first_line: int = 1) -> int:
+    """Add each line's document, the first of them line ``first_line`` of its file; return
+    how many lines were valid JSON.
 
     A line goes to the fast path first (``fastjson``: the common, plain line), and to
     ``json.loads`` and ``add_json`` when the fast path declines it: the rows are the same."""
     good = 0
-    for lineno, line in enumerate(lines, 1):
+    for lineno, line in enumerate(lines, first_line):
         if not line or line.isspace():
             continue
         seen = add_json_record(line, batch_ref().batch)

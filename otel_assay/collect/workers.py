@@ -24,6 +24,7 @@ Progress = Callable[[int, int], None]
 _TICK_SECONDS = 0.2
 
 _channel: Any = None  # in a worker: the queue its progress goes to
+_counts: Any = None  # in a worker: the run's shared counters
 _pending = [0, 0]
 _last = 0.0
 
@@ -62,9 +63,17 @@ def flush_progress() -> None:
     _pending[0] = _pending[1] = 0
 
 
-def _init(channel, stop) -> None:
-    global _channel, _stop
-    _channel, _stop = channel, stop
+def add_count(i: int, n: int) -> int:
+    """Add ``n`` to the run's shared counter ``i`` and return its total: what the tasks of a
+    run count together (the spans of one file read in ranges by several workers)."""
+    with _counts.get_lock():
+        _counts[i] += n
+        return _counts[i]
+
+
+def _init(channel, stop, counts) -> None:
+    global _channel, _stop, _counts
+    _channel, _stop, _counts = channel, stop, counts
     signal.signal(signal.SIGINT, _on_interrupt)
 
 
@@ -100,18 +109,19 @@ class Lost:
     signal), or that never ran because one did: the pool cannot go on after a death."""
 
 
-def run(fn: Callable[..., Any], tasks: list[tuple], jobs: int, progress: Progress | None) -> list:
+def run(fn: Callable[..., Any], tasks: list[tuple], jobs: int, progress: Progress | None, counters: int = 0) -> list:
     """``[fn(*task) for task in tasks]`` in up to ``jobs`` processes; the first exception a
     task raises is raised here once the tasks under way have ended (and no new one starts).
     A task whose process died, and each one left undone then, gives a :class:`Lost`.
 
     ``fn`` must be a module-level function; it reports progress with
-    :func:`worker_progress` and calls :func:`flush_progress` before it returns."""
+    :func:`worker_progress` and calls :func:`flush_progress` before it returns. The tasks
+    share ``counters`` counters, starting at 0 (:func:`add_count`)."""
     ctx = multiprocessing.get_context("spawn")
-    channel, stop = ctx.Queue(), ctx.Event()
+    channel, stop, counts = ctx.Queue(), ctx.Event(), ctx.Array("q", max(counters, 1))
     before = set(multiprocessing.active_children())
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx, initializer=_init,
-                             initargs=(channel, stop)) as pool:
+                             initargs=(channel, stop, counts)) as pool:
         futures = _submit(pool, fn, tasks)
         workers = [p for p in multiprocessing.active_children() if p not in before]
         pending = set(futures)
