@@ -1,6 +1,5 @@
-"""Collection: readers that turn spans into lake rows — the in-process exporter, the OTLP
-receiver, file import."""
+"""Collection: readers that turn spans into lake rows — the in-process exporter
+(``exporter.ParquetSpanExporter``), the OTLP receiver, file import.
 
-from .exporter import ParquetSpanExporter
-
-__all__ = ["ParquetSpanExporter"]
+Nothing is imported here: ``otel-assay import`` would pay for the OpenTelemetry SDK, which
+only the exporter needs, at every start."""

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from otel_assay.collect import ParquetSpanExporter
+from otel_assay.collect.exporter import ParquetSpanExporter
 
 
 class _SeededIds(RandomIdGenerator):

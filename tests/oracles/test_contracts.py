@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Status, StatusCode
 
 from otel_assay.analyze.engine import Engine
-from otel_assay.collect import ParquetSpanExporter
+from otel_assay.collect.exporter import ParquetSpanExporter
 from otel_assay.oracles import ContractError, evaluate, outcome_from_contracts, parse_contracts, verdicts
 from otel_assay.oracles.contracts import check_names
 
