@@ -682,12 +682,12 @@ class _ScenarioState:
     def settle(self, arm: _Arm, index: int, rec: TrialRecord | None) -> None:
         """An arm's trial index is settled (counted or not, or ``None``: not run, the scenario
         stopped first); feed every index settled in every arm, in order."""
-        if arm is self.base:
-            self.base_buffer[index] = rec
-        else:
-            self.in_flight -= 1
-            self.buffer[index] = rec
+        (self.base_buffer if arm is self.base else self.buffer)[index] = rec
         while self.fed_upto in self.buffer and (self.base is None or self.fed_upto in self.base_buffer):
+            # an index is in flight until it is fed: counted as settled before, a run of both
+            # versions took a further index while the candidate's trials waited for the
+            # baseline's, and ran its baseline trial past the decision
+            self.in_flight -= 1
             r = self.buffer.pop(self.fed_upto)
             if self.base is not None:
                 b = self.base_buffer.pop(self.fed_upto)
