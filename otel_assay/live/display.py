@@ -131,12 +131,18 @@ def render_result(result) -> None:
     if "empty-runs" in stops:
         _echo("hint: no trial recorded an LLM call or a tool step, so none counts; instrument the agent "
                    "(import otel_assay.auto) or record its steps with otel_assay.step", err=True)
+    if "baseline empty-runs" in stops:
+        _echo("hint: no trial of the baseline agent (--baseline-agent) recorded an LLM call or a tool step, so "
+              "none pairs; instrument it (import otel_assay.auto) or record its steps with otel_assay.step", err=True)
     if "baseline" in stops:
         _echo("hint: the baseline has no more trials to pair with, so the regression test cannot go on; run "
               "the baseline version on more trials (its run resumes), then this one again", err=True)
     if "timeouts" in stops:
         _echo("hint: every trial timed out before any tool call, so none counts; raise --timeout "
                    "(or `timeout:` in the scenario file)", err=True)
+    if "baseline timeouts" in stops:
+        _echo("hint: every trial of the baseline agent (--baseline-agent) timed out before any tool call, so "
+              "none pairs; raise --timeout (or `timeout:` in the scenario file)", err=True)
 
 
 def render_mutation(rep) -> None:

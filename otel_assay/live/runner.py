@@ -944,17 +944,18 @@ async def _run_scenario(st: _ScenarioState, sem, pool, timeout, retries, budget,
 def _never_counts(st: _ScenarioState, limit: int = 5) -> str | None:
     """The stop reason when an arm's first ``limit`` trials were all excluded the same way,
     so more would be too: ``empty-runs`` (the agent records no steps: not instrumented) or
-    ``timeouts`` (every trial times out before any tool call: --timeout too short)."""
-    arms = [(st.run.records, st.counted)]
+    ``timeouts`` (every trial times out before any tool call: --timeout too short), prefixed
+    ``baseline`` for the baseline agent run alongside (the candidate's trials may count)."""
+    arms = [("", st.run.records, st.counted)]
     if st.base is not None:
-        arms.append((st.base.run.records, len(st.base_outcomes)))
-    for recs, counted in arms:
+        arms.append(("baseline ", st.base.run.records, len(st.base_outcomes)))
+    for who, recs, counted in arms:
         if counted or len(recs) < limit or any(r.counted for r in recs):
             continue
         if all(r.error_class == "empty-run" for r in recs):
-            return "empty-runs"
+            return who + "empty-runs"
         if all(r.error_class == "timeout" and not r.counted for r in recs):
-            return "timeouts"
+            return who + "timeouts"
     return None
 
 

@@ -16,7 +16,7 @@ from otel_assay.analyze.engine import Engine
 from otel_assay.errors import UsageError
 from otel_assay.live.runner import run_suite
 
-from .agents import Router
+from .agents import AsyncRouter, Router
 from .test_run import cli, suite
 
 
@@ -53,8 +53,9 @@ def test_a_regressed_candidate_is_stopped_on_trials_interleaved_with_the_baselin
 
 def test_with_room_for_two_trials_an_index_runs_both_arms_side_by_side(tmp_path):
     lake = str(tmp_path / "lake")
+    # an async baseline next to a sync candidate: each arm runs its agent its own way
     r = run_suite(suite(method="fixed", trials=6), Router(0.95, seed=3, sleep=0.03), version="v2", lake=lake,
-                  concurrency=2, baseline_agent=Router(0.95, seed=1, sleep=0.03), baseline_version="v1")
+                  concurrency=2, baseline_agent=AsyncRouter(0.95, seed=1, sleep=0.03), baseline_version="v1")
     assert r.scenarios[0].n == r.baseline_scenarios[0].n == 6
     by = {(v, i): (start, end) for v, i, _c, _r, start, end in trials(lake)}
     assert sorted(by) == sorted((v, i) for v in ("v1", "v2") for i in range(6))
@@ -106,6 +107,22 @@ def test_an_interrupted_run_resumes_both_arms_to_the_same_decision(tmp_path, bud
     third = go(lake)
     assert third.scenarios[0].ran == third.baseline_scenarios[0].ran == 0
     assert third.scenarios[0].stop_reason == "resumed"
+
+
+def uninstrumented(text):
+    return "billing"  # right, but records no step: its trials are empty runs, excluded
+
+
+def test_an_uninstrumented_baseline_agent_stops_the_run_with_a_hint(tmp_path, capsys):
+    from otel_assay.live.display import render_result
+
+    r = run_suite(suite(), Router(0.95, seed=3), version="v2", lake=str(tmp_path), concurrency=1,
+                  baseline_agent=uninstrumented, baseline_version="v1")
+    s, b = r.scenarios[0], r.baseline_scenarios[0]
+    assert (s.decision, s.stop_reason) == ("INCONCLUSIVE", "baseline empty-runs"), (s.decision, s.stop_reason)
+    assert (b.ran, b.excluded, b.n) == (5, 5, 0) and s.ran <= 5
+    render_result(r)
+    assert "no trial of the baseline agent (--baseline-agent) recorded an LLM call" in capsys.readouterr().err
 
 
 def test_library_refusals(tmp_path):
