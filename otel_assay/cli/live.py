@@ -38,6 +38,10 @@ def sigterm_interrupts() -> None:
 @lake_option
 @click.option("--baseline", default=None, metavar="SEL",
               help="Run the gate against this selection (e.g. version=v1) at the end; its decision is the exit code.")
+@click.option("--baseline-agent", "baseline_agent_spec", default=None, metavar="MODULE:CALLABLE",
+              help="Run this agent too, as --baseline-version, trial by trial alongside the candidate, and gate "
+                   "against those trials at the end (instead of --baseline).")
+@click.option("--baseline-version", default=None, help="The version the --baseline-agent's trials belong to.")
 @click.option("--config", "gate_config", default=None, type=click.Path(dir_okay=False),
               help="Gate config for --baseline (default: alpha, beta, delta, threshold from the scenario file).")
 @click.option("--concurrency", "-j", type=click.IntRange(min=1), default=None, help="Trials run at once.")
@@ -55,14 +59,18 @@ def sigterm_interrupts() -> None:
 @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False), help="Write the run as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No live display; print only the decision line.")
 @click.pass_context
-def run(ctx, scenarios_file, agent_spec, version, lake_dir, baseline, gate_config, concurrency, timeout, retries,
-        t_max, budget_tokens, budget_dollars, method, only, no_resume, json_path, quiet):
+def run(ctx, scenarios_file, agent_spec, version, lake_dir, baseline, baseline_agent_spec, baseline_version,
+        gate_config, concurrency, timeout, retries, t_max, budget_tokens, budget_dollars, method, only, no_resume,
+        json_path, quiet):
     """Run the agent on every scenario of SCENARIOS.yaml, as few trials as the statistics allow.
 
     Each trial is a trace in the lake (--dir). SPRT scenarios stop at their test's first
-    decision (against the baseline with --baseline); infrastructure errors are retried and excluded; rerunning the same --version
-    resumes from the trials already in the lake. Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE (or the
-    gate's decision with --baseline), 3 usage error, 4 data error.
+    decision (against the baseline with --baseline or --baseline-agent); infrastructure errors
+    are retried and excluded; rerunning the same --version resumes from the trials already in
+    the lake. With --baseline-agent and --baseline-version the baseline agent runs in the same
+    job, each trial index of it next to the candidate's, so drift during the job hits both.
+    Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE (or the gate's decision with a baseline), 3 usage
+    error, 4 data error.
     """
     from ..live.display import Display, render_result
     from ..live.runner import run_suite
@@ -73,6 +81,17 @@ def run(ctx, scenarios_file, agent_spec, version, lake_dir, baseline, gate_confi
     if not spec:
         raise UsageError("no agent: pass --agent module:callable or set `agent:` in the scenario file")
     agent = import_object(spec, "--agent")
+    baseline_agent = None
+    if baseline_agent_spec or baseline_version:
+        if baseline:
+            raise UsageError("give either --baseline (trials already in the lake) or --baseline-agent with "
+                             "--baseline-version (run the baseline alongside), not both")
+        if not (baseline_agent_spec and baseline_version):
+            raise UsageError("--baseline-agent and --baseline-version go together: the baseline's agent and the "
+                             "version its trials are recorded as")
+        baseline_agent = import_object(baseline_agent_spec, "--baseline-agent")
+    else:
+        baseline = baseline or suite.baseline  # the scenario file's stored baseline, unless run alongside
     gcfg = None
     if gate_config:
         from ..gate import load_config
@@ -91,7 +110,8 @@ def run(ctx, scenarios_file, agent_spec, version, lake_dir, baseline, gate_confi
                            retries=retries, t_max=t_max, budget_tokens=budget_tokens,
                            budget_dollars=budget_dollars, resume=not no_resume,
                            scenarios=list(only) or None, method=method, progress=display,
-                           baseline=baseline or suite.baseline, gate_config=gcfg)
+                           baseline=baseline, gate_config=gcfg, baseline_agent=baseline_agent,
+                           baseline_version=baseline_version)
     from ..report.output import stdout_reader_may_leave
     with stdout_reader_may_leave():  # `run ... | head`: the decision stays the exit code, --json is written
         if quiet:

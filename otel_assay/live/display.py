@@ -110,9 +110,19 @@ def render_result(result) -> None:
         stop = (s.stop_reason or "") + (f" (+{s.more_trials_needed} needed{past})" if s.more_trials_needed else "")
         t.add_row(printable(s.scenario), f"{s.decision} ({s.method})", f"{s.successes}/{s.n}", ci, str(s.ran), str(s.resumed),
                   str(s.excluded), stop)
-    Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=False).print(t)
-    _echo(f"{result.decision}: {sum(s.ran for s in result.scenarios)} trials run in {result.elapsed_s:.1f}s"
-               f", {result.tokens} tokens")
+    console = Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=False)
+    console.print(t)
+    ran = sum(s.ran for s in result.scenarios)
+    if result.baseline_version is not None:
+        b = Table(title=f"baseline @ {result.baseline_version}, run alongside")
+        for col in ("scenario", "passed", "interval", "trials run", "resumed", "excluded"):
+            b.add_column(col)
+        for s in result.baseline_scenarios:
+            ci = f"[{s.ci_low:.2f}, {s.ci_high:.2f}]" if s.ci_low is not None else ""
+            b.add_row(printable(s.scenario), f"{s.successes}/{s.n}", ci, str(s.ran), str(s.resumed), str(s.excluded))
+        console.print(b)
+        ran += sum(s.ran for s in result.baseline_scenarios)
+    _echo(f"{result.decision}: {ran} trials run in {result.elapsed_s:.1f}s, {result.tokens} tokens")
     for s in result.scenarios:
         if s.past_cap:
             _echo(f"hint: {printable(s.scenario)}: {more_trials_text(s.more_trials_needed, s.n, s.config)} "
@@ -121,12 +131,18 @@ def render_result(result) -> None:
     if "empty-runs" in stops:
         _echo("hint: no trial recorded an LLM call or a tool step, so none counts; instrument the agent "
                    "(import otel_assay.auto) or record its steps with otel_assay.step", err=True)
+    if "baseline empty-runs" in stops:
+        _echo("hint: no trial of the baseline agent (--baseline-agent) recorded an LLM call or a tool step, so "
+              "none pairs; instrument it (import otel_assay.auto) or record its steps with otel_assay.step", err=True)
     if "baseline" in stops:
         _echo("hint: the baseline has no more trials to pair with, so the regression test cannot go on; run "
               "the baseline version on more trials (its run resumes), then this one again", err=True)
     if "timeouts" in stops:
         _echo("hint: every trial timed out before any tool call, so none counts; raise --timeout "
                    "(or `timeout:` in the scenario file)", err=True)
+    if "baseline timeouts" in stops:
+        _echo("hint: every trial of the baseline agent (--baseline-agent) timed out before any tool call, so "
+              "none pairs; raise --timeout (or `timeout:` in the scenario file)", err=True)
 
 
 def render_mutation(rep) -> None:

@@ -19,9 +19,22 @@ retried (``retries``, same trial index) and excluded; empty runs (no LLM call an
 no tool step) are excluded; a timeout counts as a failure only when a tool call finished
 before it. So the run's counts and the gate's counts agree.
 
+Against a baseline: the trials of an SPRT scenario feed the gate's regression test instead,
+paired by trial index with the baseline's. The baseline is either trials already in the lake
+(``baseline``, a selector) or a second agent run in the same job (``baseline_agent`` as
+``baseline_version``): then every trial index is launched for both agents side by side (the
+order within the pair alternating), never one arm's trials after the other's, so whatever
+drifts during the job (the provider's model or load, a tool's API, a rate limit) hits both
+arms alike, and a stored baseline's run-to-run drift is out of the comparison. An index
+reaches the test once both arms settled it. Both arms are recorded under their own version
+with the job's one run id (the process's, or ``OTEL_ASSAY_RUN_ID``): the gate reads a shared
+run id as "run in the same job" and says nothing about a stored baseline.
+
 Resumption: before running, the trials already in the lake for (scenario, version) are
 read back and replayed in index order (the test sees them as if they had just run); new trials
-continue the index sequence. A scenario that already decided runs nothing.
+continue the index sequence. A scenario that already decided runs nothing. A run of both
+versions resumes both arms, and only trials the two ran alongside (see
+:func:`check_alongside`).
 
 Parallelism: at most ``concurrency`` trials run at once over all scenarios. Sync agents run
 in worker threads (the trial's context goes with them), async agents on the event loop.
@@ -301,6 +314,8 @@ class RunResult:
     tokens: int
     gate: Any = None
     cost_usd: float = 0.0
+    baseline_version: str | None = None     # the baseline version run alongside, if any
+    baseline_scenarios: list[ScenarioRun] = field(default_factory=list)  # its trials per scenario
 
     @property
     def exit_code(self) -> int:
@@ -325,6 +340,9 @@ class RunResult:
         d = {"suite": self.suite, "version": self.version, "lake": self.lake, "elapsed_s": self.elapsed_s,
              "tokens": self.tokens, "cost_usd": self.cost_usd, "decision": self.decision, "exit_code": self.exit_code,
              "scenarios": [s.as_dict() for s in self.scenarios]}
+        if self.baseline_version is not None:
+            d["baseline"] = {"version": self.baseline_version,
+                             "scenarios": [s.as_dict() for s in self.baseline_scenarios]}
         if self.gate is not None:
             d["gate"] = {"decision": self.gate.decision, "reasons": list(self.gate.reasons)}
         return d
@@ -355,7 +373,8 @@ def query_trials(lake: str, sql: str, params: list, why: str = "") -> list[tuple
 @dataclass(frozen=True)
 class Against:
     """What a scenario's trials are tested against when the run gates on a baseline: the
-    baseline's trials of the scenario (``gate.arms`` columns), and the gate's pairing, delta,
+    baseline's trials of the scenario (``gate.arms`` columns; when the run runs the baseline
+    itself, its trials so far, filled in as they settle), and the gate's pairing, delta,
     alpha, beta and ``fail_level``: the level the gate's correction holds its strictest FAIL
     test to (alpha / m for Holm over at most m tests), below which the gate FAILs the test
     whatever the others' p-values."""
@@ -381,6 +400,18 @@ def _family_size(gcfg: GateConfig, scenarios: list[str]) -> int:
         if st.checks.get("metamorphic", True):
             m += sum(1 for rel in gcfg.metamorphic if getattr(rel, "applies_to", lambda _s: True)(sc))
     return max(m, 1)
+
+
+def _gate_against(gcfg: GateConfig, scenarios: list[str], arms: dict[str, dict]) -> dict[str, Against]:
+    """What each of ``scenarios`` that has trials in ``arms`` (scenario -> baseline trial
+    columns) is tested against, at the gate's settings for the scenario."""
+    level = Family(gcfg.alpha, gcfg.correction).level(_family_size(gcfg, list(scenarios)))
+    out = {}
+    for sc in scenarios:
+        if sc in arms:
+            st = gcfg.for_scenario(sc)
+            out[sc] = Against(arms[sc], gcfg.pairing, st.delta, gcfg.alpha, st.beta, level)
+    return out
 
 
 def check_baseline(lake: str, baseline: str, gcfg: GateConfig | None = None,
@@ -409,13 +440,34 @@ def check_baseline(lake: str, baseline: str, gcfg: GateConfig | None = None,
         eng.close()
     if gcfg is None:
         return {}
-    level = Family(gcfg.alpha, gcfg.correction).level(_family_size(gcfg, list(scenarios)))
-    out = {}
+    return _gate_against(gcfg, list(scenarios), arms)
+
+
+def check_alongside(lake: str, version: str, baseline_version: str, scenarios: list[str]) -> None:
+    """A run of both versions pairs trial i of one with trial i of the other because they ran
+    side by side; stored trials of either version that the other did not run alongside (a
+    baseline recorded yesterday, a candidate run alone) would pair across runs and bring back
+    the drift the run is there to rule out. So the two versions' trials of each scenario must
+    come from the same runs (none, or this job's earlier, interrupted, processes); otherwise
+    a UsageError before any trial."""
+    if version == baseline_version:
+        raise UsageError(f"the baseline and the candidate are both version {version!r}: give the baseline arm "
+                         "its own --baseline-version (trials of one version resume each other)")
+    rows = query_trials(lake, "SELECT scenario, version, list(DISTINCT coalesce(run_id, '') ORDER BY 1) FROM trials "
+                              "WHERE list_contains(?, version) AND list_contains(?, scenario) GROUP BY ALL",
+                        [[version, baseline_version], scenarios], " to resume")
+    runs = {(sc, v): tuple(r) for sc, v, r in rows}
     for sc in scenarios:
-        if sc in arms:
-            st = gcfg.for_scenario(sc)
-            out[sc] = Against(arms[sc], gcfg.pairing, st.delta, gcfg.alpha, st.beta, level)
-    return out
+        b, c = runs.get((sc, baseline_version), ()), runs.get((sc, version), ())
+        if set(b) != set(c):
+            alone, other, extra = ((baseline_version, version, set(b) - set(c)) if set(b) - set(c) else
+                                   (version, baseline_version, set(c) - set(b)))
+            raise UsageError(
+                f"scenario {sc!r}: the lake already has trials of version {alone!r} that version {other!r} did not "
+                f"run alongside (run {', '.join(sorted(extra))}); a run of both versions "
+                "pairs only trials run side by side, so it resumes only its own: give the baseline arm a version "
+                f"new to this lake (e.g. --baseline-version {baseline_version}-rerun), or gate against the stored "
+                f"trials with --baseline version={baseline_version}")
 
 
 # a trial of the lake a run resumes from: (index, passed, counted, (steps, tool calls, tokens)),
@@ -443,13 +495,42 @@ def existing_trials(lake: str, version: str, scenarios: list[str]) -> dict[str, 
 
 
 # ================================================================== per-scenario state machine
+@dataclass
+class _Arm:
+    """One version's trials of a scenario: the candidate's, or the baseline's when the run
+    runs both (its ``run`` then only counts: the candidate's decides)."""
+
+    version: str
+    agent: Callable[[Any], Any]
+    is_async: bool
+    run: ScenarioRun
+
+
 class _ScenarioState:
-    def __init__(self, scenario: Scenario, prior: list[PriorTrial], against: Against | None = None):
+    """A scenario's trials and its test. With ``base`` (the baseline version, its agent and
+    its trials already in the lake) the run runs both versions: every trial index is
+    launched for both, and an index reaches the test only once both arms' trials of it
+    settled, so the regression test sees the two arms grow together."""
+
+    def __init__(self, scenario: Scenario, prior: list[PriorTrial], against: Against | None = None,
+                 cand: tuple[str, Callable, bool] = ("", None, False),
+                 base: tuple[str, Callable, bool, list[PriorTrial]] | None = None):
         self.scenario = scenario
         cfg = scenario.config
         self.cfg = cfg
         self.run = ScenarioRun(scenario.name, cfg, cfg.method)
-        self.next_index = (max(t[0] for t in prior) + 1) if prior else 0
+        self.cand = _Arm(cand[0], cand[1], cand[2], self.run)
+        self.base: _Arm | None = None
+        self.base_outcomes: dict[int, int] = {}  # the baseline's counted outcomes by index, in index order
+        self.base_buffer: dict[int, TrialRecord | None] = {}
+        both = list(prior)
+        if base is not None:
+            bversion, bagent, basync, bprior = base
+            self.base = _Arm(bversion, bagent, basync, ScenarioRun(scenario.name, cfg, cfg.method))
+            self.base_outcomes = {i: int(p) for i, p, c, _ in bprior if c}
+            self.base.run.resumed = len(self.base_outcomes)
+            both += bprior
+        self.next_index = (max(t[0] for t in both) + 1) if both else 0
         self.sequential = cfg.method == "sprt"
         self.against = against
         self.outcomes: list[int] = []        # counted outcomes in index order (all of them)
@@ -494,16 +575,17 @@ class _ScenarioState:
         if not self.outcomes:
             return
         if self.against is not None:
-            mine = {"trial_index": np.array(self.indices), "counted": np.ones(r.n, dtype=bool),
-                    "passed": np.array([bool(o) for o in self.outcomes], dtype=object)}
-            pb, pc, _how = pairs(self.against.trials, mine, self.against.pairing)
+            mine = _arm_columns(self.indices, self.outcomes)
+            theirs = self.against.trials if self.base is None else _arm_columns(self.base_outcomes,
+                                                                                 self.base_outcomes.values())
+            pb, pc, _how = pairs(theirs, mine, self.against.pairing)
             a = self.against
             res = anytime_regression(pb, pc, a.delta, a.alpha, a.beta, bounds=False)
             r.e_pass, r.e_fail = res.e_pass, res.e_fail
             decision = ("FAIL" if res.e_fail >= 1.0 / self.against.fail_level else
                         "PASS" if res.pass_at is not None and res.fail_at is None else None)
-            if decision is None and len(pc) < r.n:
-                # trials past the baseline's have nothing to pair with
+            if decision is None and len(pc) < r.n and self.base is None:
+                # trials past the stored baseline's have nothing to pair with
                 r.decision = "INCONCLUSIVE"
                 r.stop_reason = r.stop_reason or "baseline"
                 return
@@ -555,6 +637,15 @@ class _ScenarioState:
             r.ci_low, r.ci_high = v.lower, v.upper
         if r.decision == "INCONCLUSIVE" and r.stop_reason != "baseline":
             r.more_trials_needed = self.more_needed()
+        if self.base is not None:
+            b = self.base.run
+            outs = list(self.base_outcomes.values())
+            b.n, b.successes, b.stop_reason = len(outs), int(sum(outs)), r.stop_reason
+            b.decision = "INCONCLUSIVE"
+            if outs:  # the baseline's own pass rate against the bar, as a fixed sample is judged
+                v = anytime_rate(outs, self.cfg.threshold, self.cfg.delta, self.cfg.alpha, self.cfg.beta)
+                b.decision, b.ci_low, b.ci_high = v.verdict.value, v.lower, v.upper
+                b.e_pass, b.e_fail = v.e_pass, v.e_fail
 
     def more_needed(self) -> int:
         """Further trials a rerun would likely need: simulated from where the test stands, at
@@ -579,14 +670,31 @@ class _ScenarioState:
     def can_launch(self) -> bool:
         return not self.run.done and self.counted + self.in_flight < self.cap()
 
+    def arms_of(self, index: int) -> list[_Arm]:
+        """The arms to launch a trial index for, in launch order: with both versions, the
+        baseline first at even indices and the candidate first at odd ones, so that neither
+        is always the one that runs after the other (a warm cache, a rate limit's refill)."""
+        if self.base is None:
+            return [self.cand]
+        return [self.base, self.cand] if index % 2 == 0 else [self.cand, self.base]
+
     # -------------------------------------------------------------- results
-    def settle(self, rec: TrialRecord) -> None:
-        """A trial index is settled (counted or not); feed every settled index in order."""
-        self.buffer[rec.index] = rec
-        while self.fed_upto in self.buffer:
+    def settle(self, arm: _Arm, index: int, rec: TrialRecord | None) -> None:
+        """An arm's trial index is settled (counted or not, or ``None``: not run, the scenario
+        stopped first); feed every index settled in every arm, in order."""
+        (self.base_buffer if arm is self.base else self.buffer)[index] = rec
+        while self.fed_upto in self.buffer and (self.base is None or self.fed_upto in self.base_buffer):
+            # an index is in flight until it is fed: counted as settled before, a run of both
+            # versions took a further index while the candidate's trials waited for the
+            # baseline's, and ran its baseline trial past the decision
+            self.in_flight -= 1
             r = self.buffer.pop(self.fed_upto)
+            if self.base is not None:
+                b = self.base_buffer.pop(self.fed_upto)
+                if b is not None and b.counted and not self.run.done:
+                    self.base_outcomes[b.index] = int(bool(b.passed))
             self.fed_upto += 1
-            if not r.counted:
+            if r is None or not r.counted:
                 continue
             if self.run.done:
                 self.run.extra += 1
@@ -612,6 +720,13 @@ class _ScenarioState:
         self.run.variance_class = budget.variance_class
         self.run.target_n = max(budget.n_star, len(self.outcomes))
         self._check_fixed_done()
+
+
+def _arm_columns(indices, outcomes) -> dict[str, np.ndarray]:
+    """Counted trials as the gate's arm columns (``gate.arms``), for its pairing."""
+    idx, outs = list(indices), [bool(o) for o in outcomes]
+    return {"trial_index": np.array(idx, dtype=np.int64), "counted": np.ones(len(idx), dtype=bool),
+            "passed": np.array(outs, dtype=object)}
 
 
 # ================================================================== the run
@@ -655,18 +770,36 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
               budget_dollars: float | None = None, resume: bool = True,
               scenarios: list[str] | None = None, method: str | None = None,
               progress: Callable[[list[ScenarioRun]], None] | None = None,
-              baseline: str | None = None, gate_config: Any = None) -> RunResult:
+              baseline: str | None = None, gate_config: Any = None,
+              baseline_agent: Callable[[Any], Any] | None = None, baseline_version: str | None = None) -> RunResult:
     """Run ``suite`` against ``agent`` (sync or async callable of the scenario input) as
     ``version``, writing trials to the lake at ``lake``; see the module docstring.
 
     Keyword overrides win over the suite's config. ``progress`` is called with the scenario
     states after every settled trial. With ``baseline`` (a selector such as ``version=v1``)
-    the gate judges this version against it at the end (``result.gate``).
+    the gate judges this version against it at the end (``result.gate``). With
+    ``baseline_agent`` and ``baseline_version`` the run runs that agent too, as that
+    version, trial index by trial index alongside this one, and the gate judges this
+    version against those trials at the end.
     """
     if not callable(agent):
         raise UsageError("the agent must be a callable taking the scenario input")
     if not version:
         raise UsageError("a version is required (--version): trials of the same version resume each other")
+    if (baseline_agent is None) != (not baseline_version):
+        raise UsageError("a baseline run alongside needs both its agent (--baseline-agent) and its version "
+                         "(--baseline-version)")
+    if baseline_agent is not None:
+        if baseline:
+            raise UsageError(f"give either --baseline {baseline} (trials already in the lake) or --baseline-agent "
+                             "(run the baseline alongside), not both")
+        if not callable(baseline_agent):
+            raise UsageError("the baseline agent must be a callable taking the scenario input")
+        baseline = f"version={baseline_version}"
+        try:
+            Selection.parse([baseline])
+        except SelectorError as e:
+            raise UsageError(f"--baseline-version {baseline_version!r}: {e}") from None
     selected = suite.scenarios
     if scenarios:
         names = {s.name for s in suite.scenarios}
@@ -689,25 +822,34 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
         raise UsageError("capture is disabled (OTEL_ASSAY_DISABLED): trials would not reach the lake")
     gcfg = None
     against: dict[str, Against] = {}
+    names = [s.name for s in selected]
     if baseline:
         gcfg = gate_config or GateConfig(alpha=cfg.alpha, beta=cfg.beta, delta=cfg.delta, threshold=cfg.threshold,
                                          source=f"{suite.source} (config)")
-        against = check_baseline(lake, baseline, gcfg, [s.name for s in selected])
+        if baseline_agent is None:
+            against = check_baseline(lake, baseline, gcfg, names)
+        else:
+            check_alongside(lake, version, baseline_version, names)
+            against = _gate_against(gcfg, names, {n: _arm_columns([], []) for n in names})
     use_lake_or_refuse(lake)
-    prior = existing_trials(lake, version, [s.name for s in selected])
+    prior = existing_trials(lake, version, names)
+    bprior = existing_trials(lake, baseline_version, names) if baseline_agent is not None else {}
+    cand = (version, agent, _is_async(agent))
     states = []
     for s in selected:
-        got = prior.get(s.name, [])
-        st = _ScenarioState(s, got if resume else [], against.get(s.name))
-        if not resume and got:  # start fresh, but never reuse a trial index of this version
-            st.next_index = st.fed_upto = max(t[0] for t in got) + 1
+        got, bgot = prior.get(s.name, []), bprior.get(s.name, [])
+        base = None if baseline_agent is None else (
+            baseline_version, baseline_agent, _is_async(baseline_agent), bgot if resume else [])
+        st = _ScenarioState(s, got if resume else [], against.get(s.name), cand, base)
+        if not resume and (got or bgot):  # start fresh, but never reuse a trial index of this version
+            st.next_index = st.fed_upto = max(t[0] for t in got + bgot) + 1
         states.append(st)
     collector = step_collector()
     if collector is not None:
         collector.price_calls = budget.dollars_max is not None or collector.price_calls
     patch_threads()
     started = time.monotonic()
-    asyncio.run(_run_all(states, agent, version, conc, timeout, retries, budget, collector, progress))
+    asyncio.run(_run_all(states, conc, timeout, retries, budget, collector, progress))
     otel_assay.flush()
     for st in states:
         st.finalize(budget.exhausted() or ((_never_counts(st) or "attempts") if not st.run.done else None))
@@ -715,6 +857,9 @@ def run_suite(suite: Suite, agent: Callable[[Any], Any], *, version: str, lake: 
         progress([s.run for s in states])
     result = RunResult(suite.name, version, str(lake), [s.run for s in states], time.monotonic() - started,
                        budget.tokens, cost_usd=budget.dollars)
+    if baseline_agent is not None:
+        result.baseline_version = baseline_version
+        result.baseline_scenarios = [s.base.run for s in states]
     if baseline:
         result.gate = run_gate(lake, gcfg, baseline=baseline, candidate=f"version={version}")
     return result
@@ -743,89 +888,97 @@ class _DaemonThreads(concurrent.futures.Executor):
         return fut
 
 
-async def _run_all(states, agent, version, conc, timeout, retries, budget, collector, progress):
+async def _run_all(states, conc, timeout, retries, budget, collector, progress):
     sem = asyncio.Semaphore(conc)
     pool = _DaemonThreads()
-    is_async = _is_async(agent)
     try:
         await asyncio.gather(*[
-            _run_scenario(st, agent, is_async, version, sem, pool, timeout, retries, budget, collector, progress,
-                          states)
-            for st in states])
+            _run_scenario(st, sem, pool, timeout, retries, budget, collector, progress, states) for st in states])
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-async def _run_scenario(st: _ScenarioState, agent, is_async, version, sem, pool, timeout, retries, budget,
-                        collector, progress, states):
+async def _run_scenario(st: _ScenarioState, sem, pool, timeout, retries, budget, collector, progress, states):
     cfg = st.cfg
     timeout = timeout if timeout is not None else cfg.timeout
     retries = retries if retries is not None else cfg.retries
-    pending: set[asyncio.Task] = set()
+    pending: dict[asyncio.Task, tuple[_Arm, int]] = {}
+    queue: list[tuple[_Arm, int]] = []  # the arms' trials of the last index taken, not launched yet
     attempts = 0
     while True:
-        # excluded trials (empty runs) must not loop forever; the cap is read each time, for
-        # an adaptive run sets it after calibration (fixed before, it stopped every first run
-        # at 3 x calibration + 10)
-        while (st.can_launch() and attempts < 3 * st.cap() + 10 and budget.exhausted() is None
-               and not _never_counts(st)):
+        while budget.exhausted() is None and not _never_counts(st) and not st.run.done:
+            if not queue:
+                # excluded trials (empty runs) must not loop forever; the cap is read each time,
+                # for an adaptive run sets it after calibration (fixed before, it stopped every
+                # first run at 3 x calibration + 10)
+                if not (st.can_launch() and attempts < 3 * st.cap() + 10):
+                    break
+                idx = st.next_index
+                st.next_index += 1
+                st.in_flight += 1
+                attempts += 1
+                queue = [(arm, idx) for arm in st.arms_of(idx)]
             if sem.locked() and pending:
                 break  # let our own trials finish first: their outcomes may end the test
             await sem.acquire()
-            if not (st.can_launch() and budget.exhausted() is None):
+            if budget.exhausted() is not None:
                 sem.release()
                 break
-            idx = st.next_index
-            st.next_index += 1
-            st.in_flight += 1
-            attempts += 1
-            pending.add(asyncio.create_task(
-                _one_index(st, idx, agent, is_async, version, sem, pool, timeout, retries, budget, collector)))
+            arm, idx = queue.pop(0)
+            task = asyncio.create_task(_one_index(st, arm, idx, sem, pool, timeout, retries, budget, collector))
+            pending[task] = arm, idx
+        if queue and (budget.exhausted() is not None or _never_counts(st) or st.run.done):
+            for arm, idx in queue:  # the scenario stopped between an index's two trials
+                st.settle(arm, idx, None)
+            queue = []
         if not pending:
             break
-        done, pending = await asyncio.wait(pending, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(pending, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
         for t in done:
-            rec = t.result()
-            st.in_flight -= 1
-            st.settle(rec)
+            arm, idx = pending.pop(t)
+            st.settle(arm, idx, t.result())
             if progress:
                 progress([s.run for s in states])
-        pending = set(pending)
 
 
 def _never_counts(st: _ScenarioState, limit: int = 5) -> str | None:
-    """The stop reason when the first ``limit`` trials were all excluded the same way, so
-    more would be too: ``empty-runs`` (the agent records no steps: not instrumented) or
-    ``timeouts`` (every trial times out before any tool call: --timeout too short)."""
-    recs = st.run.records
-    if st.counted or len(recs) < limit:
-        return None
-    if all(r.error_class == "empty-run" for r in recs):
-        return "empty-runs"
-    if all(r.error_class == "timeout" and not r.counted for r in recs):
-        return "timeouts"
+    """The stop reason when an arm's first ``limit`` trials were all excluded the same way,
+    so more would be too: ``empty-runs`` (the agent records no steps: not instrumented) or
+    ``timeouts`` (every trial times out before any tool call: --timeout too short), prefixed
+    ``baseline`` for the baseline agent run alongside (the candidate's trials may count)."""
+    arms = [("", st.run.records, st.counted)]
+    if st.base is not None:
+        arms.append(("baseline ", st.base.run.records, len(st.base_outcomes)))
+    for who, recs, counted in arms:
+        if counted or len(recs) < limit or any(r.counted for r in recs):
+            continue
+        if all(r.error_class == "empty-run" for r in recs):
+            return who + "empty-runs"
+        if all(r.error_class == "timeout" and not r.counted for r in recs):
+            return who + "timeouts"
     return None
 
 
-async def _one_index(st, idx, agent, is_async, version, sem, pool, timeout, retries, budget, collector):
+async def _one_index(st, arm: _Arm, idx, sem, pool, timeout, retries, budget, collector):
+    run = arm.run
     try:
         attempt = 0
         while True:
-            rec = await _one_trial(st, idx, attempt, agent, is_async, version, pool, timeout, collector)
-            st.run.ran += 1
-            st.run.tokens += rec.tokens
+            rec = await _one_trial(st, idx, attempt, arm.agent, arm.is_async, arm.version, pool, timeout, collector)
+            run.ran += 1
+            run.tokens += rec.tokens
             budget.tokens += rec.tokens
             budget.dollars += rec.cost_usd
-            st.run.cost_usd += rec.cost_usd
+            run.cost_usd += rec.cost_usd
             if budget.dollars_max is not None and rec.unpriced:
                 raise UsageError(f"a dollar budget is set but model {rec.unpriced[0]!r} has no price; add it to a "
                                  "price CSV (OTEL_ASSAY_PRICES) or budget in tokens instead")
-            st.run.records.append(rec)
+            run.records.append(rec)
             if not rec.counted:
-                st.run.excluded += 1
+                run.excluded += 1
             if rec.error_class == "infrastructure" and attempt < retries and budget.exhausted() is None:
                 attempt += 1
-                st.run.retried += 1
+                run.retried += 1
                 await asyncio.sleep(min(0.05 * 2 ** attempt, 2.0))
                 continue
             return rec
