@@ -7,7 +7,6 @@ DuckDB; scripted offline agents (tests/live/agents.py)."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 from click.testing import CliRunner
@@ -17,7 +16,7 @@ from otel_assay.errors import UsageError
 from otel_assay.live.runner import run_suite
 
 from .agents import AsyncRouter, Router
-from .test_run import cli, suite
+from .test_run import ROUTING, cli, suite
 
 
 def trials(lake):
@@ -136,16 +135,9 @@ def test_library_refusals(tmp_path):
                   baseline_agent=Router(0.9), baseline_version="v1")
 
 
-SCENARIOS = textwrap.dedent("""
-    name: routing
-    baseline: version=v0
-    config: {threshold: 0.85, delta: 0.15, beta: 0.1, method: sprt, n_max: 100}
-    scenarios:
-      - name: billing
-        input: My payment failed
-        properties: {expected: billing}
-        evaluator: {type: contains}
-""")
+# the CLI tests' scenario file, with a stored baseline of its own
+SCENARIOS = ROUTING.replace("name: routing\n", "name: routing\nbaseline: version=v0\n", 1)
+
 
 
 def test_cli_runs_both_and_gates_on_this_jobs_baseline(tmp_path):
