@@ -8,6 +8,7 @@ threaded process can inherit a lock some thread held.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import queue
@@ -16,6 +17,7 @@ import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any, Callable
 
 Progress = Callable[[int, int], None]
@@ -30,14 +32,67 @@ _last = 0.0
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its affinity, as a container or taskset limits it)."""
+    """The cores this process may use: its affinity (taskset, a cpuset), and its cgroup's CPU
+    quota, which is how Docker (``--cpus``), Kubernetes (a CPU limit) and CI runners limit a
+    container; neither ``os.cpu_count`` nor ``os.process_cpu_count`` reads the quota, so a
+    container allowed 2 CPUs on a 64-core host would start 64 workers of ~0.5 GB each."""
     count = getattr(os, "process_cpu_count", None)  # Python 3.13+: also honours -X cpu_count
     if count is not None:
-        return count() or 1
+        cores = count() or 1
+    else:
+        try:
+            cores = len(os.sched_getaffinity(0)) or 1
+        except AttributeError:  # not on every platform
+            cores = os.cpu_count() or 1
+    quota = cgroup_cpus()
+    return max(1, min(cores, math.ceil(quota))) if quota else cores
+
+
+def cgroup_cpus(proc: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> float | None:
+    """The CPU quota of this process's cgroup in cores (quota / period), or None: no quota,
+    or no cgroup to read (not Linux). cgroup v2 keeps it in ``cpu.max`` ("max 100000" or
+    "200000 100000"), v1 in ``cpu.cfs_quota_us`` (-1: none) and ``cpu.cfs_period_us``."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
-    except AttributeError:  # not on every platform
-        return os.cpu_count() or 1
+        lines = Path(proc).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        # inside a container the cgroup is its namespace's root: the path reads "/"
+        if controllers == "":
+            text = _read_first(Path(root, path.lstrip("/"), "cpu.max"), Path(root, "cpu.max"))
+            fields = text.split() if text else []
+            if len(fields) == 2 and fields[0] != "max":
+                return _ratio(fields[0], fields[1])
+        elif "cpu" in controllers.split(","):
+            base = Path(root, controllers)
+            if not base.is_dir():
+                base = Path(root, "cpu")
+            quota = _read_first(base / path.lstrip("/") / "cpu.cfs_quota_us", base / "cpu.cfs_quota_us")
+            period = _read_first(base / path.lstrip("/") / "cpu.cfs_period_us", base / "cpu.cfs_period_us")
+            if quota and period and not quota.startswith("-"):
+                return _ratio(quota, period)
+    return None
+
+
+def _read_first(*paths: Path) -> str | None:
+    for p in paths:
+        try:
+            return p.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+    return None
+
+
+def _ratio(quota: str, period: str) -> float | None:
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:
+        return None
+    return q / p if q > 0 and p > 0 else None
 
 
 def in_worker() -> bool:

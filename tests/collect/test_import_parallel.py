@@ -4,6 +4,7 @@ process reading them in order."""
 from __future__ import annotations
 
 import gzip
+import os
 import json
 import subprocess
 import sys
@@ -130,3 +131,32 @@ def test_records_without_spans_stop_the_file_after_one_with_spans_too(tmp_path):
     (report,) = import_files([f], tmp_path / "lake").files
     assert report.spans_imported == 1, report
     assert any(f"{MAX_EMPTY_RECORDS} records in a row hold no span" in e for e in report.errors), report.errors
+
+
+@pytest.mark.parametrize("layout,expected", [
+    ({"proc": "0::/ci/job\n", "ci/job/cpu.max": "200000 100000\n"}, 2.0),           # v2: --cpus 2
+    ({"proc": "0::/ci/job\n", "ci/job/cpu.max": "max 100000\n"}, None),             # v2: no limit
+    ({"proc": "0::/\n", "cpu.max": "150000 100000\n"}, 1.5),                         # v2, a namespace's root
+    ({"proc": "4:memory:/x\n2:cpu,cpuacct:/pod\n",
+      "cpu,cpuacct/pod/cpu.cfs_quota_us": "400000\n", "cpu,cpuacct/pod/cpu.cfs_period_us": "100000\n"}, 4.0),
+    ({"proc": "1:cpu:/\n", "cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({"proc": "garbage\n0::/\n", "cpu.max": "fast slow\n"}, None),                    # unreadable: no quota
+    ({}, None),                                                                     # not Linux
+])
+def test_the_cgroup_cpu_quota_limits_the_workers(tmp_path, layout, expected):
+    from otel_assay.collect.workers import cgroup_cpus
+
+    for name, text in layout.items():
+        path = tmp_path / ("proc-cgroup" if name == "proc" else f"sys/{name}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert cgroup_cpus(str(tmp_path / "proc-cgroup"), str(tmp_path / "sys")) == expected
+
+
+def test_usable_cores_is_at_most_the_quota(monkeypatch):
+    from otel_assay.collect import workers
+
+    monkeypatch.setattr(workers, "cgroup_cpus", lambda: 1.5)
+    assert workers.usable_cores() == min(2, len(os.sched_getaffinity(0)))
+    monkeypatch.setattr(workers, "cgroup_cpus", lambda: 0.1)
+    assert workers.usable_cores() == 1
