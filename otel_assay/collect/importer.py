@@ -29,6 +29,7 @@ processes (``jobs``), each writing its own files; a file is read in chunks of
 
 from __future__ import annotations
 
+import errno
 import gc
 import gzip
 import hashlib
@@ -634,11 +635,19 @@ def _import_range(path: Path, digest: str, start: int, end: int, first_line: int
                                 count=lambda new: workers.add_count(counter, new), rest=f"the rest of the file up to byte {end} was not read (it was read in ranges "
                                      "at once; the ranges after it were)")
     except OSError as e:
-        report.errors.append(f"cannot read: {e.strerror or e}")
+        report.errors.append(_os_error(e, path))
         files = []
     if workers.in_worker():
         workers.flush_progress()
     return report, files, foreign
+
+
+def _os_error(e: OSError, path: Path) -> str:
+    """What failed, the input file or the lake: a full disk is not a bad input."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS) or (e.filename and str(e.filename) != str(path)):
+        return (f"cannot write the lake: {e.strerror or e}; free space or fix its permissions and import again "
+                "(nothing of this file was recorded as imported)")
+    return f"cannot read: {e.strerror or e}"
 
 
 def _joined(path: Path, tasks: list[tuple], results: list, lake: Lake, max_spans: int) -> tuple[FileReport, list[Path]]:
@@ -682,7 +691,7 @@ def _import_group(paths: list[Path], lake_dir: str, limits: Limits, max_decompre
         try:
             files = _import_one(path, lake, limits, report, tick, max_decompressed, max_spans)
         except OSError as e:
-            report.errors.append(f"cannot read: {e.strerror or e}")
+            report.errors.append(_os_error(e, path))
             files = []
         out.append((report, files))
     if in_worker:
