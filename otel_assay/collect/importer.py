@@ -45,7 +45,7 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
 import pyarrow as pa
 import zstandard
@@ -447,9 +447,11 @@ def import_files(
     the record that takes it past ``max_spans`` spans.
 
     With ``jobs`` above 1, files are read by that many processes at once, each writing its
-    own files into the lake (their names come from the content, as in one process). Files
-    of the same content are read one after the other by one process, so that the second is
-    skipped as imported before, as it is when the files are read in order."""
+    own files into the lake (their names come from the content, as in one process), and a
+    large JSON Lines file by several of them, range by range (see :func:`_line_ranges`).
+    Files of the same content are read one after the other by one process, so that the
+    second is skipped as imported before, as it is when the files are read in order. The
+    lake's files, the reports and the ledger are those of one process."""
     lake = Lake(lake_dir)
     lake.ensure_writable()
     paths = [Path(p) for p in paths]
@@ -464,8 +466,13 @@ def import_files(
         outcomes: list = [None] * len(paths)
         for group, group_tasks in work:
             results = [next(done) for _ in group_tasks]
-            if group_tasks[0][0] == "range":
-                outcomes[group[0]] = _joined(paths[group[0]], group_tasks, results, lake, max_spans)
+            if isinstance(group_tasks[0], _RangeTask):
+                path, plan = paths[group[0]], group_tasks[0].plan
+                report = FileReport(str(path), format="json")
+                files, complete = _join(report, results, max_spans)
+                if complete:
+                    _remember(lake, plan.digest, report)
+                outcomes[group[0]] = (report, files)
                 continue
             (files,) = results
             if isinstance(files, workers.Lost):
@@ -519,47 +526,87 @@ _LOST = ("not imported: the process reading it ended abruptly (killed, perhaps o
          "import it again")
 
 
-def _parallel_work(paths: list[Path], lake: Lake, jobs: int) -> list[tuple[list[int], list[tuple]]] | None:
-    """The tasks for a pool of ``jobs`` processes, by group of inputs: the group's indices
-    and its tasks (``("files", paths)``, read one after the other, or a file's line ranges,
-    ``("range", path, digest, start, end, first line, counter)``, the counter of the file's
-    spans the ranges share, for the span limit). None when a pool does not pay:
-    one process, or less to read than a worker costs to start.
+class _Range(NamedTuple):
+    """The lines of a file in bytes ``[start, end)``, the first of them line ``first_line``."""
 
-    Files of the same content are one group, read in order by one process, so that the
-    second is skipped as imported before, as when the files are read in order."""
-    if jobs <= 1 or _size(paths) < 2 * BYTES_PER_WORKER:
+    start: int
+    end: int
+    first_line: int
+
+
+class _Ranges(NamedTuple):
+    """A JSON Lines file cut into line ranges: its content hash (the ledger's key), what it
+    was when it was hashed (device, inode, size, modification time: a range read from a
+    file rotated or appended to since would not be of that content), and its ranges."""
+
+    digest: str
+    identity: tuple[int, int, int, int]
+    ranges: list[_Range]
+
+
+class _RangeTask(NamedTuple):
+    """A pool's task: one range of a file, counting its spans in the pool's ``counter``."""
+
+    path: str
+    plan: _Ranges
+    range: _Range
+    counter: int
+
+
+class _Part(NamedTuple):
+    """What reading one range gave: its report, the spans files it wrote, the top-level keys
+    of its documents that are not OTLP, and whether it read the range to its end (or to the
+    span limit)."""
+
+    report: FileReport
+    files: list[Path]
+    foreign: set[str]
+    complete: bool
+
+
+def _parallel_work(paths: list[Path], lake: Lake, jobs: int) -> list[tuple[list[int], list]] | None:
+    """The tasks for a pool of ``jobs`` processes, by group of inputs: the group's indices
+    and its tasks: ``("files", paths)``, read one after the other, or one :class:`_RangeTask`
+    per range of a file larger than its share of the input (a large file among small ones,
+    or a single file). None when a pool does not pay: one process, or less to read than a
+    worker costs to start. Files of the same content are one group."""
+    total = _size(paths)
+    if jobs <= 1 or total < 2 * BYTES_PER_WORKER:
         return None
-    work: list[tuple[list[int], list[tuple]]] = []
+    work: list[tuple[list[int], list]] = []
     for group in _same_content_groups(paths):
-        ranges = _line_ranges(paths[group[0]], lake) if len(group) == 1 else None
-        if ranges is None:
+        path = paths[group[0]]
+        plan = _line_ranges(path) if len(group) == 1 and _size([path]) * jobs > total else None
+        if plan is None or _ledger(lake, plan.digest).exists():  # imported before: its task says so
             work.append((group, [("files", [str(paths[i]) for i in group])]))
         else:
-            digest, spans = ranges
-            work.append((group, [("range", str(paths[group[0]]), digest, *r, group[0]) for r in spans]))
+            work.append((group, [_RangeTask(str(path), plan, r, group[0]) for r in plan.ranges]))
     return work
 
 
-def _line_ranges(path: Path, lake: Lake) -> tuple[str, list[tuple[int, int, int]]] | None:
-    """An uncompressed JSON Lines file of at least two ``RANGE_BYTES`` as its content hash and
-    byte ranges of whole lines, each ``(start, end, number of its first line)``; None for any
-    other file, and for one imported before (its task says so).
+def _line_ranges(path: Path) -> _Ranges | None:
+    """An uncompressed JSON Lines file of at least two ``RANGE_BYTES`` as ranges of whole
+    lines, each starting at the first line that starts at or after a multiple of
+    ``RANGE_BYTES``; None for any other file.
 
-    JSON Lines as the whole-file reader decides it: the first line that is not blank is a
-    whole JSON document (else the file is one document, or several over many lines, which
-    cannot be cut at a line). One pass over the file gives the hash and the ranges: each
-    starts at the first line that starts at or after a multiple of ``RANGE_BYTES``."""
+    Such a file is always read range by range, in one process as in a pool, so that its
+    lake files (named after the file's content and each range) and its report are the same
+    whichever reads it, and an import run again after an interruption replaces what the
+    first wrote. JSON Lines as the whole-file reader decides it: the first line that is not
+    blank is a whole JSON document (else the file is one document, or several over many
+    lines, which cannot be cut at a line). A file with a line longer than a record may be is
+    read whole too (reading stops at that line). One pass over the file gives its hash and
+    its ranges."""
     try:
-        size = path.stat().st_size
-        if size < 2 * RANGE_BYTES:
-            return None
         with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_size < 2 * RANGE_BYTES:
+                return None
             head = f.read(1 << 16)
             if head.startswith(_BOM):
                 head = head[3:]
-            if head[:2] == _GZIP or head[:4] == _ZSTD or not head.lstrip(b" \t\r\n")[:1] in (b"{", b"[") \
-                    or _bare_message_start(head):
+            if (head[:2] == _GZIP or head[:4] == _ZSTD or _bare_message_start(head)
+                    or head.lstrip(b" \t\r\n")[:1] not in (b"{", b"[")):
                 return None
             f.seek(0)
             stream = io.BufferedReader(f, 1 << 20)
@@ -573,73 +620,87 @@ def _line_ranges(path: Path, lake: Lake) -> tuple[str, list[tuple[int, int, int]
                 return None
             f.seek(0)
             digest = hashlib.sha256()
-            starts, lines_at = [0], [1]
+            ranges: list[_Range] = []
+            start, first_line = 0, 1
             pos = newlines = 0
+            last_newline = -1
             target = RANGE_BYTES
-            while block := f.read(1 << 20):
+            # blocks no longer than a record, so that a line longer than one spans two blocks
+            while block := f.read(min(1 << 20, MAX_RECORD)):
                 digest.update(block)
-                while target < pos + len(block):
-                    j = block.find(b"\n", max(target - pos, 0))
+                first_nl = block.find(b"\n")
+                # an overlong line: one process stops there, so every reader must (the length
+                # from newline to newline, measured where a line crosses into a new block)
+                if (pos + first_nl if first_nl >= 0 else pos + len(block)) - last_newline > MAX_RECORD:
+                    return None
+                while target <= pos + len(block):
+                    j = block.find(b"\n", max(target - 1 - pos, 0))
                     if j < 0:  # the line goes on in the next block
                         break
-                    start = pos + j + 1
-                    if start < size:
-                        starts.append(start)
-                        lines_at.append(newlines + block.count(b"\n", 0, j + 1) + 1)
-                    target = (start // RANGE_BYTES + 1) * RANGE_BYTES  # past a line longer than a range
+                    cut = pos + j + 1  # the start of the line after that newline
+                    if cut < st.st_size:
+                        ranges.append(_Range(start, cut, first_line))
+                        start, first_line = cut, newlines + block.count(b"\n", 0, j + 1) + 1
+                    target = (cut // RANGE_BYTES + 1) * RANGE_BYTES  # past a line longer than a range
+                if first_nl >= 0:
+                    last_newline = pos + block.rfind(b"\n")
                 newlines += block.count(b"\n")
                 pos += len(block)
+            if pos - last_newline > MAX_RECORD or pos != st.st_size:
+                return None  # an overlong last line, or the file grew while it was hashed
     except OSError:  # its import says why
         return None
-    if len(starts) < 2:
+    ranges.append(_Range(start, pos, first_line))
+    if len(ranges) < 2:
         return None
-    key = digest.hexdigest()[:20]
-    if _ledger(lake, key).exists():
-        return None
-    ends = starts[1:] + [pos]
-    return key, list(zip(starts, ends, lines_at))
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return _Ranges(digest.hexdigest()[:20], identity, ranges)
 
 
-def _work(task: tuple, lake_dir: str, limits: Limits, max_decompressed: int, max_spans: int):
-    """A pool's task: files read one after the other, or one line range of a file."""
-    if task[0] == "files":
-        return _import_group([Path(p) for p in task[1]], lake_dir, limits, max_decompressed, max_spans)
-    _, path, digest, start, end, first_line, counter = task
-    return _import_range(Path(path), digest, start, end, first_line, counter, Lake(lake_dir), limits, max_spans)
+def _work(task, lake_dir: str, limits: Limits, max_decompressed: int, max_spans: int):
+    """A pool's task: files read one after the other, or one range of a file."""
+    if isinstance(task, _RangeTask):
+        return _import_range(Path(task.path), task.plan, task.range, Lake(lake_dir), limits, max_spans,
+                             workers.worker_progress, lambda n: workers.add_count(task.counter, n))
+    return _import_group([Path(p) for p in task[1]], lake_dir, limits, max_decompressed, max_spans)
 
 
-def _import_range(path: Path, digest: str, start: int, end: int, first_line: int, counter: int, lake: Lake,
-                  limits: Limits, max_spans: int) -> tuple[FileReport, list[Path], set[str]]:
-    """Import the lines of ``path`` in ``[start, end)``, the first of them line ``first_line``,
-    in a worker: the range's report, the spans files it wrote and the top-level keys of its
-    documents that are not OTLP. Its files are named after the file's content and the range.
-    The span limit holds for the file: the ranges count its spans in the shared ``counter``."""
+def _import_range(path: Path, plan: _Ranges, rng: _Range, lake: Lake, limits: Limits, max_spans: int,
+                  progress, count: Callable[[int], int]) -> _Part:
+    """Import the lines of one range of ``path`` (``count`` counts the file's spans, for the
+    span limit). Its lake files are named after the file's content and the range's start."""
     report, foreign = FileReport(str(path), format="json"), set()
-    tick = workers.worker_progress if workers.in_worker() else None
 
     def read(stream: io.BufferedReader, batch_ref, record_done) -> None:
-        if start == 0 and stream.peek(3)[:3] == _BOM:
+        if rng.start == 0 and stream.peek(3)[:3] == _BOM:
             stream.read(3)
-        _add_json_lines(_bounded_lines(stream, first_line), batch_ref=batch_ref, record_done=record_done,
-                        report=report, foreign=foreign, first_line=first_line)
+        _add_json_lines(_bounded_lines(stream, rng.first_line), batch_ref=batch_ref, record_done=record_done,
+                        report=report, foreign=foreign, first_line=rng.first_line)
 
+    complete = False
     try:
         f = open(path, "rb", buffering=0)
         try:
-            f.seek(start)
+            st = os.fstat(f.fileno())
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != plan.identity:
+                f.close()
+                report.errors.append("the file changed while it was imported (rotated, appended to or replaced); "
+                                     "import it again once it is complete")
+                return _Part(report, [], foreign, False)
+            f.seek(rng.start)
         except OSError:
             f.close()
             raise
-        stream = io.BufferedReader(_Counting(f, tick, end - start), 1 << 20)
-        files = _read_into_lake(stream, f"import-{digest}-at{start}", lake, limits, report, tick, max_spans, read,
-                                count=lambda new: workers.add_count(counter, new), rest=f"the rest of the file up to byte {end} was not read (it was read in ranges "
-                                     "at once; the ranges after it were)")
+        counting = _Counting(f, progress, rng.end - rng.start)
+        files = _read_into_lake(io.BufferedReader(counting, 1 << 20), f"import-{plan.digest}-at{rng.start}", lake,
+                                limits, report, progress, max_spans, read, count=count)
+        complete = counting.left == 0 or report.stopped_at_limit
     except OSError as e:
         report.errors.append(_os_error(e, path))
         files = []
     if workers.in_worker():
         workers.flush_progress()
-    return report, files, foreign
+    return _Part(report, files, foreign, complete)
 
 
 def _os_error(e: OSError, path: Path) -> str:
@@ -650,32 +711,36 @@ def _os_error(e: OSError, path: Path) -> str:
     return f"cannot read: {e.strerror or e}"
 
 
-def _joined(path: Path, tasks: list[tuple], results: list, lake: Lake, max_spans: int) -> tuple[FileReport, list[Path]]:
-    """One report for a file read in line ranges, and the ledger entry a whole read makes."""
-    report, files, foreign, errors = FileReport(str(path), format="json"), [], set(), []
-    for done in results:
-        if isinstance(done, workers.Lost):
-            errors.append(_LOST.replace("reading it", "reading part of it"))
+def _join(report: FileReport, parts: list, max_spans: int) -> tuple[list[Path], bool]:
+    """Fill ``report`` with what the ranges of one file gave (in file order; a part may be a
+    :class:`workers.Lost`); return the spans files written and whether every range was read
+    to its end, the condition for the ledger. Line errors are kept up to 100, as one reader
+    of the whole file keeps them."""
+    files, foreign, line_errors, other = [], set(), [], []
+    complete = True
+    for part in parts:
+        if isinstance(part, workers.Lost):
+            other.append("part of the file was not imported: the process reading it ended abruptly (killed, "
+                         "perhaps out of memory; try fewer --jobs); import it again")
+            complete = False
             continue
-        part, written, keys = done
-        report.spans_seen += part.spans_seen
-        report.spans_imported += part.spans_imported
-        report.spans_rejected += part.spans_rejected
-        for why, n in part.reject_reasons.items():
+        r = part.report
+        report.spans_seen += r.spans_seen
+        report.spans_imported += r.spans_imported
+        report.spans_rejected += r.spans_rejected
+        for why, n in r.reject_reasons.items():
             report.reject_reasons[why] = report.reject_reasons.get(why, 0) + n
-        report.stopped_at_limit |= part.stopped_at_limit
-        errors += part.errors
-        files += written
-        foreign |= keys
-    limit = report.stopped_at_limit or report.spans_seen > max_spans
-    if limit:
-        report.stopped_at_limit = True
-        errors = [e for e in errors if not e.startswith("the file holds more than")] + [_span_limit(max_spans)]
-    report.errors = list(dict.fromkeys(errors))  # a lost process's error once
+        report.stopped_at_limit |= r.stopped_at_limit
+        for e in r.errors:
+            (line_errors if e.startswith("line ") else other).append(e)
+        files += part.files
+        foreign |= part.foreign
+        complete &= part.complete
+    if report.stopped_at_limit:
+        other = [e for e in other if not e.startswith("the file holds more than")] + [_span_limit(max_spans)]
+    report.errors = line_errors[:100] + list(dict.fromkeys(other))
     _no_otlp_error(report, foreign)
-    if not any(isinstance(done, workers.Lost) for done in results):
-        _remember(lake, tasks[0][2], report)
-    return report, files
+    return files, complete
 
 
 def _import_group(paths: list[Path], lake_dir: str, limits: Limits, max_decompressed: int, max_spans: int,
@@ -716,8 +781,10 @@ def _record_import(lake: Lake, digest: str, report: FileReport) -> None:
 
 def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, progress,
                 max_decompressed: int, max_spans: int) -> list[Path]:
-    """Import one file; return the spans files written for it."""
-    digest = _digest(path)
+    """Import one file; return the spans files written for it. A large JSON Lines file is
+    read range by range, as a pool reads it."""
+    plan = _line_ranges(path)
+    digest = plan.digest if plan is not None else _digest(path)
     try:
         before = json.loads(_ledger(lake, digest).read_text())
     except (OSError, ValueError):
@@ -726,6 +793,19 @@ def _import_one(path: Path, lake: Lake, limits: Limits, report: FileReport, prog
         report.format = str(before.get("format", "?"))
         report.already_imported = str(_ledger(lake, digest))
         return []
+    if plan is not None:
+        report.format = "json"
+        seen = [0]
+
+        def count(n: int) -> int:
+            seen[0] += n
+            return seen[0]
+
+        parts = [_import_range(path, plan, r, lake, limits, max_spans, progress, count) for r in plan.ranges]
+        written, complete = _join(report, parts, max_spans)
+        if complete:
+            _remember(lake, digest, report)
+        return written
     # an OSError (reading the file or writing the lake failed) propagates and nothing is
     # recorded: the same content may import fully later
     written = _import_stream(path, digest, lake, limits, report, progress, max_decompressed, max_spans)
