@@ -195,11 +195,13 @@ def _fail_pvalue(d: np.ndarray, run_margin, delta: float, alpha: float) -> float
     """The p-value of the FAIL test with a run margin: the smallest level on the grid (with
     alpha on it) from which up every grid level rejects. Valid: p <= a means the test of the
     largest grid level <= a rejected, which it does with probability <= that level. Levels
-    are tried from the top down, a few at a time, until one does not reject."""
+    are tried from the top down, a few at a time (twice as many each time all rejected),
+    until one does not reject."""
     levels = np.union1d(_LEVELS, [alpha])[::-1]
-    p = 1.0
-    for i in range(0, levels.size if d.size else 0, 20):
-        chunk = levels[i:i + 20]
+    p, i, size = 1.0, 0, 20
+    while d.size and i < levels.size:
+        chunk = levels[i:i + size]
+        i, size = i + size, 2 * size
         margins = np.array([run_margin(RUN_SHARE * g) for g in chunk])[:, None]
         wealth = _log_wealth(np.broadcast_to(d, (chunk.size, d.size)), margins, +1.0, delta, -1.0, 1.0)
         rejected = (wealth >= np.log(1.0 / ((1.0 - RUN_SHARE) * chunk))[:, None]).any(axis=-1)

@@ -100,7 +100,7 @@ def test_the_margin_widens_both_tests_and_the_bounds():
 def test_the_p_value_with_a_margin_holds_its_level(level):
     # the run margin's share of every level is spent by shifting the drop: a drop exactly at
     # the margin of level RUN_SHARE * a, where the bettor alone errs at (1 - RUN_SHARE) a
-    reps, rng = 2000, np.random.default_rng(5)
+    reps, rng = 1000, np.random.default_rng(5)
     spread = 0.02
     drop = _margin(spread)(RUN_SHARE * level)
     hits = 0
