@@ -4,9 +4,9 @@ Every trial of one run shares that run's conditions: the provider's model of the
 tool's latency, the load. If those move the pass rate from run to run (by a between-run SD
 tau), two runs of an unchanged agent differ by more than their trials' binomial noise, and a
 test that takes every trial as an independent draw from one pass rate reads that difference
-as a change: with tau = .05 and 200 trials per version, an unchanged agent FAILs about one
-gate in nine at alpha = .05. More trials do not help: the run's shift is shared by all of
-them.
+as a change: with tau = .05 and 200 trials per version, the anytime drop test FAILs an
+unchanged agent in about 15 % of gates at alpha = .05 (simulated). More trials do not help:
+the run's shift is shared by all of them.
 
 Several runs of the baseline show the variation. ``between_run_variance`` estimates tau^2
 by the method of moments (DerSimonian-Laird on the runs' pass rates, each with the binomial
