@@ -9,6 +9,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from otel_assay.gate.regression import MIN_RUNS, pairs, regression_test, round_robin
 from tests.stats.bands import max_events, min_events
@@ -66,8 +68,8 @@ def test_three_runs_hold_alpha_when_runs_vary_much():
 
 @pytest.mark.parametrize("tau, power", [(0.0, 0.55), (0.05, 0.3)])
 def test_a_drop_of_two_delta_still_fails(tau, power):
-    # what the widening costs (simulated: about .65 at tau 0 and .45 at tau .05 against .96 and
-    # .88 unwidened); the bands are well below, so that only a broken test misses them
+    # what the widening costs (simulated with 5 runs: .64 at tau 0 and .39 at tau .05, against
+    # .97 and .90 unwidened); the bands are well below, so that only a broken test misses them
     widened, _ = _rates(5, tau, 2 * DELTA, REPS, seed=21)
     assert np.sum(widened == "FAIL") >= min_events(REPS, power)
 
@@ -87,6 +89,25 @@ def test_the_baselines_runs_take_turns_in_the_pairs():
     c = _arm([1, 1, 1, 1], ["x"] * 4, [0, 1, 2, 3])
     ob, oc, how = pairs(b, c, "auto", interleave=True)
     assert how == "trial index" and ob.tolist() == [True, False, True, False]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from("abcd"), max_size=40))
+def test_round_robin_is_a_permutation_that_keeps_each_runs_order(runs):
+    runs = np.array(runs, dtype=object)
+    order = round_robin(runs)
+    assert sorted(order.tolist()) == list(range(len(runs)))
+    for r in set(runs.tolist()):
+        mine = [i for i in order.tolist() if runs[i] == r]
+        assert mine == sorted(mine)
+    # in every prefix the runs with trials still to come have taken turns: their counts
+    # differ by at most one
+    counts = {r: 0 for r in set(runs.tolist())}
+    total = {r: int(np.sum(runs == r)) for r in counts}
+    for i in order.tolist():
+        counts[runs[i]] += 1
+        active = [counts[r] for r in counts if counts[r] < total[r]]
+        assert not active or max(active) - min(active) <= 1
 
 
 def test_the_regression_check_says_how_much_the_runs_widened_it(tmp_path):
