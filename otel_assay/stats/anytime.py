@@ -33,9 +33,10 @@ difference of the runs' shifts, and the tests above would read it as a change. G
 ``run_margin`` (see ``between_runs``), alpha is split: ``RUN_SHARE`` of it covers the runs'
 shifts, with a margin m they exceed with probability RUN_SHARE alpha, and the rest is the
 bettors': FAIL bets against E d <= m, PASS against E d >= delta - m. A FAIL then errs only
-if the shifts exceed m or the bettor errs given they did not. The FAIL test's p-value is the smallest level on a grid at which (and at
-every grid level above which, up to one half) the test with that level's margin rejects: its
-margin depends on the level, so 1 / wealth is not one.
+if the shifts exceed m or the bettor errs given they did not. The FAIL test's p-value is the
+smallest level on a grid at which (and at every grid level above which, up to one half) the
+test with that level's margin rejects: its margin depends on the level, so 1 / wealth is
+not one.
 
 Each bet size l_i is fixed before trial i is seen (it uses trials 1..i-1 only: that is what
 keeps the wealth a supermartingale). It is the growth-optimal size for the design
