@@ -13,7 +13,7 @@ from .result import Arm
 
 
 def arm_trials(eng, table: str) -> dict[str, np.ndarray]:
-    t = eng.query(f"SELECT trace_id, scenario, trial_index, counted, passed, error_class, "
+    t = eng.query(f"SELECT trace_id, scenario, run_id, trial_index, counted, passed, error_class, "
                   f"start_time_unix_nano, n_unknown_ops FROM trials SEMI JOIN {table} USING (trace_id) "
                   f"ORDER BY scenario, start_time_unix_nano, trace_id")
     cols = {name: t.column(name).to_numpy(zero_copy_only=False) for name in t.column_names}
@@ -73,12 +73,26 @@ def complete_trials(arms: dict[str, dict[str, np.ndarray]]) -> tuple[set[str], i
     return complete, left
 
 
+def _known(t: dict[str, np.ndarray]) -> np.ndarray:
+    counted = t["counted"].astype(bool)
+    return np.array([p is not None and p == p for p in t["passed"]], dtype=bool) & counted
+
+
 def outcomes(t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(trial_index, passed) of the counted trials with a known outcome, in run order."""
-    counted = t["counted"].astype(bool)
-    known = np.array([p is not None and p == p for p in t["passed"]], dtype=bool) & counted
+    known = _known(t)
     idx = t["trial_index"][known]
     return idx, np.array([bool(p) for p in t["passed"][known]], dtype=bool)
+
+
+def outcome_runs(t: dict[str, np.ndarray]) -> np.ndarray:
+    """The run of each trial :func:`outcomes` gives, as text ("" for a trial without a run id,
+    which are taken as one run)."""
+    runs = t.get("run_id")
+    known = _known(t)
+    if runs is None:
+        return np.full(int(known.sum()), "", dtype=object)
+    return np.array(["" if r is None else str(r) for r in runs[known]], dtype=object)
 
 
 # ================================================================== checks

@@ -19,6 +19,8 @@ Anytime-valid decisions (anytime): valid however often one looks, used by the ga
     anytime_regression (paired outcomes: drop FAIL / non-inferiority PASS), anytime_rate
     (against a threshold), plan_anytime_regression, plan_anytime_rate (simulated trials to a
     decision)
+Between-run variation (between_runs)
+    between_run_variance (method-of-moments tau^2 of a pass rate across runs), run_margin
 Sequential testing (sprt)
     SPRT (.update, .resume, .with_beta_prior), sprt_test, sprt_expected_n (Wald's approximation),
     sprt_operating_characteristics (exact), beta_prior_llr (warm-start prior)
@@ -49,6 +51,7 @@ _EXPORTS = {
     "AnytimeResult": "anytime",
     "BayesResult": "bayes",
     "BernoulliCUSUM": "drift",
+    "BetweenRuns": "between_runs",
     "BudgetResult": "budget",
     "CUSUM": "drift",
     "CombinedPValue": "budget",
@@ -80,6 +83,7 @@ _EXPORTS = {
     "agent_coverage": "coverage",
     "anytime_rate": "anytime",
     "anytime_regression": "anytime",
+    "between_run_variance": "between_runs",
     "bayes_regression": "bayes",
     "bernoulli_cusum": "drift",
     "beta_prior_llr": "sprt",
@@ -105,6 +109,7 @@ _EXPORTS = {
     "plan_anytime_rate": "anytime",
     "plan_anytime_regression": "anytime",
     "regression_power": "regression",
+    "run_margin": "between_runs",
     "regression_verdict": "regression",
     "regression_verdicts": "regression",
     "sample_size_regression": "regression",
@@ -142,6 +147,7 @@ __all__ = [
     "AnytimeResult",
     "BayesResult",
     "BernoulliCUSUM",
+    "BetweenRuns",
     "BudgetResult",
     "CUSUM",
     "CombinedPValue",
@@ -174,6 +180,7 @@ __all__ = [
     "anytime_rate",
     "anytime_regression",
     "bayes_regression",
+    "between_run_variance",
     "bernoulli_cusum",
     "beta_prior_llr",
     "boundary_coverage",
@@ -200,6 +207,7 @@ __all__ = [
     "regression_power",
     "regression_verdict",
     "regression_verdicts",
+    "run_margin",
     "sample_size_regression",
     "sample_size_threshold",
     "sprt_design",

@@ -27,6 +27,17 @@ Pass rate against a threshold theta (one version): outcomes x_i in {0, 1}, PASS 
 p <= theta with prod(1 + l_i (x_i - theta)), FAIL against p >= theta with
 prod(1 + l_i (theta - x_i)).
 
+When the baseline's runs vary (each run's conditions shift its pass rate: the provider's
+model of the day, a tool's load), the mean drop of an unchanged agent is not 0 but the
+difference of the runs' shifts, and the tests above would read it as a change. Given
+``run_margin`` (see ``between_runs``), alpha is split: ``RUN_SHARE`` of it covers the runs'
+shifts, with a margin m they exceed with probability RUN_SHARE alpha, and the rest is the
+bettors': FAIL bets against E d <= m, PASS against E d >= delta - m. A FAIL then errs only
+if the shifts exceed m or the bettor errs given they did not. The FAIL test's p-value is the
+smallest level on a grid at which (and at every grid level above which, up to one half) the
+test with that level's margin rejects: its margin depends on the level, so 1 / wealth is
+not one.
+
 Each bet size l_i is fixed before trial i is seen (it uses trials 1..i-1 only: that is what
 keeps the wealth a supermartingale). It is the growth-optimal size for the design
 alternative, l = g / (v + g^2) with g the distance of the alternative from the null and v the
@@ -40,6 +51,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -55,6 +67,14 @@ MAX_FRACTION = 0.8
 PRIOR_WEIGHT = 4.0
 # the resolution of the reported bounds (a pass rate to half a point)
 BOUND_STEP = 0.005
+# the share of alpha that covers the runs' shifts when the baseline's runs vary. Simulated
+# (between-run SD 0 to .1, 3 to 10 baseline runs, 200 trials per arm) shares of 0.1 to 0.5
+# all held alpha; a larger share narrows the margin and leaves the bettors less, and their
+# power differed by a few points either way
+RUN_SHARE = 0.2
+# the levels the FAIL test with a run margin is tried at, for its p-value: 50 a decade, up
+# to one half (a p-value of 0.5 or more says nothing a gate uses)
+_LEVELS = np.logspace(-10.0, math.log10(0.5), 490)
 
 
 def _log_wealth(x: np.ndarray, null, sign: float, gain_floor: float, low: float, high: float) -> np.ndarray:
@@ -104,7 +124,10 @@ class AnytimeResult:
     one-sided). ``futile``: the PASS test's wealth is now at most beta / (1 - alpha) and the
     FAIL test's at most 1 — the data so far lie between the two decisions, and more trials
     are unlikely to reach either soon (advice for stopping a run; it does not change a
-    verdict, and going on keeps every guarantee).
+    verdict, and going on keeps every guarantee). ``margin``: the drop the baseline's
+    runs' shifts alone could explain (regression with ``run_margin``, else 0): FAIL needs
+    the drop to exceed it, PASS to stay below delta minus it, and ``e_*`` are the wealth of
+    those tests (which decide at 1 / ((1 - RUN_SHARE) alpha) then).
     """
 
     verdict: Verdict
@@ -121,6 +144,7 @@ class AnytimeResult:
     futile: bool
     alpha: float
     delta: float
+    margin: float = 0.0
 
 
 def _decide(log_pass: np.ndarray, log_fail: np.ndarray, alpha: float, beta: float):
@@ -168,8 +192,29 @@ def _bounds(x: np.ndarray, alpha: float, delta: float, low: float, high: float) 
     return max(low, float(inner[kept].min()) - BOUND_STEP), min(high, float(inner[kept].max()) + BOUND_STEP)
 
 
+def _fail_pvalue(d: np.ndarray, run_margin, delta: float, alpha: float) -> float:
+    """The p-value of the FAIL test with a run margin: the smallest level on the grid (with
+    alpha on it) from which up every grid level rejects. Valid: p <= a means the test of the
+    largest grid level <= a rejected, which it does with probability <= that level. Levels
+    are tried from the top down, a few at a time (twice as many each time all rejected),
+    until one does not reject."""
+    levels = np.union1d(_LEVELS, [alpha])[::-1]
+    p, i, size = 1.0, 0, 20
+    while d.size and i < levels.size:
+        chunk = levels[i:i + size]
+        i, size = i + size, 2 * size
+        margins = np.array([run_margin(RUN_SHARE * g) for g in chunk])[:, None]
+        wealth = _log_wealth(np.broadcast_to(d, (chunk.size, d.size)), margins, +1.0, delta, -1.0, 1.0)
+        rejected = (wealth >= np.log(1.0 / ((1.0 - RUN_SHARE) * chunk))[:, None]).any(axis=-1)
+        if not rejected.all():
+            stop = int(rejected.argmin())
+            return float(chunk[stop - 1]) if stop else p
+        p = float(chunk[-1])
+    return p
+
+
 def anytime_regression(baseline, candidate, delta: float, alpha: float = 0.05, beta: float = 0.2, *,
-                       bounds: bool = True) -> AnytimeResult:
+                       bounds: bool = True, run_margin: Callable[[float], float] | None = None) -> AnytimeResult:
     """Did the candidate's pass rate drop by delta or more from the baseline's? Anytime-valid.
 
     ``baseline`` and ``candidate`` are outcomes (bool or 0/1) of equal length, the i-th of
@@ -178,6 +223,12 @@ def anytime_regression(baseline, candidate, delta: float, alpha: float = 0.05, b
     is below delta (P(PASS | drop >= delta) <= alpha at any look). ``bounds=False`` leaves
     out the confidence bounds (``lower``/``upper`` are then -1 and 1), which cost a few
     hundred tests: for a run that re-tests after every trial.
+
+    ``run_margin``: when the baseline's runs vary, the drop their shifts alone exceed with
+    probability ``level``, as a function of ``level`` (``BetweenRuns.margin``); both tests
+    then need the drop to clear it (``margin`` in the result; see the module docstring).
+    The baseline's runs should take turns in the pairs' order, so that every stretch of
+    pairs has the mean drop of all of them.
     """
     delta = check_open_unit("delta", delta)
     alpha = check_open_unit("alpha", alpha)
@@ -186,14 +237,24 @@ def anytime_regression(baseline, candidate, delta: float, alpha: float = 0.05, b
     if b.size != c.size:
         raise ValueError(f"baseline and candidate must pair one to one, got {b.size} and {c.size} outcomes")
     d = b.astype(float) - c.astype(float)
-    log_fail = _log_wealth(d[None, :], 0.0, +1.0, delta, -1.0, 1.0)[0]
-    log_pass = _log_wealth(d[None, :], delta, -1.0, delta, -1.0, 1.0)[0]
-    verdict, pass_at, fail_at, e_pass, e_fail, futile = _decide(log_pass, log_fail, alpha, beta)
-    lower, upper = _bounds(d, alpha, delta, -1.0, 1.0) if bounds else (-1.0, 1.0)
+    margin, level = 0.0, alpha
+    if run_margin is not None:
+        margin, level = float(run_margin(RUN_SHARE * alpha)), (1.0 - RUN_SHARE) * alpha
+    log_fail = _log_wealth(d[None, :], margin, +1.0, delta, -1.0, 1.0)[0]
+    log_pass = _log_wealth(d[None, :], delta - margin, -1.0, delta, -1.0, 1.0)[0]
+    verdict, pass_at, fail_at, e_pass, e_fail, futile = _decide(log_pass, log_fail, level, beta)
+    p_fail = min(1.0, 1.0 / e_fail)
+    if run_margin is not None:
+        p_fail = _fail_pvalue(d, run_margin, delta, alpha)
+        if verdict == Verdict.FAIL and p_fail > alpha:  # crossed at alpha, not at every level above it
+            verdict, fail_at = (Verdict.PASS if pass_at else Verdict.INCONCLUSIVE), None
+    lower, upper = _bounds(d, level, delta, -1.0, 1.0) if bounds else (-1.0, 1.0)
+    if bounds and margin:
+        lower, upper = max(-1.0, lower - margin), min(1.0, upper + margin)
     # the grid's bounds, made exact at the two nulls the verdicts test
     lower, upper = (max(lower, 0.0) if fail_at else lower), (min(upper, delta) if pass_at else upper)
     return AnytimeResult(verdict, int(d.size), float(d.mean()) if d.size else 0.0, lower, upper, e_pass, e_fail,
-                            min(1.0, 1.0 / e_pass), min(1.0, 1.0 / e_fail), pass_at, fail_at, futile, alpha, delta)
+                            min(1.0, 1.0 / e_pass), p_fail, pass_at, fail_at, futile, alpha, delta, margin)
 
 
 def anytime_rate(outcomes, threshold: float, delta: float, alpha: float = 0.05, beta: float = 0.2, *,

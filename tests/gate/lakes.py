@@ -33,7 +33,8 @@ def write_trials(lake: Path, trials: list[dict], seed: int = 0, *, id_seed: int 
     "tools": [...], "cost": the LLM span's llm.cost.total (optional), "follow_up": (relation,
     index of an earlier trial in ``trials``) for a metamorphic follow-up (optional), "error_class"
     (optional), "usage": False for an LLM call that reports no token counts (optional), "operation":
-    the LLM span's gen_ai.operation.name (optional, default chat)}``;
+    the LLM span's gen_ai.operation.name (optional, default chat), "run": its assay.run.id
+    (optional, default ``run-<version>``)}``;
     ``scenario=None`` writes a plain trace with no assay.* attributes. ``id_seed``: ids from
     a seeded generator instead of the SDK's random ones (a test that needs an exact p-value)."""
     rng = random.Random(seed)
@@ -47,7 +48,7 @@ def write_trials(lake: Path, trials: list[dict], seed: int = 0, *, id_seed: int 
         common = {}
         if t.get("scenario") is not None:
             common = {"assay.scenario": t["scenario"], "assay.agent.version": t["version"],
-                      "assay.run.id": f"run-{t['version']}", "assay.trial.index": t.get("index", i)}
+                      "assay.run.id": t.get("run", f"run-{t['version']}"), "assay.trial.index": t.get("index", i)}
         root_attrs = dict(common)
         if t.get("follow_up"):
             from otel_assay.metamorphic import follow_up
