@@ -2,6 +2,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from otel_assay.stats import Verdict, hotelling_t2
 from otel_assay.stats.fingerprint_anytime import anytime_shift, rank_differences, shift_log_wealth
@@ -37,16 +39,17 @@ def arms(make_b, make_c, reps, n, seed):
     return np.stack([make_b(rng, n) for _ in range(reps)]), np.stack([make_c(rng, n) for _ in range(reps)])
 
 
-def test_rank_differences_count_the_values_of_the_pairs_so_far():
-    rng = np.random.default_rng(1)
-    for _ in range(30):
-        n, d = int(rng.integers(1, 25)), int(rng.integers(1, 4))
-        ties_b, ties_c = rng.integers(0, 4, size=(n, d)).astype(float), rng.integers(0, 4, size=(n, d)).astype(float)
-        assert rank_differences(ties_b, ties_c) == pytest.approx(brute_rank_differences(ties_b, ties_c), abs=1e-12)
-        xb, xc = rng.normal(size=(3, n, d)), rng.normal(size=(3, n, d))
-        batch = rank_differences(xb, xc)
-        for k in range(3):
-            assert batch[k] == pytest.approx(brute_rank_differences(xb[k], xc[k]), abs=1e-12)
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 3).flatmap(lambda d: st.lists(
+    st.tuples(*[st.sampled_from([0.0, 1.0, 2.5, -3.0, 1e9])] * (2 * d)), min_size=1, max_size=25)))
+def test_rank_differences_count_the_values_of_the_pairs_so_far(rows):
+    # the Fenwick counts against counting every value (ties on purpose: five values only)
+    x = np.array(rows)
+    b, c = x[:, : x.shape[1] // 2], x[:, x.shape[1] // 2:]
+    assert rank_differences(b, c) == pytest.approx(brute_rank_differences(b, c), abs=1e-12)
+    batch = rank_differences(np.stack([b, c, b]), np.stack([c, b, b]))
+    for k, (bb, cc) in enumerate([(b, c), (c, b), (b, b)]):
+        assert batch[k] == pytest.approx(brute_rank_differences(bb, cc), abs=1e-12)
 
 
 def test_only_the_order_of_values_matters():
@@ -132,8 +135,9 @@ def test_the_failing_features_are_named_with_their_direction():
 
 
 def test_one_look_hotelling_read_at_ten_looks_blocks_an_unchanged_agent_too_often():
-    # why the anytime test exists: the gate's Hotelling check at 10 looks, 20 to 200 trials
-    # per arm, FAILs an unchanged agent at ~0.2 (0.04 at one look)
+    # why the anytime test exists: Hotelling T² read at 10 looks, 20 to 200 trials per arm,
+    # FAILs an unchanged agent at ~0.2 (0.04 at one look; the gate's direction rule, left out
+    # here, only turns some FAILs into PASSes: the bench measures 0.22 with it)
     rng = np.random.default_rng(9)
     looks = [int(round(x)) for x in np.geomspace(20, 200, 10)]
     reps = 150
@@ -154,5 +158,7 @@ def test_too_few_pairs_is_inconclusive_and_bad_input_is_refused():
         anytime_shift(np.ones((4, 2)), np.ones((4, 3)))
     with pytest.raises(ValueError, match="directions"):
         anytime_shift(np.ones((4, 2)), np.ones((4, 2)), directions=[2, 0])
+    with pytest.raises(ValueError, match="at least one feature"):
+        anytime_shift(np.ones((4, 0)), np.ones((4, 0)))
     with pytest.raises(ValueError, match="alpha"):
         anytime_shift(np.ones((4, 2)), np.ones((4, 2)), alpha=1.5)
