@@ -120,18 +120,52 @@ def trials_to_decide(baseline_rate: float, drop: float, delta: float, alpha: flo
     return f"about {plan.expected_n:.0f}"
 
 
-def _plan_hint(b: np.ndarray, c: np.ndarray, delta: float, alpha: float) -> str:
-    """How many pairs the tests need on average to decide, for an unchanged agent and for one
-    that dropped by delta, at the baseline's observed pass rate (and the pairs' correlation)."""
-    p = float(np.clip(round(float(b.mean()), 2) if len(b) else 0.8, 0.02, 0.98))
-    rho = 0.0
-    if len(b) >= 10 and b.std() > 0 and c.std() > 0:
-        rho = float(np.clip(round(float(np.corrcoef(b, c)[0, 1]), 1), 0.0, 0.9))
-    parts = [f"{trials_to_decide(p, 0.0, delta, alpha, rho)} pairs decide for an unchanged agent on average"]
-    if p - delta > 0.0:
-        parts.append(f"{trials_to_decide(p, delta, delta, alpha, rho)} for one that dropped by delta")
-    return (" (" + ", ".join(parts) + f", at the baseline's pass rate {p:.2f}; {len(b)} so far; "
-            "`otel-assay plan` gives it per scenario with its cost)")
+def _unpaired_baseline(arm_b, arm_c, paired_by: str, paired: int) -> np.ndarray:
+    """The baseline's outcomes no candidate trial pairs with yet, in the order further
+    candidate trials would pair with them: by index, the indices the candidate has not run;
+    in run order, the baseline's trials after the pairs."""
+    ib, ob = outcomes(arm_b)
+    if paired_by == "trial index":
+        ic, _ = outcomes(arm_c)
+        rest = ~np.isin(ib.astype(np.int64), ic.astype(np.int64))
+        return ob[rest][np.argsort(ib[rest].astype(np.int64), kind="stable")]
+    return ob[paired:]
+
+
+def _plan_hint(pb: np.ndarray, pc: np.ndarray, rest: np.ndarray, delta: float, alpha: float, level: float) -> str:
+    """How many more pairs the tests need to decide, for an unchanged agent and for one that
+    dropped by delta: from where the tests stand, paired with the baseline's own unpaired
+    trials (as ``otel-assay plan`` pairs with them, and as a run of further candidate trials
+    meets them), or, when the baseline has none left, on average at its pass rate for a run
+    of both versions."""
+    both = np.concatenate([pb, rest]).astype(bool)
+    p = float(np.clip(round(float(both.mean()), 2) if len(both) else 0.8, 0.02, 0.98))
+    if len(rest) == 0:
+        rho = 0.0
+        if len(pb) >= 10 and pb.std() > 0 and pc.std() > 0:
+            rho = float(np.clip(round(float(np.corrcoef(pb, pc)[0, 1]), 1), 0.0, 0.9))
+        parts = [f"{trials_to_decide(p, 0.0, delta, alpha, rho)} pairs decide for an unchanged agent on average"]
+        if p - delta > 0.0:
+            parts.append(f"{trials_to_decide(p, delta, delta, alpha, rho)} for one that dropped by delta")
+        return (" (the baseline has no trial left to pair with, so both versions need more: " + ", ".join(parts)
+                + f", at the baseline's pass rate {p:.2f}; {len(pb)} so far; `otel-assay plan` gives it per "
+                "scenario with its cost)")
+    parts, short = [], 0
+    for drop, who in ((0.0, "for an unchanged agent"), (delta, "for one that dropped by delta")):
+        if p - drop <= 0.0:
+            continue
+        plan = stats.plan_anytime_regression(p, drop, delta, alpha, n_max=len(both), reps=PLAN_REPS, seed=0,
+                                             baseline=pb, candidate=pc, fail_alpha=level, against=both)
+        if plan.p_open > 0.1:
+            short += 1
+            parts.append(f"more than its {len(rest)} {who}")
+        else:
+            parts.append(f"about {plan.expected_n - len(pb):.0f} more candidate trials decide {who} on average")
+    if short == len(parts):
+        return (f" (from where the tests stand, the baseline's {len(rest)} unpaired trials are likely too few to "
+                "decide: run the baseline on more trials too; `otel-assay plan` gives it per scenario with its cost)")
+    return (f" (from where the tests stand, paired with the baseline's {len(rest)} unpaired trials: "
+            + ", ".join(parts) + "; `otel-assay plan` gives it per scenario with its cost)")
 
 
 def regression_test(arm_b, arm_c, delta: float, alpha: float, beta: float, pairing: str, *, bounds: bool = True):
@@ -200,7 +234,9 @@ def regression_checks(results: list[ScenarioResult], arms_b, arms_c, cfg: GateCo
 
         # every regression test is in the family, whatever its data: which tests enter must
         # not depend on the data, or the correction would not hold
-        def finish(adjusted, check=check, res=res, s=s, pb=pb, pc=pc, k=k, runs=runs):
+        rest = _unpaired_baseline(arms_b[r.scenario], arms_c[r.scenario], paired_by, res.n)
+
+        def finish(adjusted, check=check, res=res, s=s, pb=pb, pc=pc, k=k, runs=runs, rest=rest):
             p_adj = adjusted[0]
             check.stats["pvalue_adjusted"] = p_adj
             n, worse, better = res.n, check.stats["regressions"], check.stats["improvements"]
@@ -218,7 +254,8 @@ def regression_checks(results: list[ScenarioResult], arms_b, arms_c, cfg: GateCo
                     f"delta={s.delta} (reached at {res.pass_at} pairs)")
             else:
                 # the plan simulates the tests without a run margin: with one, it says too few
-                more = ("more trials decide" + _plan_hint(pb, pc, s.delta, cfg.alpha) if res.margin == 0.0 else
+                more = ("more trials decide" + _plan_hint(pb, pc, rest, s.delta, cfg.alpha, family.level())
+                        if res.margin == 0.0 else
                         "more trials decide, more than the tests would need without the runs' variation"
                         if res.margin < s.delta else "more baseline runs, or a baseline run in the same job, decide")
                 check.reason = (f"{pairs_said}; undecided: the drop lies between {res.lower:.3f} and "

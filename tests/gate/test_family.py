@@ -210,6 +210,18 @@ def test_an_undecided_regression_says_how_many_pairs_decide(tmp_path):
     assert c.verdict == "INCONCLUSIVE", (c.verdict, c.reason)
     assert c.stats["drop_lower"] < 0 < 0.1 <= c.stats["drop_upper"]
     assert "pairs decide for an unchanged agent on average" in c.reason and "40 so far" in c.reason, c.reason
+    # both arms ran the same 40 indices: more candidate trials would have nothing to pair with
+    assert "the baseline has no trial left to pair with, so both versions need more" in c.reason, c.reason
+    # the baseline ran 400 indices, the candidate the first 40: further candidate trials pair
+    # with the baseline's other 360, and the plan goes on from where the tests stand
+    trials = ([{"scenario": "s", "version": "v1", "outcome": "pass" if i % 10 else "fail"} for i in range(400)]
+              + [{"scenario": "s", "version": "v2", "outcome": "fail" if i < 8 else "pass", "index": i}
+                 for i in range(40)])
+    c = run_gate(write_trials(tmp_path / "lake1", trials), GateConfig(), baseline="version=v1",
+                 candidate="version=v2").scenarios[0].check("regression")
+    assert c.verdict == "INCONCLUSIVE" and c.stats["pairs"] == 40, (c.verdict, c.reason)
+    assert "from where the tests stand, paired with the baseline's 360 unpaired trials: about" in c.reason, c.reason
+    assert "more candidate trials decide for an unchanged agent on average" in c.reason, c.reason
     # 100/100 against 95/100 decides: the drop is below delta (upper bound under 0.1)
     trials = ([{"scenario": "s", "version": "v1", "outcome": "pass"} for _ in range(100)]
               + [{"scenario": "s", "version": "v2", "outcome": "pass" if i < 95 else "fail"} for i in range(100)])
