@@ -23,8 +23,10 @@ Speed: a JSON record is read by the fast path of ``fastjson`` when it is plain, 
 ``json.loads`` and ``otlp.add_json`` otherwise; a protobuf record by the receiver's
 ``compiled.protobuf_batch`` (the compiled decoder, or the generated classes for a request it
 declines). Both give the same rows either way. Several files can be read at once by a pool of
-processes (``jobs``), each writing its own files; a file is read in chunks of
-``CHUNK_SPANS`` spans, written as each fills, so memory is bounded by a chunk.
+processes (``jobs``), each writing its own files; a large JSON Lines file is read as ranges of
+whole lines (``RANGE_BYTES`` each), in order by one process or at once by a pool, with the
+same lake files either way. A file is read in chunks of ``CHUNK_SPANS`` spans, written as
+each fills, so memory is bounded by a chunk.
 """
 
 from __future__ import annotations
