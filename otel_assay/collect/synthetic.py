@@ -27,8 +27,11 @@ def _kv(key: str, value) -> KeyValue:
 
 
 def request(n_trials: int, *, steps: int = 8, rng: random.Random | None = None,
-            start_ns: int | None = None, version: str = "v1") -> ExportTraceServiceRequest:
-    """An ExportTraceServiceRequest with ``n_trials`` traces of ``steps + 2`` spans each."""
+            start_ns: int | None = None, version: str = "v1", first_index: int = 0, scenarios: int = 5,
+            pass_rate: float = 0.8) -> ExportTraceServiceRequest:
+    """An ExportTraceServiceRequest with ``n_trials`` traces of ``steps + 2`` spans each:
+    trial indices from ``first_index``, spread over ``scenarios`` scenarios, each passing
+    with probability ``pass_rate``."""
     rng = rng or random.Random()
     t0 = start_ns or time.time_ns()
     req = ExportTraceServiceRequest()
@@ -37,9 +40,9 @@ def request(n_trials: int, *, steps: int = 8, rng: random.Random | None = None,
                                    _kv("telemetry.sdk.language", "python")])
     ss = rs.scope_spans.add()
     ss.scope.name = "otel_assay.synthetic"
-    for t in range(n_trials):
+    for t in range(first_index, first_index + n_trials):
         trace_id = rng.getrandbits(128).to_bytes(16, "big")
-        scenario = f"scenario-{t % 5}"
+        scenario = f"scenario-{t % scenarios}"
         common = [_kv("assay.scenario", scenario), _kv("assay.agent.version", version),
                   _kv("assay.run.id", "bench"), _kv("assay.trial.index", t)]
         root_id = rng.getrandbits(64).to_bytes(8, "big")
@@ -48,7 +51,7 @@ def request(n_trials: int, *, steps: int = 8, rng: random.Random | None = None,
         end = start + (steps + 2) * 100_000
         root = ss.spans.add(trace_id=trace_id, span_id=root_id, name=f"assay.trial {scenario}", kind=1,
                             start_time_unix_nano=start, end_time_unix_nano=end)
-        root.attributes.extend(common + [_kv("assay.trial.outcome", "pass" if rng.random() < 0.8 else "fail")])
+        root.attributes.extend(common + [_kv("assay.trial.outcome", "pass" if rng.random() < pass_rate else "fail")])
         agent = ss.spans.add(trace_id=trace_id, span_id=agent_id, parent_span_id=root_id, name="invoke_agent support",
                              kind=1, start_time_unix_nano=start + 1000, end_time_unix_nano=end - 1000)
         agent.attributes.extend(common + [_kv("gen_ai.operation.name", "invoke_agent"), _kv("gen_ai.agent.name", "support")])
