@@ -24,18 +24,6 @@ class Oracles:
 
 
 
-def rate_reason(v, verb: str = "contains") -> str:
-    """Why a rate verdict is neither PASS nor FAIL: the interval holds the threshold, or
-    a bound is past it but the exact binomial test (which guards small samples) disagrees."""
-    th = v.threshold
-    if v.ci.high < th:
-        return (f"upper bound {v.ci.high:.3f} < threshold {th}, but on {v.n} trials the exact binomial test "
-                f"does not confirm it (p={v.pvalue_fail:.3g} >= alpha={v.alpha:.3g}); more trials would decide")
-    if v.ci.low >= th:
-        return (f"lower bound {v.ci.low:.3f} >= threshold {th}, but on {v.n} trials the exact binomial test "
-                f"does not confirm it (p={v.pvalue_pass:.3g} >= alpha={v.alpha:.3g}); more trials would decide")
-    return f"interval [{v.ci.low:.3f}, {v.ci.high:.3f}] {verb} threshold {th}"
-
 def contract_tools(eng_c, eng_b, cfg: GateConfig) -> set[str] | None:
     """Tools either arm's lake has seen: what contract tool names are checked against."""
     if not any(c.kind in TOOL_KINDS for c in cfg.contracts or ()):
@@ -105,8 +93,10 @@ def oracle_checks(results: list[ScenarioResult], oracle_b: Oracles | None, oracl
     """Per scenario, a ``contracts`` and a ``metamorphic`` check from the candidate's trials.
 
     Each contract (relation) must hold in at least its threshold share of the candidate's
-    trials (pairs), by the pass-rate verdict. PASS: the verdict at level
-    alpha / k for the k contracts (relations) of the scenario, alpha the smallest of theirs.
+    trials (pairs), by the pass rate's anytime-valid test over the trials in the order they
+    ran (users gate again after adding trials; a one-look test read at every such look would
+    block an unchanged agent more often each time). PASS: that test at level alpha / k for
+    the k contracts (relations) of the scenario, alpha the smallest of theirs.
     FAIL: each contract's FAIL p-value is one test of the suite's family (Family), so the
     contracts of every scenario share the correction with the other checks; a contract with
     an alpha below the suite's has its p-value scaled up by suite alpha / its alpha, which
@@ -160,11 +150,14 @@ def oracle_checks(results: list[ScenarioResult], oracle_b: Oracles | None, oracl
             tested, detail = [], {}
             for it in judged:
                 n, k, unknown = _counts(cand, r.scenario, it.name)
-                v = stats.verdict(k, n, it.threshold, level)
+                # the anytime test over the judged trials in the order they ran, as the pass
+                # rate's: a gate run again after more trials must not err more often for it
+                held = [bool(h) for h in cand[r.scenario][it.name] if h is not None]
+                v = stats.anytime_rate(held, it.threshold, r.settings.delta, level, r.settings.beta)
                 p = min(1.0, v.pvalue_fail * max(1.0, cfg.alpha / it.alpha))
-                entry = {"holds": k, "n": n, "unjudged": unknown, "rate": k / n, "ci_low": v.ci.low,
-                         "ci_high": v.ci.high, "threshold": it.threshold, "verdict": v.verdict.value,
-                         "pvalue": p, "pvalue_adjusted": None}
+                entry = {"holds": k, "n": n, "unjudged": unknown, "rate": k / n, "ci_low": v.lower,
+                         "ci_high": v.upper, "threshold": it.threshold, "verdict": v.verdict.value,
+                         "e_pass": v.e_pass, "e_fail": v.e_fail, "pvalue": p, "pvalue_adjusted": None}
                 if base is not None:
                     nb, kb, _u = _counts(base, r.scenario, it.name)
                     if nb:
@@ -182,22 +175,22 @@ def oracle_checks(results: list[ScenarioResult], oracle_b: Oracles | None, oracl
                 for (it, v, p), p_adj in zip(tested, adjusted):
                     entry = detail[it.name]
                     entry["pvalue_adjusted"] = p_adj
-                    k, n = v.successes, v.n
-                    if v.verdict is stats.Verdict.PASS:
-                        verdict = PASS
-                    elif p_adj < cfg.alpha:
+                    k, n = entry["holds"], entry["n"]
+                    if p_adj < cfg.alpha:
                         verdict = FAIL
                         reasons.append(f"{it.name} FAIL ({k}/{n} hold, below threshold {it.threshold}: "
-                                       f"{tag}p={p_adj:.3g} < alpha={cfg.alpha})")
+                                       f"anytime {tag}p={p_adj:.3g} < alpha={cfg.alpha}, reached at {v.fail_at} "
+                                       "trials)")
+                    elif v.pass_at is not None:
+                        verdict = PASS
                     else:
                         verdict = INCONCLUSIVE
-                        if v.verdict is stats.Verdict.FAIL:
-                            why = (f"upper bound {v.ci.high:.3f} < threshold {it.threshold} but not after "
+                        if v.fail_at is not None:
+                            why = (f"upper bound {v.upper:.3f} < threshold {it.threshold} but not after "
                                    f"{family.describe()} (adjusted p={p_adj:.3g})")
                         else:
-                            why = rate_reason(v, "includes")
-                            if v.ci.low < it.threshold <= v.ci.high:
-                                why += "; more trials would decide"
+                            why = (f"the share lies between {v.lower:.3f} and {v.upper:.3f}, which holds the "
+                                   f"threshold {it.threshold}; more trials would decide")
                         reasons.append(f"{it.name} INCONCLUSIVE ({k}/{n} hold, {why})")
                     entry["verdict"] = verdict
                     verdicts.append(verdict)

@@ -438,8 +438,11 @@ def evaluate(engine, contracts: Sequence[Contract], *, trials: str = "trials") -
     # only the trials that count, as in the pass rates and the run: an infrastructure
     # error, a pre-validation failure, an empty run or a timeout before any tool call measured
     # nothing about the agent, yet (no tools, no answer) failed must_call and the output contracts
+    # in the order the trials ran: the gate reads each contract's holds as a sequence, whose
+    # test is valid at every prefix only if earlier trials stay earlier
     sql = _FACTS.format(trials=trials) + ("SELECT *" if user_sql else "SELECT trace_id, scenario, version") + \
-        "".join(", " + c for c in cols) + " FROM facts WHERE counted ORDER BY scenario, version, trace_id"
+        "".join(", " + c for c in cols) + \
+        " FROM facts WHERE counted ORDER BY scenario, version, trial_index NULLS LAST, start_time_unix_nano, trace_id"
     try:
         base = engine.con.sql(sql, params=params).to_arrow_table()
     except duckdb.Error as e:

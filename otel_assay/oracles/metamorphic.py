@@ -122,7 +122,8 @@ LEFT JOIN final sf ON sf.trace_id = f.source
 LEFT JOIN final ff ON ff.trace_id = f.trace_id
 LEFT JOIN tool_sets ss ON ss.trace_id = f.source
 LEFT JOIN tool_sets fs ON fs.trace_id = f.trace_id
-ORDER BY f.relation, ft.version, f.trace_id
+-- in the order the follow-up trials ran: the gate reads each relation's pairs as a sequence
+ORDER BY f.relation, ft.version, ft.trial_index NULLS LAST, ft.start_time_unix_nano, f.trace_id
 """
 
 
