@@ -273,8 +273,9 @@ def _fail_detail(a, h, counts: bool, moves: list[dict]) -> str:
         moved = [f"{m['name']} {_way(m['direction'])}" for m in moves]
         if not moved:
             moved = [f.name for f in h.top_features[:3] if f.smd != 0]
+        # the anytime test's moves, when it FAILed too, already say what moved
         parts.append(f"T² on the first {FIRST_LOOK_PAIRS} pairs p={h.pvalue:.3g} (d_eff={h.d_eff})"
-                     + (f"; moved most: {', '.join(moved)}" if moved else ""))
+                     + (f"; moved most: {', '.join(moved)}" if moved and a.fail_at is None else ""))
     return "; ".join(parts) or f"anytime e={a.e_value:.3g} over {a.n_pairs} pairs"
 
 

@@ -35,7 +35,7 @@ def test_an_unchanged_agent_is_blocked_at_most_alpha_however_often_it_is_gated()
     and 10 looks (10, 20, ..., 100): P(block at any look) <= alpha. With T² read at every
     look the fingerprint alone blocked about 0.2 of such runs at 10 looks, beyond this band
     (bench/bench_gate_regating.py measures 3 scenarios up to 200 trials)."""
-    reps, alpha = 200, 0.05
+    reps, alpha = 300, 0.05
     rng = np.random.default_rng(40)
     cfg = GateConfig(threshold=0.7)
     hits = {1: 0, 3: 0, 10: 0}
