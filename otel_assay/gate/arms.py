@@ -6,6 +6,8 @@ runs); a counted trial without an outcome is judged only by the checks that need
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import stats
@@ -55,21 +57,25 @@ def summary(t: dict[str, np.ndarray], alpha: float) -> Arm:
 INCOMPLETE_CLASSES = frozenset({"interrupted", "caller-stopped"})
 
 
-def complete_trials(arms: dict[str, dict[str, np.ndarray]]) -> tuple[set[str], int]:
-    """Trace ids of the counted trials that ran to their end, and how many counted ones did not.
+def complete_trials(arms: dict[str, dict[str, np.ndarray]]) -> tuple[dict[str, tuple[Any, int]], int]:
+    """The counted trials that ran to their end, as trace id -> (trial index, position in run
+    order), and how many counted ones did not.
 
     Pass rates know an interrupted trial's outcome is unknown; its fingerprint would still
-    enter the T² test as a run with fewer steps and tokens, so a candidate interrupted more
-    often (a human pausing it, a UI stopping streams) would read as a behaviour shift."""
-    complete, left = set(), 0
+    enter the shift test as a run with fewer steps and tokens, so a candidate interrupted more
+    often (a human pausing it, a UI stopping streams) would read as a behaviour shift. The
+    index and run order are what the fingerprint test pairs trials by (the arms' columns come
+    in run order: by start time)."""
+    complete, left = {}, 0
     for a in arms.values():
-        for t, k, cls in zip(a["trace_id"], a["counted"], a["error_class"]):
+        for pos, (t, k, cls, idx) in enumerate(zip(a["trace_id"], a["counted"], a["error_class"],
+                                                   a["trial_index"])):
             if not k:
                 continue
             if cls in INCOMPLETE_CLASSES:
                 left += 1
             else:
-                complete.add(str(t))
+                complete[str(t)] = (idx, pos)
     return complete, left
 
 

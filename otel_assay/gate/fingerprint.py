@@ -1,7 +1,15 @@
-"""The fingerprint check: Hotelling T² on the behavioural fingerprints of each scenario's trials.
+"""The fingerprint check: did the behavioural fingerprints of each scenario's trials shift.
 
-FAIL when the mean fingerprint moved; PASS reports the smallest shift the test could have
-seen, so "no shift" is read with its power.
+Users gate, add trials and gate again, so the check must not err more often for being read
+at many trial counts. Hotelling's T² read at every look does (at 10 looks it blocked an
+unchanged agent about a fifth of the time), so FAIL is the union of two tests at half the
+level each: the anytime-valid shift test of ``stats.fingerprint_anytime`` over the trials
+paired in order, valid at every count of pairs, and T² on the first FIRST_LOOK_PAIRS pairs
+only, one look fixed by the data however often anyone gates. The check's p-value is
+min(1, 2 min(p_anytime, p_T²)), valid by the union bound. A shift only for the better does
+not block: the anytime test bets only on worsening (and on neutral moves), and the T² look
+keeps its rule of passing a shift whose every moved feature moved for the better. PASS
+reports the smallest shift the T² look detects, so "no shift" is read with its power.
 """
 
 from __future__ import annotations
@@ -13,9 +21,11 @@ import numpy as np
 
 from .. import stats
 from ..analyze.fingerprint import fingerprint_matrix, tool_vocabulary
+from ..stats.fingerprint_anytime import MAX_FRACTION, anytime_shift
 from .config import GateConfig
 from .family import Family
 from .lakes import engines
+from .regression import _by_index
 from .result import FAIL, INCONCLUSIVE, PASS, Check
 
 # Bookkeeping columns of the fingerprint matrix that are not features.
@@ -31,6 +41,11 @@ STRUCTURAL_FEATURES = ("max_depth", "n_branches", "frac_agent", "frac_reason", "
 # behaves differently, which is neither.
 DIRECTION = {"n_steps": -1, "error_flag": -1, "recovery_rate": +1, "total_tokens": -1, "tokens_per_step": -1,
              "cost_usd": -1, "cost_per_step": -1, "latency_s": -1}
+# Hotelling's T² is read once, on the first this many pairs. Its power at 50 trials per arm
+# is what the project's fingerprint power figures are quoted at (the tool-mix shift A .5→.35:
+# .88 where the anytime test alone has .52), and a look fixed by the data (the first 50
+# pairs, the same p-value however often anyone gates) adds no looks when users re-gate.
+FIRST_LOOK_PAIRS = 50
 # The most permutations the gate draws for one fingerprint test (about 1-2 s per scenario at
 # 100 trials on a CI core). See permutations().
 MAX_PERMUTATIONS = 199_999
@@ -88,17 +103,7 @@ def fingerprint_checks(results, fp_b, fp_c, complete_b: set, complete_c: set, cf
                      f"{', '.join(n for n in all_names if n not in STRUCTURAL_FEATURES and not n.startswith('tool:'))}, "
                      "tool:<name>)")
 
-    def rows_by_scenario(fp, trials):
-        tid = fp.column("trace_id").to_numpy(zero_copy_only=False)
-        sc = fp.column("scenario").to_numpy(zero_copy_only=False)
-        keep = np.fromiter((t in trials for t in tid), bool, len(tid))
-        out: dict[str, np.ndarray] = {}
-        order = np.flatnonzero(keep)
-        for s in np.unique(sc[order].astype(str)) if len(order) else []:
-            out[s] = order[sc[order] == s]
-        return out
-
-    rb, rc = rows_by_scenario(fp_b, complete_b), rows_by_scenario(fp_c, complete_c)
+    rb, rc = _rows_by_scenario(fp_b, complete_b), _rows_by_scenario(fp_c, complete_c)
     todo = []
     for r in results:
         if not r.settings.checks["fingerprint"]:
@@ -115,30 +120,55 @@ def fingerprint_checks(results, fp_b, fp_c, complete_b: set, complete_c: set, cf
         todo.append(r)
     # the family's per-test level once these tests join it: the permutation p-value must be
     # able to get below it, or no fingerprint could FAIL (1 / (B + 1) >= alpha / m: from 500
-    # scenarios at the default 9999 permutations)
+    # scenarios at the default 9999 permutations); the T² look is held to half of it
     level = family.level(family.size + len(todo))
-    n_perm = permutations(cfg.permutations, level)
+    n_perm = permutations(cfg.permutations, level / 2)
+    directions = [DIRECTION.get(f, 0) for f in features]
     found = []
     for i, r in enumerate(todo):
         progress(f"fingerprint {r.scenario} ({i + 1}/{len(todo)})")
-        xb, xc = _matrix(fp_b, features, rb[r.scenario]), _matrix(fp_c, features, rc[r.scenario])
-        h = stats.hotelling_t2(xb, xc, alpha=cfg.alpha, beta=r.settings.beta, n_permutations=n_perm,
+        at_b, at_c, pairing = pair_rows(rb[r.scenario], rc[r.scenario], complete_b, complete_c, fp_b, fp_c,
+                                        cfg.pairing)
+        xb, xc = _matrix(fp_b, features, at_b), _matrix(fp_c, features, at_c)
+        a = anytime_shift(xb, xc, alpha=cfg.alpha / 2, directions=directions,
+                          block_improvements=cfg.block_any_shift, feature_names=features)
+        hb, hc = xb[:FIRST_LOOK_PAIRS], xc[:FIRST_LOOK_PAIRS]
+        # before the look, T² only describes the pairs so far (top features, d_eff): its
+        # p-value decides nothing, so a few permutations do
+        look_perm = n_perm if len(hb) >= FIRST_LOOK_PAIRS else 99
+        h = stats.hotelling_t2(hb, hc, alpha=cfg.alpha / 2, beta=r.settings.beta, n_permutations=look_perm,
                                seed=cfg.seed, feature_names=features, top_k=5)
-        found.append((h, _moves(xb, xc, features, cfg.alpha)))
+        found.append((a, h, _moves(hb, hc, features, cfg.alpha), pairing))
         plots.setdefault("pca", {})[r.scenario] = _pca_points(xb, xc)
-    if any(h.method == "permutation" for h, _ in found) and 1.0 / (n_perm + 1) >= level:
+    if any(h.method == "permutation" for _, h, _, _ in found) and 2.0 / (n_perm + 1) >= level:
         notes.append(f"fingerprint: {n_perm} permutations (the most the gate draws: {MAX_PERMUTATIONS}, or "
-                     f"fingerprint.permutations) give p-values no smaller than 1/{n_perm + 1}, not below "
-                     f"{level:.3g}, the level {cfg.correction} holds the smallest of the suite's "
-                     f"{family.size + len(todo)} FAIL tests to: a fingerprint tested by permutation (below 100 "
-                     "trials per scenario) cannot FAIL; raise fingerprint.permutations, or gate fewer scenarios "
+                     f"fingerprint.permutations) give T² p-values no smaller than 1/{n_perm + 1}, not below "
+                     f"{level / 2:.3g}, half the level {cfg.correction} holds the smallest of the suite's "
+                     f"{family.size + len(todo)} FAIL tests to: the T² look of a fingerprint tested by "
+                     "permutation cannot FAIL; raise fingerprint.permutations, or gate fewer scenarios "
                      "or checks at once")
-    for r, (h, moves) in zip(todo, found):
-        crit = _t2_critical(h, cfg.alpha)
-        st = {"t2": None if math.isinf(h.statistic) else h.statistic, "f": h.f_statistic,
-              "df": list(h.df) if h.df else None, "pvalue": h.pvalue, "pvalue_adjusted": None,
-              "neg_log10_pvalue": h.neg_log10_pvalue, "method": h.method, "n_permutations": h.n_permutations,
-              "d_eff": h.d_eff, "n_features": h.n_features, "shrinkage": h.shrinkage, "n_baseline": h.n_baseline,
+    for r, (a, h, moves, pairing) in zip(todo, found):
+        n = a.n_pairs
+        counts = n >= FIRST_LOOK_PAIRS and h.verdict is not stats.Verdict.INCONCLUSIVE
+        better = _only_improvements(moves) if counts else ""
+        # the T² look's direction rule: a shift only for the better is no FAIL (a FAIL's
+        # subset, so the p-value stays valid); the anytime test carries its rule in its bets
+        p_t2 = h.pvalue if counts and (cfg.block_any_shift or not better) else 1.0
+        pvalue = min(1.0, 2.0 * min(a.pvalue, p_t2))
+        crit = _t2_critical(h, cfg.alpha / 2)
+        st = {"pvalue": pvalue, "pvalue_adjusted": None, "pairing": pairing, "n_pairs": n,
+              "e_value": a.e_value, "pvalue_anytime": a.pvalue, "fail_at": a.fail_at,
+              "anytime_features": [{"name": f.name, "baseline_mean": f.baseline_mean,
+                                    "candidate_mean": f.candidate_mean, "mean_rank_shift": f.mean_rank_shift,
+                                    "e_up": f.e_up, "e_down": f.e_down, "direction": f.direction}
+                                   for f in a.features if f.direction != "none"],
+              "t2_pairs": min(n, FIRST_LOOK_PAIRS), "t2_counts": counts, "pvalue_t2": h.pvalue,
+              "t2": None if math.isinf(h.statistic) else h.statistic, "f": h.f_statistic,
+              "df": list(h.df) if h.df else None,
+              # an F p-value can underflow to 0; its log does not
+              "neg_log10_pvalue": -math.log10(pvalue) if pvalue > 0 else h.neg_log10_pvalue - math.log10(2.0),
+              "method": h.method, "n_permutations": h.n_permutations, "d_eff": h.d_eff,
+              "n_features": h.n_features, "shrinkage": h.shrinkage, "n_baseline": h.n_baseline,
               "n_candidate": h.n_candidate, "min_detectable_shift": h.min_detectable_shift, "t2_critical": crit,
               # a pooled SD of rounding noise (a feature constant within each arm) gives an
               # astronomically large smd: it means "separated", which null (±inf) says
@@ -147,45 +177,110 @@ def fingerprint_checks(results, fp_b, fp_c, complete_b: set, complete_c: set, cf
                                 "baseline_sd": f.baseline_sd, "candidate_sd": f.candidate_sd}
                                for f in h.top_features],
               "excluded_features": excluded + missing, "moved": moves}
-        if h.verdict is stats.Verdict.INCONCLUSIVE:
-            # too few trials for any p-value below alpha: no test, so not in the family
-            r.checks.append(Check("fingerprint", INCONCLUSIVE, h.reason, stats=st))
+        if n < FIRST_LOOK_PAIRS and 2.0 * (1.0 + MAX_FRACTION) ** -n >= cfg.alpha:
+            # too few pairs for any p-value below alpha: no test, so not in the family
+            need = math.ceil(math.log(2.0 / cfg.alpha) / math.log1p(MAX_FRACTION))
+            r.checks.append(Check("fingerprint", INCONCLUSIVE,
+                                  f"too few paired trials ({n}): no shift can be shown before {need} pairs", stats=st))
             continue
         check = Check("fingerprint", INCONCLUSIVE, "", stats=st)
         r.checks.append(check)
 
-        def finish(adjusted, check=check, h=h, scenario=r.scenario, beta=r.settings.beta):
+        def finish(adjusted, check=check, a=a, h=h, scenario=r.scenario, beta=r.settings.beta, counts=counts,
+                   better=better):
             p_adj = adjusted[0]
-            check.stats["pvalue_adjusted"] = p_adj
-            # the power figures at the level the family holds its strictest test to, not at
-            # alpha: a shift detectable only at alpha is not one this gate would block on.
-            # A T² past this critical value FAILs under any of the corrections
-            level = family.level()
-            shift = (stats.hotelling_detectable_shift(h.n_baseline, h.n_candidate, h.d_eff, level, beta)
+            st = check.stats
+            st["pvalue_adjusted"] = p_adj
+            # the power figures of the T² look at half the level the family holds its strictest
+            # test to, not at alpha: a shift detectable only at alpha is not one this gate
+            # would block on. A T² past this critical value FAILs under any of the corrections
+            level = family.level() / 2
+            shift = (stats.hotelling_detectable_shift(FIRST_LOOK_PAIRS, FIRST_LOOK_PAIRS, h.d_eff, level, beta)
                      if h.min_detectable_shift is not None else None)
-            check.stats["min_detectable_shift"] = shift
-            check.stats["t2_critical"] = _t2_critical(h, level)
-            check.stats["power_level"] = level
-            mds = f"; smallest detectable shift {shift:.2f} SD" if shift else ""
-            moved = ", ".join(f.name for f in h.top_features[:3] if f.smd != 0)
+            st["min_detectable_shift"] = shift
+            st["t2_critical"] = _t2_critical(h, level)
+            st["power_level"] = level
             tag = family.adjusted_tag()
-            better = _only_improvements(check.stats["moved"])
-            if p_adj < cfg.alpha and better and not cfg.block_any_shift:
-                # a FAIL's subset: the false-block rate stays the family's
+            if p_adj < cfg.alpha:
+                check.verdict, check.reason = FAIL, f"behaviour shifted: {tag}p={p_adj:.3g} < alpha={cfg.alpha}; " \
+                    + _fail_detail(a, h, counts, st["moved"])
+            elif better and 2.0 * h.pvalue < cfg.alpha and not cfg.block_any_shift:
                 check.verdict, check.reason = PASS, (
-                    f"behaviour shifted ({tag}p={p_adj:.3g}), only for the better: {better}; not blocking "
-                    "(fingerprint.block_any_shift: true blocks it)")
-            elif p_adj < cfg.alpha:
-                check.verdict, check.reason = FAIL, (f"behaviour shifted: {tag}p={p_adj:.3g} < alpha={cfg.alpha} "
-                                                     f"(d_eff={h.d_eff}); moved most: {moved}")
+                    f"behaviour shifted in the first {FIRST_LOOK_PAIRS} pairs (T² p={h.pvalue:.3g}), only for "
+                    f"the better: {better}; not blocking (fingerprint.block_any_shift: true blocks it)")
             else:
-                check.verdict, check.reason = PASS, (f"no shift detected: {tag}p={p_adj:.3g} "
-                                                     f"(d_eff={h.d_eff}){mds}")
-            plots.setdefault("t2", {})[scenario] = {"t2": check.stats["t2"], "critical": check.stats["t2_critical"],
+                mds = f"; smallest shift the {FIRST_LOOK_PAIRS}-pair T² look detects {shift:.2f} SD" if shift else ""
+                look = ("" if counts else f"; T² joins at {FIRST_LOOK_PAIRS} pairs")
+                check.verdict, check.reason = PASS, (
+                    f"no shift detected: {tag}p={p_adj:.3g} over {a.n_pairs} pairs (e={a.e_value:.3g}){look}{mds}")
+            gained = [f"{f['name']} {f['baseline_mean']:.3g}→{f['candidate_mean']:.3g}"
+                      for f in st["anytime_features"] if f["direction"] == "better"]
+            if gained and check.verdict == PASS and not better and not cfg.block_any_shift:
+                only = "only " if all(f["direction"] == "better" for f in st["anytime_features"]) else ""
+                check.reason += (f"; behaviour shifted {only}for the better: {', '.join(gained)}; not blocking "
+                                 "(fingerprint.block_any_shift: true blocks it)")
+            plots.setdefault("t2", {})[scenario] = {"t2": st["t2"], "critical": st["t2_critical"],
                                                     "verdict": check.verdict}
 
-        family.add(check, [h.pvalue], finish)
+        family.add(check, [pvalue], finish)
     return notes
+
+
+def _rows_by_scenario(fp, trials) -> dict[str, np.ndarray]:
+    """Rows of the fingerprint matrix of each scenario's complete trials (in the matrix's order)."""
+    tid = fp.column("trace_id").to_numpy(zero_copy_only=False)
+    sc = fp.column("scenario").to_numpy(zero_copy_only=False)
+    keep = np.fromiter((t in trials for t in tid), bool, len(tid))
+    out: dict[str, np.ndarray] = {}
+    order = np.flatnonzero(keep)
+    for s in np.unique(sc[order].astype(str)) if len(order) else []:
+        out[s] = order[sc[order] == s]
+    return out
+
+
+def pair_rows(rows_b, rows_c, trials_b: dict, trials_c: dict, fp_b, fp_c,
+              pairing: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """(baseline rows, candidate rows, how they pair): row i of each is pair i. By trial index
+    when both arms ran the same indices (with ``pairing: auto``), else in run order, the longer
+    arm's extra trials unused. Never by trace id: ids are random, so a trial added later would
+    land between earlier ones and change the earlier pairs, which the anytime test's guarantee
+    at every count of pairs rests on."""
+    def ordered(rows, fp, trials):
+        tid = fp.column("trace_id").to_numpy(zero_copy_only=False)[rows]
+        idx = np.array([trials[str(t)][0] for t in tid], dtype=object)
+        pos = np.array([trials[str(t)][1] for t in tid], dtype=np.int64)
+        order = np.argsort(pos, kind="stable")
+        return rows[order], idx[order]
+
+    rows_b, ib = ordered(rows_b, fp_b, trials_b)
+    rows_c, ic = ordered(rows_c, fp_c, trials_c)
+    if pairing == "auto":
+        by_index = _by_index(ib, ic)
+        if by_index is not None:
+            return rows_b[by_index[0]], rows_c[by_index[1]], "trial index"
+    n = min(len(rows_b), len(rows_c))
+    return rows_b[:n], rows_c[:n], "run order"
+
+
+def _fail_detail(a, h, counts: bool, moves: list[dict]) -> str:
+    """Which of the two tests found the shift, and which features moved which way."""
+    parts = []
+    if a.fail_at is not None:
+        moved = [f"{f.name} {_way(f.direction)}" for f in a.features if f.direction != "none"]
+        parts.append(f"the anytime test reached e={a.e_value:.3g} after {a.fail_at} of {a.n_pairs} pairs"
+                     + (f" (moved: {', '.join(moved)})" if moved else ""))
+    if counts and (a.fail_at is None or h.pvalue < a.pvalue):
+        moved = [f"{m['name']} {_way(m['direction'])}" for m in moves]
+        if not moved:
+            moved = [f.name for f in h.top_features[:3] if f.smd != 0]
+        # the anytime test's moves, when it FAILed too, already say what moved
+        parts.append(f"T² on the first {FIRST_LOOK_PAIRS} pairs p={h.pvalue:.3g} (d_eff={h.d_eff})"
+                     + (f"; moved most: {', '.join(moved)}" if moved and a.fail_at is None else ""))
+    return "; ".join(parts) or f"anytime e={a.e_value:.3g} over {a.n_pairs} pairs"
+
+
+def _way(direction: str) -> str:
+    return {"worse": "(worse)", "better": "(better)"}.get(direction, "(neutral)")
 
 
 def _moves(xb: np.ndarray, xc: np.ndarray, features: list[str], alpha: float) -> list[dict]:

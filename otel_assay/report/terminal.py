@@ -61,8 +61,16 @@ def _detail(check) -> list[str]:
         t2 = ("T² unbounded: the arms separate completely (no spread within them along the shift)"
               if s["t2"] is None else f"T²={s['t2']:.1f}")
         crit = "" if s.get("t2_critical") is None else f" (crit {s['t2_critical']:.1f})"
-        lines = [f"{t2}{crit}, p={_p(s['pvalue'])} (adj {_p(s['pvalue_adjusted'])}), d_eff={s['d_eff']}, "
-                 f"{s['method']}"]
+        lines = [f"p={_p(s['pvalue'])} (adj {_p(s['pvalue_adjusted'])})"]
+        if "e_value" in s:
+            # the anytime test over every pair so far, and T² on the first pairs only
+            lines[-1] += (f"; anytime e={s['e_value']:.3g} over {s['n_pairs']} pairs ({s['pairing']})"
+                          + (f", FAIL at {s['fail_at']}" if s.get("fail_at") else ""))
+            lines.append(f"first {s['t2_pairs']} pairs: {t2}{crit}, p={_p(s['pvalue_t2'])}"
+                         + ("" if s["t2_counts"] else " (not yet counted)"))
+        else:
+            lines[-1] = f"{t2}{crit}, " + lines[-1]
+        lines[-1] += f", d_eff={s['d_eff']}, {s['method']}"
         if s.get("min_detectable_shift") is not None:
             lines[-1] += f", min shift {s['min_detectable_shift']:.2f} SD"
         moved = [f"{f['name']} {feature_shift(f)}"

@@ -40,21 +40,31 @@ def _trials(outcomes: np.ndarray) -> dict[str, np.ndarray]:
             "passed": np.array([bool(o) for o in outcomes], dtype=object)}
 
 
-def _table(scenarios: list[Scenario], side: str, features: list[str]) -> tuple[pa.Table, set[str]]:
-    ids, names, rows = [], [], []
+def _table(scenarios: list[Scenario], side: str, features: list[str]) -> tuple[pa.Table, dict[str, tuple]]:
+    """The fingerprint matrix (in trace id order, as the lake's is) and the complete trials
+    as ``gate.arms.complete_trials`` gives them: trace id -> (trial index, run position)."""
+    ids, names, rows, trials = [], [], [], {}
     for s in scenarios:
         x = getattr(s, f"fingerprints_{side}")
-        ids += [f"{side}-{s.name}-{i}" for i in range(len(x))]
+        # ids that do not sort in run order (trial 10 before trial 2), as random trace ids do not
+        for i in range(len(x)):
+            ids.append(f"{side}-{s.name}-{i}")
+            trials[ids[-1]] = (i, i)
         names += [s.name] * len(x)
         rows.append(x)
     x = np.vstack(rows)
-    cols = {"trace_id": ids, "scenario": names, **{f: x[:, j] for j, f in enumerate(features)}}
-    return pa.table(cols), set(ids)
+    order = np.argsort(ids, kind="stable")
+    cols = {"trace_id": np.array(ids)[order], "scenario": np.array(names)[order],
+            **{f: x[order, j] for j, f in enumerate(features)}}
+    return pa.table(cols), trials
 
 
-def judge(scenarios: list[Scenario], cfg: GateConfig) -> tuple[str, list[ScenarioResult], dict]:
+def judge(scenarios: list[Scenario], cfg: GateConfig,
+          features: list[str] | None = None) -> tuple[str, list[ScenarioResult], dict]:
     """(decision, scenario results, the family) as ``run_gate`` would give them for these trials
-    (no coverage minimum, no contracts). Trials pair by index when cfg.pairing is "auto"."""
+    (no coverage minimum, no contracts). Trials pair by index when cfg.pairing is "auto".
+    ``features``: the fingerprint columns' names (f0, f1, ... if not given: no feature has a
+    better side)."""
     results = [ScenarioResult(s.name, _arm(s.outcomes_b), _arm(s.outcomes_c), cfg.for_scenario(s.name))
                for s in scenarios]
     family = Family(cfg.alpha, cfg.correction)
@@ -63,7 +73,7 @@ def judge(scenarios: list[Scenario], cfg: GateConfig) -> tuple[str, list[Scenari
     pass_rate_checks(results, arms_c, cfg, family)
     regression_checks(results, arms_b, arms_c, cfg, family)
     if any(r.settings.checks["fingerprint"] for r in results):
-        features = [f"f{j}" for j in range(scenarios[0].fingerprints_b.shape[1])]
+        features = features or [f"f{j}" for j in range(scenarios[0].fingerprints_b.shape[1])]
         fp_b, counted_b = _table(scenarios, "b", features)
         fp_c, counted_c = _table(scenarios, "c", features)
         fingerprint_checks(results, fp_b, fp_c, counted_b, counted_c, cfg, {}, lambda _m: None, family)

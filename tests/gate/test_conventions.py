@@ -146,9 +146,13 @@ def test_every_pair_of_instrumentations_gates_an_unchanged_agent_as_unchanged(re
 
 def test_a_real_change_recorded_by_another_instrumentation_still_blocks(recordings, tmp_path):
     # the agent changed (2-3 tool calls instead of 1-3, mul preferred over add): recorded by
-    # OpenInference against an otel-assay baseline of the old agent, the fingerprint sees it
-    changed = record(tmp_path, "openinference", "v2", 0, PER_ARM)
-    r = run_gate(split(changed, tmp_path / "c", 0), baseline_lake=split(recordings["otel_assay"], tmp_path / "b", 0))
+    # OpenInference against an otel-assay baseline of the old agent, the fingerprint sees it.
+    # 60 trials per arm, past the 50 pairs of the check's T² look: at 20 the test that stays
+    # valid however often one gates has not seen this shift yet (e = 11.6 of the 40 it needs)
+    n = 60
+    changed = record(tmp_path, "openinference", "v2", 0, n)
+    r = run_gate(split(changed, tmp_path / "c", 0, n),
+                 baseline_lake=split(recordings["otel_assay"], tmp_path / "b", 0, n))
     (fp,) = [c for s in r.scenarios for c in s.checks if c.name == "fingerprint"]
     assert (r.decision, fp.verdict) == ("block", "FAIL"), fp.reason
     assert {f["name"] for f in fp.stats["top_features"][:3]} & {"tool:add", "tool:mul", "n_steps", "frac_tool"}
